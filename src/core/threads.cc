@@ -1,0 +1,28 @@
+// Thread-count plumbing for OpenMP and OpenBLAS.
+#include "core/threads.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace cann {
+namespace {
+int g_threads = 0;
+}
+
+int hardware_threads() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+void set_num_threads(int n) {
+  if (n <= 0) n = hardware_threads();
+  g_threads = n;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int num_threads() { return g_threads > 0 ? g_threads : hardware_threads(); }
+
+}  // namespace cann

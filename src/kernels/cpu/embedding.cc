@@ -1,0 +1,48 @@
+// Embedding lookup and its scatter-add backward. The backward is split over channel ranges,
+// not rows: two rows with the same token would otherwise race on one dwte row, and a channel
+// split keeps the summation order fixed without atomics.
+#include "kernels/cpu/embedding.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+
+namespace cann::kernels {
+
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; ++bt) {
+    const float* te = wte + static_cast<size_t>(tokens[bt]) * C;
+    const float* pe = wpe + static_cast<size_t>(bt % T) * C;
+    float* o = out + static_cast<size_t>(bt) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
+                        int T, int C) {
+#pragma omp parallel
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+    // Channel ranges rounded to 16 floats (one cache line) so threads never share a line.
+    const int chunks = (C + 15) / 16;
+    const int c0 = std::min(C, chunks * tid / nth * 16);
+    const int c1 = std::min(C, chunks * (tid + 1) / nth * 16);
+    for (int bt = 0; bt < B * T; ++bt) {
+      const float* d = dout + static_cast<size_t>(bt) * C;
+      float* te = dwte + static_cast<size_t>(tokens[bt]) * C;
+      float* pe = dwpe + static_cast<size_t>(bt % T) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) {
+        te[c] += d[c];
+        pe[c] += d[c];
+      }
+    }
+  }
+}
+
+}  // namespace cann::kernels

@@ -1,0 +1,103 @@
+// Model: a gpt (causal LM) or bert (masked LM) transformer, dense or with MoE feed-forward
+// layers, as a straight line of kernel calls over flat buffers (llm.c's shape). Forward saves
+// what backward needs in one activation arena sized at creation; backward walks the same line
+// in reverse and accumulates into the flat gradient buffer.
+//
+// Thread safety: none; one thread drives a Model (the kernels use the shared thread pool).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/status.h"
+#include "model/moe_layer.h"
+#include "model/param_table.h"
+#include "model/spec.h"
+
+namespace cann::model {
+
+struct ForwardStats {
+  double loss = 0.0;      // lm_loss + router_aux_loss_coef * aux_loss
+  double lm_loss = 0.0;   // mean cross-entropy over scored positions
+  double aux_loss = 0.0;  // sum over MoE layers of the load-balancing loss (unscaled)
+  int scored = 0;         // positions with a target
+};
+
+class Model {
+ public:
+  // Sizes every buffer for batches up to max_batch sequences of up to max_seq tokens.
+  static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch,
+                                                 int max_seq);
+
+  const ModelSpec& spec() const { return spec_; }
+  const ParamTable& table() const { return table_; }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  size_t num_floats() const { return table_.total_floats(); }
+  int max_batch() const { return max_batch_; }
+  int max_seq() const { return max_seq_; }
+  // Bytes of the activation arena plus backward scratch.
+  size_t activation_bytes() const;
+
+  // GPT-2 initialization: N(0, 0.02) for matrices and wte, N(0, 0.01) for wpe, residual output
+  // projections scaled by 1/sqrt(2 * layers), zeros for biases, ones for norm gains.
+  void init_params(uint64_t seed);
+  void zero_grads() { grads_.zero(); }
+
+  // inputs and targets are (B,T) token ids; a target < 0 is not scored; targets may be null
+  // (inference: logits only). Requires B <= max_batch, T <= max_seq, ids < vocab_size.
+  ForwardStats forward(const int* inputs, const int* targets, int B, int T);
+  // Backward of the last forward (which must have had targets): grads += grad_scale * d(loss).
+  void backward(float grad_scale = 1.0f);
+  // (B,T,V) logits of the last forward with targets == null.
+  const float* logits() const { return logits_; }
+
+  int num_moe_layers() const { return static_cast<int>(moe_layers_.size()); }
+  // Tokens kept per expert in MoE layer i (in forward order) during the last forward.
+  std::span<const int> expert_counts(int i) const;
+  // Assignments dropped for lack of capacity in the last forward, over all MoE layers.
+  long dropped_assignments() const;
+
+ private:
+  struct LayerOffsets {
+    size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
+    size_t fcw = 0, fcb = 0, fcprojw = 0, fcprojb = 0;  // dense layers
+    MoeOffsets moe;                                     // MoE layers
+  };
+  struct LayerActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *resid_attn;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
+    int moe_index = -1;  // into moe_layers_
+  };
+
+  explicit Model(ModelSpec spec);
+  void layout_activations();
+
+  ModelSpec spec_;
+  ParamTable table_;
+  int max_batch_ = 0, max_seq_ = 0;
+  AlignedBuffer<float> params_, grads_;
+  AlignedBuffer<float> acts_;
+  AlignedBuffer<int> ints_;
+  size_t wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
+  std::vector<LayerOffsets> offsets_;
+  std::vector<LayerActs> layers_;
+  std::vector<MoeActs> moe_layers_;
+  float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
+  float *logits_ = nullptr, *losses_ = nullptr;
+  // Backward scratch, reused by every layer.
+  float *d_resid_ = nullptr, *d_branch_ = nullptr, *d_ln_ = nullptr, *d_atty_ = nullptr;
+  float *d_qkv_ = nullptr, *d_fch_ = nullptr;
+  MoeScratch moe_scratch_;
+  int *inputs_ = nullptr, *targets_ = nullptr;
+  // Shape of the last forward.
+  int B_ = 0, T_ = 0, scored_ = 0;
+  bool have_targets_ = false;
+};
+
+}  // namespace cann::model

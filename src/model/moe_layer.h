@@ -1,0 +1,47 @@
+// The MoE feed-forward layer: router, dispatch to expert buffers, per-expert MLPs (fc, GELU,
+// proj), combine by gates. Called by Model for layers where ModelSpec::is_moe_layer holds.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cpu/moe.h"
+
+namespace cann::model {
+
+// Float offsets of one MoE layer's tensors in the flat buffers.
+struct MoeOffsets {
+  size_t routerw = 0, fcw = 0, fcb = 0, projw = 0, projb = 0;
+};
+
+// Saved activations of one MoE layer (views into the model's arena), sized for the largest
+// token count: expert buffers hold E * max_capacity rows.
+struct MoeActs {
+  float *router_logits, *probs, *gate, *load_fraction;
+  float *xe, *he, *ge, *ye;
+  int *expert_index, *slot, *expert_count;
+  kernels::MoeShape shape{};  // of the last forward
+  float aux = 0.0f;
+};
+
+// Backward scratch shared by all MoE layers.
+struct MoeScratch {
+  float *d_xe = nullptr, *d_ge = nullptr, *d_ye = nullptr, *d_gate = nullptr, *d_router = nullptr;
+};
+
+struct MoeDims {
+  int C;   // hidden size
+  int FM;  // expert intermediate size
+  int E, K;
+  double capacity_factor;
+};
+
+// out (N,C) = MoE(x); x (N,C) is the layernorm output. Returns the aux loss (unscaled).
+float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o,
+                  MoeActs& a, const MoeDims& d, int N);
+// dx (N,C) is overwritten with d(loss)/dx; dout (N,C) is the gradient of the layer output;
+// parameter gradients accumulate into grads; aux_grad weights the aux loss.
+void moe_backward(float* dx, float* grads, const float* dout, const float* x, const float* params,
+                  const MoeOffsets& o, const MoeActs& a, const MoeScratch& s, const MoeDims& d,
+                  float aux_grad, float* scratch_nc);
+
+}  // namespace cann::model

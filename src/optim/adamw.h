@@ -1,0 +1,45 @@
+// AdamW over a model's flat buffers: the two moment buffers share the ParamTable layout, and
+// weight decay applies to the tensors the table marks (matrices and embeddings, not biases or
+// norm parameters).
+#pragma once
+
+#include <cstddef>
+
+#include "core/aligned_buffer.h"
+#include "model/param_table.h"
+
+namespace cann::optim {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // max global L2 norm; <= 0 disables clipping
+};
+
+class AdamW {
+ public:
+  AdamW(const model::ParamTable& table, AdamWConfig config);
+
+  // One update with learning rate lr from the gradients in grads. Returns the global gradient
+  // norm before clipping. Increments step().
+  double step(float* params, const float* grads, float lr);
+
+  int step_count() const { return step_; }
+  void set_step_count(int s) { step_ = s; }
+  float* m() { return m_.data(); }
+  float* v() { return v_.data(); }
+  const float* m() const { return m_.data(); }
+  const float* v() const { return v_.data(); }
+  size_t size() const { return m_.size(); }
+  const AdamWConfig& config() const { return config_; }
+
+ private:
+  const model::ParamTable& table_;
+  AdamWConfig config_;
+  AlignedBuffer<float> m_, v_;
+  int step_ = 0;
+};
+
+}  // namespace cann::optim

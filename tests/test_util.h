@@ -1,0 +1,47 @@
+// Helpers shared by the tests: scratch directories, running the cann-train binary as a user
+// would (capturing output and exit status, with a timeout), and random fills.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace cann::test {
+
+// A fresh empty directory under $TMPDIR (or /tmp), removed when the object goes away.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "cann-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // 128 + signal when killed by a signal; -1 on timeout
+  bool timed_out = false;
+  std::string output;  // stdout and stderr interleaved
+};
+
+// Runs argv (argv[0] is a path) with the environment plus `env` ("K=V" entries), for at most
+// timeout_s seconds (then SIGKILL).
+CommandResult run_command(const std::vector<std::string>& argv, double timeout_s = 300,
+                          const std::vector<std::string>& env = {});
+// Runs the cann-train binary built alongside the tests with the given arguments.
+CommandResult run_cann(const std::vector<std::string>& args, double timeout_s = 300);
+
+void write_text(const std::string& path, const std::string& text);
+std::string read_text(const std::string& path);
+
+template <typename F>
+void fill_normal(std::vector<F>& v, Rng& rng, double scale = 1.0) {
+  for (auto& x : v) x = static_cast<F>(rng.normal() * scale);
+}
+
+}  // namespace cann::test
