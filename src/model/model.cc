@@ -187,6 +187,11 @@ std::span<const int> Model::expert_counts(int i) const {
   return {moe_layers_[i].expert_count, static_cast<size_t>(spec_.num_local_experts)};
 }
 
+std::span<const int> Model::expert_assignments(int i) const {
+  const MoeActs& m = moe_layers_[i];
+  return {m.expert_index, static_cast<size_t>(m.shape.N) * m.shape.K};
+}
+
 long Model::dropped_assignments() const {
   long dropped = 0;
   for (const MoeActs& m : moe_layers_) {

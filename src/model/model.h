@@ -60,6 +60,8 @@ class Model {
   int num_moe_layers() const { return static_cast<int>(moe_layers_.size()); }
   // Tokens kept per expert in MoE layer i (in forward order) during the last forward.
   std::span<const int> expert_counts(int i) const;
+  // Expert chosen for each (token, k) in MoE layer i during the last forward, (N,K) row-major.
+  std::span<const int> expert_assignments(int i) const;
   // Assignments dropped for lack of capacity in the last forward, over all MoE layers.
   long dropped_assignments() const;
 
