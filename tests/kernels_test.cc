@@ -50,7 +50,9 @@ D randn(size_t n, Rng& rng, double scale = 1.0) {
   test::fill_normal(v, rng, scale);
   return v;
 }
-Fv to_float(const D& v) { return Fv(v.begin(), v.end()); }
+Fv to_float(const D& v) {
+  return Fv(v.begin(), v.end());
+}
 
 // Checks analytic gradient `grad` of scalar function `loss` at `x` by central differences on
 // every element (or every `stride`-th). Returns the max relative error.
@@ -78,7 +80,9 @@ double max_rel_diff(const Fv& a, const D& b) {
   return worst / scale;
 }
 
-double dot(const D& a, const D& b) { return std::inner_product(a.begin(), a.end(), b.begin(), 0.0); }
+double dot(const D& a, const D& b) {
+  return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
+}
 
 constexpr double kFdTol = 1e-6;
 constexpr double kFp32Tol = 2e-4;
@@ -92,7 +96,8 @@ class KernelTest : public ::testing::Test {
 TEST_F(KernelTest, Linear) {
   for (bool bias : {true, false}) {
     const int N = 13, C = 37, OC = 19;
-    D x = randn(N * C, rng_), w = randn(OC * C, rng_, 0.2), b = randn(OC, rng_), dy = randn(N * OC, rng_);
+    D x = randn(N * C, rng_), w = randn(OC * C, rng_, 0.2), b = randn(OC, rng_),
+      dy = randn(N * OC, rng_);
     const double* bp = bias ? b.data() : nullptr;
     auto loss = [&] {
       D y(N * OC);
@@ -146,7 +151,8 @@ TEST_F(KernelTest, LayerNorm) {
 
   Fv xf = to_float(x), wf = to_float(w), bf = to_float(b), dyf = to_float(dy);
   Fv yf(N * C), mf(N), rf(N), dxf(N * C), dwf(C, 0.0f), dbf(C, 0.0f);
-  kernels::layernorm_forward(yf.data(), mf.data(), rf.data(), xf.data(), wf.data(), bf.data(), N, C);
+  kernels::layernorm_forward(yf.data(), mf.data(), rf.data(), xf.data(), wf.data(), bf.data(), N,
+                             C);
   kernels::layernorm_backward(dxf.data(), dwf.data(), dbf.data(), dyf.data(), xf.data(), wf.data(),
                               mf.data(), rf.data(), N, C);
   EXPECT_LT(max_rel_diff(yf, y), kFp32Tol);
@@ -216,13 +222,11 @@ TEST_P(AttentionTest, MatchesReferenceAndFiniteDifferences) {
   EXPECT_LT(max_rel_diff(dqkvf, dqkv), kFp32Tol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(AttnCase{2, 5, 2, 2, 3, true},
-                                           AttnCase{2, 5, 2, 2, 3, false},
-                                           AttnCase{1, 7, 4, 2, 4, true},
-                                           AttnCase{1, 7, 4, 1, 4, false},
-                                           AttnCase{2, 70, 2, 1, 8, true},
-                                           AttnCase{1, 70, 2, 2, 8, false}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(AttnCase{2, 5, 2, 2, 3, true}, AttnCase{2, 5, 2, 2, 3, false},
+                      AttnCase{1, 7, 4, 2, 4, true}, AttnCase{1, 7, 4, 1, 4, false},
+                      AttnCase{2, 70, 2, 1, 8, true}, AttnCase{1, 70, 2, 2, 8, false}));
 
 TEST_F(KernelTest, Embedding) {
   const int B = 3, T = 5, C = 21, V = 7, maxT = 9;
@@ -294,7 +298,8 @@ TEST_F(KernelTest, SoftmaxCrossEntropy) {
   kernels::softmax_crossentropy_backward(dlf.data(), logitsf.data(), targets.data(), 0.7f, N, V);
   EXPECT_LT(max_rel_diff(dlf, dlogits), kFp32Tol);
   // The fused in-place form gives the same gradient.
-  kernels::softmax_crossentropy_backward(logitsf.data(), logitsf.data(), targets.data(), 0.7f, N, V);
+  kernels::softmax_crossentropy_backward(logitsf.data(), logitsf.data(), targets.data(), 0.7f, N,
+                                         V);
   for (size_t i = 0; i < dlf.size(); ++i) EXPECT_EQ(logitsf[i], dlf[i]);
 }
 

@@ -130,8 +130,9 @@ void check_model_gradients(const std::string& yaml) {
       std::copy(keep.begin(), keep.end(), p);
       ASSERT_TRUE(smooth) << t.name << ": routing flips even at h = " << h;
       const double tol = std::max(5e-2 * gnorm, 2e-3);
-      EXPECT_NEAR(fd, analytic, tol) << t.name << (dir == 0 ? " (random direction)" : " (gradient direction)")
-                                     << " |g|=" << gnorm;
+      EXPECT_NEAR(fd, analytic, tol)
+          << t.name << (dir == 0 ? " (random direction)" : " (gradient direction)")
+          << " |g|=" << gnorm;
     }
   }
 }

@@ -35,7 +35,9 @@ struct SectionView {
 
 struct CheckpointWrite {
   int64_t step = 0;
-  std::string meta_json;  // a JSON object chosen by the caller, stored verbatim in the manifest
+  // A JSON object chosen by the caller, embedded in the manifest. It is read back re-serialized:
+  // the same keys in the same order, without the caller's whitespace.
+  std::string meta_json;
   std::vector<SectionView> sections;
 };
 
@@ -54,8 +56,10 @@ struct LoadedCheckpoint {
 };
 
 // Writes a checkpoint for w.step under dir (created if missing) and prunes old ones.
-// Returns the path of the new step directory. Disk full or any I/O error: the temporary is
-// removed, the previous checkpoints are untouched, and the error names the path.
+// Returns the path of the new step directory. meta_json that is not a JSON object, a negative
+// step, or empty or repeated section names: InvalidArgument, nothing written. Disk full or any
+// I/O error: the temporary is removed, the previous checkpoints are untouched, and the error
+// names the path.
 StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointWrite& w,
                                        int keep_last);
 
@@ -67,7 +71,8 @@ StatusOr<LoadedCheckpoint> read_checkpoint(const std::string& step_dir);
 StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir);
 
 // The newest checkpoint under dir that verifies. Each newer one that fails verification is
-// named in a warning (log_warning) and skipped. NotFound when dir holds no valid checkpoint.
+// named in a warning (log_warning) and skipped. NotFound when dir holds no checkpoint at all;
+// DataLoss when it holds some and none verifies (a resume must not silently start over).
 StatusOr<LoadedCheckpoint> read_latest_checkpoint(const std::string& dir);
 
 }  // namespace cann::ckpt

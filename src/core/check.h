@@ -24,7 +24,7 @@ struct Voidify {
 
 }  // namespace cann::internal
 
-#define CANN_CHECK(cond)                     \
-  (cond) ? (void)0                           \
-         : ::cann::internal::Voidify() &     \
+#define CANN_CHECK(cond)                 \
+  (cond) ? (void)0                       \
+         : ::cann::internal::Voidify() & \
                ::cann::internal::CheckFailure(__FILE__, __LINE__, #cond).stream()

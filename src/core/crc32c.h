@@ -9,6 +9,8 @@ namespace cann {
 
 // Extends `crc` (0 to start) over `size` bytes.
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size);
-inline uint32_t crc32c(const void* data, size_t size) { return crc32c_extend(0, data, size); }
+inline uint32_t crc32c(const void* data, size_t size) {
+  return crc32c_extend(0, data, size);
+}
 
 }  // namespace cann

@@ -13,7 +13,9 @@
 
 namespace cann {
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 std::string join_path(std::string_view a, std::string_view b) {
   if (a.empty()) return std::string(b);

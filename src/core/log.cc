@@ -10,8 +10,12 @@ std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::mutex g_log_mutex;
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
-LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
+void set_log_level(LogLevel level) {
+  g_level = static_cast<int>(level);
+}
+LogLevel log_level() {
+  return static_cast<LogLevel>(g_level.load());
+}
 
 void log_message(LogLevel level, const std::string& message) {
   if (static_cast<int>(level) < g_level.load()) return;

@@ -13,8 +13,14 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 void log_message(LogLevel level, const std::string& message);
 
-inline void log_info(const std::string& m) { log_message(LogLevel::kInfo, m); }
-inline void log_warning(const std::string& m) { log_message(LogLevel::kWarning, m); }
-inline void log_debug(const std::string& m) { log_message(LogLevel::kDebug, m); }
+inline void log_info(const std::string& m) {
+  log_message(LogLevel::kInfo, m);
+}
+inline void log_warning(const std::string& m) {
+  log_message(LogLevel::kWarning, m);
+}
+inline void log_debug(const std::string& m) {
+  log_message(LogLevel::kDebug, m);
+}
 
 }  // namespace cann

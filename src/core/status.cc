@@ -23,12 +23,20 @@ std::string Status::to_string() const {
 Status InvalidArgument(std::string message) {
   return Status(StatusCode::kInvalidArgument, std::move(message));
 }
-Status NotFound(std::string message) { return Status(StatusCode::kNotFound, std::move(message)); }
-Status DataLoss(std::string message) { return Status(StatusCode::kDataLoss, std::move(message)); }
-Status IoError(std::string message) { return Status(StatusCode::kIoError, std::move(message)); }
+Status NotFound(std::string message) {
+  return Status(StatusCode::kNotFound, std::move(message));
+}
+Status DataLoss(std::string message) {
+  return Status(StatusCode::kDataLoss, std::move(message));
+}
+Status IoError(std::string message) {
+  return Status(StatusCode::kIoError, std::move(message));
+}
 Status FailedPrecondition(std::string message) {
   return Status(StatusCode::kFailedPrecondition, std::move(message));
 }
-Status Internal(std::string message) { return Status(StatusCode::kInternal, std::move(message)); }
+Status Internal(std::string message) {
+  return Status(StatusCode::kInternal, std::move(message));
+}
 
 }  // namespace cann

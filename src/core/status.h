@@ -40,7 +40,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status OkStatus() { return Status(); }
+inline Status OkStatus() {
+  return Status();
+}
 Status InvalidArgument(std::string message);
 Status NotFound(std::string message);
 Status DataLoss(std::string message);
@@ -51,7 +53,7 @@ Status Internal(std::string message);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     CANN_CHECK(!status_.ok()) << "StatusOr built from an OK status without a value";
   }
@@ -86,9 +88,9 @@ class [[nodiscard]] StatusOr {
 #define CANN_CONCAT(a, b) CANN_CONCAT_INNER(a, b)
 
 // Returns early from the enclosing function when `expr` (a Status) is not OK.
-#define CANN_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::cann::Status cann_status_ = (expr);       \
+#define CANN_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::cann::Status cann_status_ = (expr);        \
     if (!cann_status_.ok()) return cann_status_; \
   } while (0)
 

@@ -23,6 +23,8 @@ void set_num_threads(int n) {
   openblas_set_num_threads(n);
 }
 
-int num_threads() { return g_threads > 0 ? g_threads : hardware_threads(); }
+int num_threads() {
+  return g_threads > 0 ? g_threads : hardware_threads();
+}
 
 }  // namespace cann

@@ -161,7 +161,9 @@ void Model::layout_activations() {
   }
 }
 
-size_t Model::activation_bytes() const { return acts_.bytes() + ints_.bytes(); }
+size_t Model::activation_bytes() const {
+  return acts_.bytes() + ints_.bytes();
+}
 
 void Model::init_params(uint64_t seed) {
   Rng rng(seed);
@@ -214,8 +216,8 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   have_targets_ = targets != nullptr;
   std::memcpy(inputs_, inputs, sizeof(int) * N);
   const float* P = params_.data();
-  const AttentionShape ash{B, T, s.num_attention_heads, s.num_key_value_heads, s.head_size(),
-                           s.causal()};
+  const AttentionShape ash{
+      B, T, s.num_attention_heads, s.num_key_value_heads, s.head_size(), s.causal()};
   const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
                    s.capacity_factor};
 
@@ -271,8 +273,8 @@ void Model::backward(float grad_scale) {
   const size_t NC = static_cast<size_t>(N) * C;
   const float* P = params_.data();
   float* G = grads_.data();
-  const AttentionShape ash{B, T, s.num_attention_heads, s.num_key_value_heads, s.head_size(),
-                           s.causal()};
+  const AttentionShape ash{
+      B, T, s.num_attention_heads, s.num_key_value_heads, s.head_size(), s.causal()};
   const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
                    s.capacity_factor};
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);
@@ -282,8 +284,8 @@ void Model::backward(float grad_scale) {
   softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
   linear_backward(d_ln_, G + wte_, nullptr, logits_, lnf_, P + wte_, N, C, V);
   const float* x_last = s.num_hidden_layers > 0 ? layers_.back().out : encoded_;
-  layernorm_backward(d_resid_, G + lnfw_, G + lnfb_, d_ln_, x_last, P + lnfw_, lnf_mean_,
-                     lnf_rstd_, N, C);
+  layernorm_backward(d_resid_, G + lnfw_, G + lnfb_, d_ln_, x_last, P + lnfw_, lnf_mean_, lnf_rstd_,
+                     N, C);
 
   // d_resid_ carries the gradient of the residual stream down through the layers.
   for (int l = s.num_hidden_layers - 1; l >= 0; --l) {
@@ -292,11 +294,11 @@ void Model::backward(float grad_scale) {
     const float* x_in = l == 0 ? encoded_ : layers_[l - 1].out;
     // Feed-forward branch: out = resid_attn + mlp(ln2(resid_attn)).
     if (a.moe_index >= 0) {
-      moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, moe_layers_[a.moe_index], moe_scratch_,
-                   md, aux_grad, d_branch_);
+      moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, moe_layers_[a.moe_index], moe_scratch_, md,
+                   aux_grad, d_branch_);
     } else {
-      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, d_resid_, a.fch_gelu, P + o.fcprojw,
-                      N, F, C);
+      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, d_resid_, a.fch_gelu, P + o.fcprojw, N,
+                      F, C);
       gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
       linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, a.ln2, P + o.fcw, N, C, F);
     }

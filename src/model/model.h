@@ -29,8 +29,7 @@ struct ForwardStats {
 class Model {
  public:
   // Sizes every buffer for batches up to max_batch sequences of up to max_seq tokens.
-  static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch,
-                                                 int max_seq);
+  static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch, int max_seq);
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }

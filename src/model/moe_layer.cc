@@ -10,8 +10,8 @@ namespace cann::model {
 
 using namespace cann::kernels;
 
-float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o,
-                  MoeActs& a, const MoeDims& d, int N) {
+float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
+                  const MoeDims& d, int N) {
   const int C = d.C, FM = d.FM, E = d.E;
   a.shape = MoeShape{N, E, d.K, moe_capacity(N, E, d.K, d.capacity_factor)};
   const int cap = a.shape.capacity;
@@ -47,9 +47,8 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     const size_t he_off = static_cast<size_t>(e) * cap * FM;
     const size_t projw = o.projw + static_cast<size_t>(e) * C * FM;
     const size_t fcw = o.fcw + static_cast<size_t>(e) * FM * C;
-    linear_backward(s.d_ge + he_off, grads + projw,
-                    grads + o.projb + static_cast<size_t>(e) * C, s.d_ye + xe_off, a.ge + he_off,
-                    params + projw, rows, FM, C);
+    linear_backward(s.d_ge + he_off, grads + projw, grads + o.projb + static_cast<size_t>(e) * C,
+                    s.d_ye + xe_off, a.ge + he_off, params + projw, rows, FM, C);
     gelu_backward(s.d_ge + he_off, a.he + he_off, s.d_ge + he_off, static_cast<size_t>(rows) * FM);
     linear_backward(s.d_xe + xe_off, grads + fcw, grads + o.fcb + static_cast<size_t>(e) * FM,
                     s.d_ge + he_off, a.xe + xe_off, params + fcw, rows, C, FM);

@@ -36,8 +36,8 @@ struct MoeDims {
 };
 
 // out (N,C) = MoE(x); x (N,C) is the layernorm output. Returns the aux loss (unscaled).
-float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o,
-                  MoeActs& a, const MoeDims& d, int N);
+float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
+                  const MoeDims& d, int N);
 // dx (N,C) is overwritten with d(loss)/dx; dout (N,C) is the gradient of the layer output;
 // parameter gradients accumulate into grads; aux_grad weights the aux loss.
 void moe_backward(float* dx, float* grads, const float* dout, const float* x, const float* params,

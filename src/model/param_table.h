@@ -26,10 +26,10 @@ struct TensorInfo {
   std::vector<int64_t> shape;  // row-major
   size_t offset = 0;           // in floats, from the start of the flat buffer
   size_t numel = 0;
-  int layer = -1;              // -1 embeddings, num_hidden_layers for the final norm
+  int layer = -1;  // -1 embeddings, num_hidden_layers for the final norm
   TpSplit tp_split = TpSplit::kReplicated;
-  bool weight_decay = false;   // matrices decay; biases, norms and position tables do not
-  bool expert = false;         // one slice per expert along dim 0
+  bool weight_decay = false;  // matrices decay; biases, norms and position tables do not
+  bool expert = false;        // one slice per expert along dim 0
 };
 
 class ParamTable {

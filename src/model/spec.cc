@@ -43,18 +43,56 @@ const std::map<std::string, std::vector<std::string>>& key_aliases() {
 // change the shapes or FLOPs cann-train computes (dropout rates, token ids, dtype). They are
 // accepted and ignored so an unmodified config.json loads; anything else unknown is an error.
 const std::set<std::string>& ignored_keys() {
-  static const std::set<std::string> kIgnored = {
-      "name", "description", "architectures", "model_type", "torch_dtype",
-      "transformers_version", "_name_or_path", "bos_token_id", "eos_token_id", "pad_token_id",
-      "use_cache", "initializer_range", "layer_norm_epsilon", "layer_norm_eps", "n_ctx",
-      "activation_function", "hidden_act", "resid_pdrop", "embd_pdrop", "attn_pdrop",
-      "hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout",
-      "summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
-      "summary_use_proj", "task_specific_params", "type_vocab_size", "classifier_dropout",
-      "position_embedding_type", "gradient_checkpointing", "tie_word_embeddings",
-      "rms_norm_eps", "rope_theta", "rope_scaling", "sliding_window", "output_router_logits",
-      "router_jitter_noise", "hidden_dropout", "qkv_bias", "encoder_stride", "label2id",
-      "id2label", "problem_type", "pretraining_tp", "mlp_bias", "attention_bias", "head_dim"};
+  static const std::set<std::string> kIgnored = {"name",
+                                                 "description",
+                                                 "architectures",
+                                                 "model_type",
+                                                 "torch_dtype",
+                                                 "transformers_version",
+                                                 "_name_or_path",
+                                                 "bos_token_id",
+                                                 "eos_token_id",
+                                                 "pad_token_id",
+                                                 "use_cache",
+                                                 "initializer_range",
+                                                 "layer_norm_epsilon",
+                                                 "layer_norm_eps",
+                                                 "n_ctx",
+                                                 "activation_function",
+                                                 "hidden_act",
+                                                 "resid_pdrop",
+                                                 "embd_pdrop",
+                                                 "attn_pdrop",
+                                                 "hidden_dropout_prob",
+                                                 "attention_probs_dropout_prob",
+                                                 "attention_dropout",
+                                                 "summary_activation",
+                                                 "summary_first_dropout",
+                                                 "summary_proj_to_labels",
+                                                 "summary_type",
+                                                 "summary_use_proj",
+                                                 "task_specific_params",
+                                                 "type_vocab_size",
+                                                 "classifier_dropout",
+                                                 "position_embedding_type",
+                                                 "gradient_checkpointing",
+                                                 "tie_word_embeddings",
+                                                 "rms_norm_eps",
+                                                 "rope_theta",
+                                                 "rope_scaling",
+                                                 "sliding_window",
+                                                 "output_router_logits",
+                                                 "router_jitter_noise",
+                                                 "hidden_dropout",
+                                                 "qkv_bias",
+                                                 "encoder_stride",
+                                                 "label2id",
+                                                 "id2label",
+                                                 "problem_type",
+                                                 "pretraining_tp",
+                                                 "mlp_bias",
+                                                 "attention_bias",
+                                                 "head_dim"};
   return kIgnored;
 }
 
@@ -77,9 +115,9 @@ StatusOr<long long> read_int(const YAML::Node& node, const std::string& source,
   try {
     return node.as<long long>();
   } catch (const YAML::Exception&) {
-    return spec_error(source, key, "expected an integer, got '" +
-                                       (node.IsScalar() ? node.Scalar() : std::string("<non-scalar>")) +
-                                       "'");
+    return spec_error(source, key,
+                      "expected an integer, got '" +
+                          (node.IsScalar() ? node.Scalar() : std::string("<non-scalar>")) + "'");
   }
 }
 
@@ -88,9 +126,9 @@ StatusOr<double> read_double(const YAML::Node& node, const std::string& source,
   try {
     return node.as<double>();
   } catch (const YAML::Exception&) {
-    return spec_error(source, key, "expected a number, got '" +
-                                       (node.IsScalar() ? node.Scalar() : std::string("<non-scalar>")) +
-                                       "'");
+    return spec_error(source, key,
+                      "expected a number, got '" +
+                          (node.IsScalar() ? node.Scalar() : std::string("<non-scalar>")) + "'");
   }
 }
 
@@ -110,7 +148,8 @@ Status validate(const ModelSpec& s, const std::set<std::string>& present) {
   if (s.hidden_size % s.num_attention_heads != 0)
     return spec_error(src, "num_attention_heads",
                       std::to_string(s.num_attention_heads) + " heads do not divide hidden_size " +
-                          std::to_string(s.hidden_size) + "; hint: pick a head count that divides it");
+                          std::to_string(s.hidden_size) +
+                          "; hint: pick a head count that divides it");
   if (s.num_attention_heads % s.num_key_value_heads != 0)
     return spec_error(src, "num_key_value_heads",
                       std::to_string(s.num_key_value_heads) +
@@ -124,11 +163,12 @@ Status validate(const ModelSpec& s, const std::set<std::string>& present) {
     CANN_RETURN_IF_ERROR(positive("num_channels", s.num_channels));
     CANN_RETURN_IF_ERROR(positive("num_classes", s.num_classes));
     if (s.image_size % s.patch_size != 0)
-      return spec_error(src, "patch_size", "does not divide image_size " +
-                                               std::to_string(s.image_size));
+      return spec_error(src, "patch_size",
+                        "does not divide image_size " + std::to_string(s.image_size));
   } else {
     for (const char* key : {"vocab_size", "seq_length"})
-      if (!present.count(key)) return spec_error(src, key, "missing; hint: a language model needs it");
+      if (!present.count(key))
+        return spec_error(src, key, "missing; hint: a language model needs it");
     CANN_RETURN_IF_ERROR(positive("vocab_size", s.vocab_size));
     CANN_RETURN_IF_ERROR(positive("seq_length", s.seq_length));
   }
@@ -144,8 +184,7 @@ Status validate(const ModelSpec& s, const std::set<std::string>& present) {
                         std::to_string(s.num_experts_per_tok) + " experts per token exceed the " +
                             std::to_string(s.num_local_experts) +
                             " experts (num_local_experts); hint: lower it");
-    if (!(s.capacity_factor > 0))
-      return spec_error(src, "capacity_factor", "must be positive");
+    if (!(s.capacity_factor > 0)) return spec_error(src, "capacity_factor", "must be positive");
     if (!(s.router_aux_loss_coef >= 0))
       return spec_error(src, "router_aux_loss_coef", "must be zero or positive");
     if (s.moe_layer_freq > s.num_hidden_layers)
@@ -227,21 +266,36 @@ StatusOr<ModelSpec> parse_model_spec(std::string_view text, const std::string& s
     if (n > (1LL << 31) - 1 || n < -(1LL << 31))
       return spec_error(source, key, "value " + std::to_string(n) + " is out of range");
     const int iv = static_cast<int>(n);
-    if (k == "hidden_size") s.hidden_size = iv;
-    else if (k == "num_hidden_layers") s.num_hidden_layers = iv;
-    else if (k == "num_attention_heads") s.num_attention_heads = iv;
-    else if (k == "num_key_value_heads") s.num_key_value_heads = iv;
-    else if (k == "intermediate_size") s.intermediate_size = iv;
-    else if (k == "vocab_size") s.vocab_size = iv;
-    else if (k == "seq_length") s.seq_length = iv;
-    else if (k == "num_local_experts") s.num_local_experts = iv;
-    else if (k == "num_experts_per_tok") s.num_experts_per_tok = iv;
-    else if (k == "moe_intermediate_size") s.moe_intermediate_size = iv;
-    else if (k == "moe_layer_freq") s.moe_layer_freq = iv;
-    else if (k == "image_size") s.image_size = iv;
-    else if (k == "patch_size") s.patch_size = iv;
-    else if (k == "num_channels") s.num_channels = iv;
-    else if (k == "num_classes") s.num_classes = iv;
+    if (k == "hidden_size")
+      s.hidden_size = iv;
+    else if (k == "num_hidden_layers")
+      s.num_hidden_layers = iv;
+    else if (k == "num_attention_heads")
+      s.num_attention_heads = iv;
+    else if (k == "num_key_value_heads")
+      s.num_key_value_heads = iv;
+    else if (k == "intermediate_size")
+      s.intermediate_size = iv;
+    else if (k == "vocab_size")
+      s.vocab_size = iv;
+    else if (k == "seq_length")
+      s.seq_length = iv;
+    else if (k == "num_local_experts")
+      s.num_local_experts = iv;
+    else if (k == "num_experts_per_tok")
+      s.num_experts_per_tok = iv;
+    else if (k == "moe_intermediate_size")
+      s.moe_intermediate_size = iv;
+    else if (k == "moe_layer_freq")
+      s.moe_layer_freq = iv;
+    else if (k == "image_size")
+      s.image_size = iv;
+    else if (k == "patch_size")
+      s.patch_size = iv;
+    else if (k == "num_channels")
+      s.num_channels = iv;
+    else if (k == "num_classes")
+      s.num_classes = iv;
   }
   if (!present.count("architecture")) {
     if (model_type.empty())

@@ -40,9 +40,7 @@ struct ModelSpec {
 
   int head_size() const { return hidden_size / num_attention_heads; }
   bool is_moe() const { return num_local_experts > 0; }
-  bool is_moe_layer(int layer) const {
-    return is_moe() && (layer + 1) % moe_layer_freq == 0;
-  }
+  bool is_moe_layer(int layer) const { return is_moe() && (layer + 1) % moe_layer_freq == 0; }
   int num_moe_layers() const { return is_moe() ? num_hidden_layers / moe_layer_freq : 0; }
   // Width of the fused QKV projection: (heads + 2 * kv_heads) * head_size.
   int qkv_size() const { return (num_attention_heads + 2 * num_key_value_heads) * head_size(); }

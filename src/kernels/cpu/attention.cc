@@ -68,8 +68,8 @@ void attention_forward(float* out, float* att, const float* qkv, const Attention
       softmax_rows(a, T, i0, i1, s.causal);
       // o[i0:i1] = a[i0:i1, 0:keys] v[0:keys]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, HS, keys, 1.0f,
-                  a + static_cast<size_t>(i0) * T, T, v, QKV, 0.0f,
-                  o + static_cast<size_t>(i0) * C, C);
+                  a + static_cast<size_t>(i0) * T, T, v, QKV, 0.0f, o + static_cast<size_t>(i0) * C,
+                  C);
     }
   }
 }
@@ -128,8 +128,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             for (int j = len; j < keys; ++j) dr[j] = 0.0f;
           }
           // dq[i0:i1] = ds k[0:keys]   (overwrite: each query head has its own dq)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, keys, 1.0f, da_blk, T,
-                      k, QKV, 0.0f, dq + static_cast<size_t>(i0) * QKV, QKV);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, keys, 1.0f, da_blk, T, k,
+                      QKV, 0.0f, dq + static_cast<size_t>(i0) * QKV, QKV);
           // dk[0:keys] += ds^T q[i0:i1]
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, HS, rows, 1.0f, da_blk, T,
                       q + static_cast<size_t>(i0) * QKV, QKV, 1.0f, dk, QKV);

@@ -32,14 +32,13 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
   }
   if (dw != nullptr) {
     // dw(OC,C) += dy(N,OC)^T * x(N,C)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dw,
-                C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dw, C);
   }
   if (db != nullptr) {
     // Column blocks of 64 keep each thread's partial sums in registers/L1 while it streams dy.
     constexpr int kBlock = 64;
     const int blocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (static_cast<long>(N) * OC > 65536)
+#pragma omp parallel for schedule(static) if (static_cast <long>(N) * OC > 65536)
     for (int blk = 0; blk < blocks; ++blk) {
       const int o0 = blk * kBlock;
       const int o1 = std::min(OC, o0 + kBlock);

@@ -17,9 +17,8 @@ int moe_capacity(int N, int E, int K, double capacity_factor) {
   return std::max(1, static_cast<int>(c));
 }
 
-float moe_router_forward(float* probs, int* expert_index, float* gate, int* slot,
-                         int* expert_count, float* load_fraction, const float* logits,
-                         const MoeShape& s) {
+float moe_router_forward(float* probs, int* expert_index, float* gate, int* slot, int* expert_count,
+                         float* load_fraction, const float* logits, const MoeShape& s) {
   const int N = s.N, E = s.E, K = s.K;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {

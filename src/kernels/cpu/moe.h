@@ -27,9 +27,8 @@ int moe_capacity(int N, int E, int K, double capacity_factor);
 
 // logits, probs are (N,E); expert_index, slot are (N,K) ints; gate is (N,K); expert_count (E)
 // gets the kept tokens per expert; load_fraction (E) gets f_e. Returns aux (unscaled).
-float moe_router_forward(float* probs, int* expert_index, float* gate, int* slot,
-                         int* expert_count, float* load_fraction, const float* logits,
-                         const MoeShape& s);
+float moe_router_forward(float* probs, int* expert_index, float* gate, int* slot, int* expert_count,
+                         float* load_fraction, const float* logits, const MoeShape& s);
 // dlogits (N,E) is overwritten with the gradient from dgate (N,K) through the kept gates plus
 // aux_grad * d(aux)/d(logits); aux_grad is the loss weight of aux (coefficient times upstream).
 void moe_router_backward(float* dlogits, const float* dgate, const float* probs,

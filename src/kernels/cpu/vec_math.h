@@ -14,7 +14,7 @@ namespace cann::kernels {
 inline float fast_exp(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
   const float n = __builtin_roundevenf(x * 1.44269504088896341f);
-  float r = x - n * 0.693145751953125f;  // ln2 split in a high part exact in float
+  float r = x - n * 0.693145751953125f;   // ln2 split in a high part exact in float
   r = r - n * 1.428606765330187045e-06f;  // and the low remainder
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -31,6 +31,8 @@ inline float fast_exp(float x) {
 }
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1); saturates cleanly to +-1 through fast_exp's clamp.
-inline float fast_tanh(float u) { return 1.0f - 2.0f / (fast_exp(2.0f * u) + 1.0f); }
+inline float fast_tanh(float u) {
+  return 1.0f - 2.0f / (fast_exp(2.0f * u) + 1.0f);
+}
 
 }  // namespace cann::kernels

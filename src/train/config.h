@@ -1,0 +1,40 @@
+// TrainConfig: everything `cann-train run` takes, with the defaults of the demo run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cann::train {
+
+struct TrainConfig {
+  std::string model = "gpt_tiny";  // shipped name or path to a YAML/config.json
+  std::string data = "fortunes";   // "fortunes", a text file, a directory, or llm.c shards
+  int steps = 1000;
+  int batch_size = 16;  // global batch: sequences per optimizer step
+  int seq_len = 0;      // 0: the model's seq_length
+  float lr = 2e-3f;
+  int warmup = -1;  // -1: 5% of the steps, at most 200
+  float min_lr_ratio = 0.1f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;
+  uint64_t seed = 1337;
+  int threads = 0;       // 0: every core
+  int eval_every = 100;  // 0: only at the end
+  int eval_batches = 8;
+  std::string log_json;  // JSONL step log path; empty: none
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;  // 0: only at the end (when checkpoint_dir is set)
+  int keep_checkpoints = 3;
+  bool resume = false;
+  int exit_interval = 0;    // stop (after checkpointing) at the first step that is a multiple
+  int sample_tokens = 256;  // gpt: bytes generated at the end; 0: none
+  bool quiet = false;       // no progress lines (summary and errors only)
+
+  int resolved_warmup() const {
+    if (warmup >= 0) return warmup;
+    const int w = steps / 20;
+    return w < 200 ? w : 200;
+  }
+};
+
+}  // namespace cann::train

@@ -1,0 +1,100 @@
+// Checkpoint encoding of a training run. The RNG words are stored as hex strings because JSON
+// numbers lose precision above 2^53.
+#include "train/train_state.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+
+#include "model/spec_json.h"
+
+namespace cann::train {
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_last,
+                                               const model::Model& model, const optim::AdamW& opt,
+                                               const ResumeState& state,
+                                               const TrainConfig& config) {
+  nlohmann::json meta;
+  meta["model_name"] = model.spec().name;
+  meta["model_spec"] = nlohmann::json::parse(model::spec_to_json(model.spec()));
+  nlohmann::json table = nlohmann::json::array();
+  for (const auto& t : model.table().tensors())
+    table.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+  meta["param_table"] = table;
+  meta["param_floats"] = model.table().total_floats();
+  meta["param_fingerprint"] = hex64(model.table().fingerprint());
+  const auto& oc = opt.config();
+  meta["optimizer"] = {{"type", "adamw"},
+                       {"step", opt.step_count()},
+                       {"beta1", oc.beta1},
+                       {"beta2", oc.beta2},
+                       {"eps", oc.eps},
+                       {"weight_decay", oc.weight_decay},
+                       {"grad_clip", oc.grad_clip}};
+  meta["sampler"] = {{"seed", state.sampler.seed}, {"consumed", state.sampler.consumed}};
+  meta["rng"] = {hex64(state.rng[0]), hex64(state.rng[1]), hex64(state.rng[2]),
+                 hex64(state.rng[3])};
+  meta["train"] = {
+      {"step", state.step},        {"steps", config.steps}, {"batch_size", config.batch_size},
+      {"seq_len", config.seq_len}, {"lr", config.lr},       {"seed", config.seed},
+      {"data", config.data}};
+  ckpt::CheckpointWrite w;
+  w.step = state.step;
+  w.meta_json = meta.dump();
+  const size_t bytes = model.table().total_floats() * sizeof(float);
+  w.sections = {
+      {"params", model.params(), bytes}, {"adam_m", opt.m(), bytes}, {"adam_v", opt.v(), bytes}};
+  return ckpt::write_checkpoint(dir, w, keep_last);
+}
+
+Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model,
+                                   optim::AdamW& opt, ResumeState* state) {
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(ck.meta_json);
+    const std::string fp = meta.at("param_fingerprint").get<std::string>();
+    if (fp != hex64(model.table().fingerprint()))
+      return FailedPrecondition(
+          ck.path + ": checkpoint was written for model '" +
+          meta.value("model_name", std::string("?")) +
+          "' whose parameter layout differs from this run's; hint: resume with the same --model, "
+          "or use a fresh --checkpoint-dir");
+    state->step = meta.at("train").at("step").get<int>();
+    state->sampler.seed = meta.at("sampler").at("seed").get<uint64_t>();
+    state->sampler.consumed = meta.at("sampler").at("consumed").get<uint64_t>();
+    for (int i = 0; i < 4; ++i)
+      state->rng[i] = std::stoull(meta.at("rng").at(i).get<std::string>(), nullptr, 16);
+    opt.set_step_count(meta.at("optimizer").at("step").get<int>());
+  } catch (const std::exception& e) {
+    return DataLoss(ck.path + ": checkpoint metadata is incomplete (" + e.what() +
+                    "); hint: it was not written by this version of cann-train");
+  }
+  const size_t bytes = model.table().total_floats() * sizeof(float);
+  struct Target {
+    const char* name;
+    float* dst;
+  };
+  for (const Target& t :
+       {Target{"params", model.params()}, Target{"adam_m", opt.m()}, Target{"adam_v", opt.v()}}) {
+    const ckpt::Section* s = ck.find(t.name);
+    if (s == nullptr) return DataLoss(ck.path + ": checkpoint has no '" + t.name + "' section");
+    if (s->data.size() != bytes)
+      return DataLoss(ck.path + ": section '" + t.name + "' holds " +
+                      std::to_string(s->data.size()) + " bytes, the model needs " +
+                      std::to_string(bytes));
+    std::memcpy(t.dst, s->data.data(), bytes);
+  }
+  return OkStatus();
+}
+
+}  // namespace cann::train

@@ -1,0 +1,320 @@
+// The training loop.
+#include "train/trainer.h"
+
+#include <cmath>
+#include <csignal>
+#include <cstring>
+
+#include "ckpt/checkpoint.h"
+#include "core/json_line.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "data/tokenizer.h"
+#include "model/flops.h"
+
+namespace cann::train {
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof(buf), "%.1fK", n / 1e3);
+  else
+    std::snprintf(buf, sizeof(buf), "%.0f", n);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config) {
+  std::unique_ptr<Trainer> t(new Trainer(config));
+  CANN_RETURN_IF_ERROR(t->setup());
+  return t;
+}
+
+Status Trainer::setup() {
+  set_num_threads(config_.threads);
+  CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
+  seq_len_ = config_.seq_len > 0 ? config_.seq_len : spec_.seq_length;
+  CANN_ASSIGN_OR_RETURN(data_, data::load_dataset(config_.data));
+  const bool bert = spec_.architecture == model::Architecture::kBert;
+  // BERT's [MASK] is the last vocabulary id, so data ids must stay below it.
+  const int id_limit = bert ? spec_.vocab_size - 1 : spec_.vocab_size;
+  if (data_.max_token >= id_limit)
+    return InvalidArgument("data '" + config_.data + "' holds token id " +
+                           std::to_string(data_.max_token) + " but model '" + spec_.name +
+                           "' accepts ids below " + std::to_string(id_limit) +
+                           (bert ? " (the last id is [MASK])" : "") +
+                           "; hint: pick a model whose vocab_size covers the data");
+  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, config_.batch_size, seq_len_));
+  optim::AdamWConfig oc;
+  oc.weight_decay = config_.weight_decay;
+  oc.grad_clip = config_.grad_clip;
+  opt_ = std::make_unique<optim::AdamW>(model_->table(), oc);
+  CANN_ASSIGN_OR_RETURN(data::Sampler sampler,
+                        data::Sampler::create(data_.train.size(), seq_len_, config_.seed));
+  sampler_ = std::make_unique<data::Sampler>(std::move(sampler));
+  if (data_.val.size() < static_cast<size_t>(seq_len_) + 1)
+    return InvalidArgument("validation split of '" + config_.data + "' has " +
+                           std::to_string(data_.val.size()) +
+                           " tokens, fewer than one sequence of " + std::to_string(seq_len_ + 1) +
+                           "; hint: use more data or a shorter --seq-len");
+  schedule_ =
+      optim::LrSchedule{config_.lr, config_.resolved_warmup(), config_.steps, config_.min_lr_ratio};
+  rng_.reseed(config_.seed ^ 0x5eedf00dULL);
+  inputs_.resize(static_cast<size_t>(config_.batch_size) * seq_len_);
+  targets_.resize(inputs_.size());
+
+  model_->init_params(config_.seed);
+  if (config_.resume) {
+    if (config_.checkpoint_dir.empty())
+      return InvalidArgument("--resume needs --checkpoint-dir DIR to resume from");
+    auto ck = ckpt::read_latest_checkpoint(config_.checkpoint_dir);
+    if (ck.ok()) {
+      ResumeState st;
+      CANN_RETURN_IF_ERROR(restore_training_checkpoint(*ck, *model_, *opt_, &st));
+      sampler_->restore(st.sampler);
+      rng_.set_state(st.rng);
+      start_step_ = st.step;
+      log_info("resumed from " + ck->path + " at step " + std::to_string(st.step));
+    } else if (ck.status().code() == StatusCode::kNotFound) {
+      log_info("no checkpoint in " + config_.checkpoint_dir + " yet; starting from step 0");
+    } else {
+      return ck.status();
+    }
+  }
+  if (start_step_ > config_.steps)
+    return InvalidArgument("checkpoint is at step " + std::to_string(start_step_) +
+                           ", beyond --steps " + std::to_string(config_.steps) +
+                           "; hint: raise --steps to continue training");
+  if (!config_.log_json.empty()) {
+    log_.reset(std::fopen(config_.log_json.c_str(), config_.resume ? "a" : "w"));
+    if (!log_)
+      return IoError(config_.log_json +
+                     ": cannot open the step log for writing: " + std::strerror(errno));
+  }
+  return OkStatus();
+}
+
+void Trainer::next_batch() {
+  sampler_->next_batch(data_.train, config_.batch_size, inputs_.data(), targets_.data());
+  if (spec_.architecture == model::Architecture::kBert) {
+    const int random_vocab = data_.byte_level ? data::kByteVocab : spec_.vocab_size - 1;
+    data::apply_mlm_masking(inputs_.data(), targets_.data(), inputs_.size(), seq_len_,
+                            spec_.vocab_size - 1, random_vocab, rng_);
+  }
+}
+
+// Mean loss over the first eval_batches * batch_size windows of the validation stream (the same
+// windows, and for BERT the same masks, every time, so evaluations are comparable).
+double Trainer::evaluate() {
+  const int B = config_.batch_size, T = seq_len_;
+  const size_t windows = (data_.val.size() - 1) / T;
+  Rng mask_rng(config_.seed ^ 0xe7a1ULL);
+  std::vector<int> in(inputs_.size()), tg(targets_.size());
+  double sum = 0.0;
+  for (int b = 0; b < config_.eval_batches; ++b) {
+    for (int i = 0; i < B; ++i) {
+      const size_t w = (static_cast<size_t>(b) * B + i) % windows;
+      std::memcpy(&in[static_cast<size_t>(i) * T], &data_.val[w * T], sizeof(int) * T);
+      std::memcpy(&tg[static_cast<size_t>(i) * T], &data_.val[w * T + 1], sizeof(int) * T);
+    }
+    if (spec_.architecture == model::Architecture::kBert) {
+      const int random_vocab = data_.byte_level ? data::kByteVocab : spec_.vocab_size - 1;
+      data::apply_mlm_masking(in.data(), tg.data(), in.size(), T, spec_.vocab_size - 1,
+                              random_vocab, mask_rng);
+    }
+    sum += model_->forward(in.data(), tg.data(), B, T).lm_loss;
+  }
+  return sum / config_.eval_batches;
+}
+
+Status Trainer::save_checkpoint(int step) {
+  ResumeState st;
+  st.step = step;
+  st.sampler = sampler_->state();
+  st.rng = rng_.state();
+  Stopwatch sw;
+  CANN_ASSIGN_OR_RETURN(std::string path,
+                        save_training_checkpoint(config_.checkpoint_dir, config_.keep_checkpoints,
+                                                 *model_, *opt_, st, config_));
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " (%.2f s)", sw.elapsed());
+  progress_.line("checkpoint saved: " + path + buf);
+  return OkStatus();
+}
+
+// A sample from the model, prompted with the start of the first validation document, sampled at
+// temperature 0.8. Context is the last seq_len tokens.
+std::string Trainer::generate_sample() {
+  const int T = seq_len_, V = spec_.vocab_size;
+  std::vector<int> ctx;
+  for (size_t i = 0; i < data_.val.size() && ctx.size() < 16; ++i) {
+    ctx.push_back(data_.val[i]);
+    if (data_.byte_level && data_.val[i] == '\n' && ctx.size() > 1) break;
+  }
+  const size_t prompt_len = ctx.size();
+  Rng rng(config_.seed ^ 0x9e4e7a7eULL);
+  std::vector<float> probs(V);
+  for (int n = 0; n < config_.sample_tokens; ++n) {
+    const int len = std::min<int>(static_cast<int>(ctx.size()), T);
+    const int* window = ctx.data() + ctx.size() - len;
+    model_->forward(window, nullptr, 1, len);
+    const float* logits = model_->logits() + static_cast<size_t>(len - 1) * V;
+    float mx = logits[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, logits[v]);
+    double sum = 0.0;
+    for (int v = 0; v < V; ++v) sum += (probs[v] = std::exp((logits[v] - mx) / 0.8f));
+    double r = rng.uniform() * sum;
+    int next = V - 1;
+    for (int v = 0; v < V; ++v) {
+      r -= probs[v];
+      if (r <= 0) {
+        next = v;
+        break;
+      }
+    }
+    ctx.push_back(next);
+  }
+  const std::string prompt = data::decode_bytes({ctx.data(), prompt_len});
+  const std::string text = data::decode_bytes({ctx.data() + prompt_len, ctx.size() - prompt_len});
+  return prompt + text;
+}
+
+Status Trainer::write_log_line(const std::string& line) {
+  if (!log_) return OkStatus();
+  if (std::fprintf(log_.get(), "%s\n", line.c_str()) < 0 || std::fflush(log_.get()) != 0)
+    return IoError(config_.log_json + ": cannot write the step log: " + std::strerror(errno) +
+                   "; hint: check free disk space");
+  return OkStatus();
+}
+
+Status Trainer::run(RunSummary* summary) {
+  const int B = config_.batch_size, T = seq_len_;
+  const double flops_per_token = model::train_flops_per_token(spec_, T);
+  const double params = static_cast<double>(model_->table().num_parameters());
+  char header[512];
+  std::snprintf(header, sizeof(header),
+                "model %s: %s, %d layers, hidden %d, %d heads%s, %s parameters | batch %d x %d "
+                "tokens | %d threads | steps %d..%d",
+                spec_.name.c_str(),
+                std::string(model::architecture_name(spec_.architecture)).c_str(),
+                spec_.num_hidden_layers, spec_.hidden_size, spec_.num_attention_heads,
+                spec_.is_moe() ? (", " + std::to_string(spec_.num_local_experts) + " experts top-" +
+                                  std::to_string(spec_.num_experts_per_tok))
+                                     .c_str()
+                               : "",
+                human_count(params).c_str(), B, T, num_threads(), start_step_ + 1, config_.steps);
+  if (!config_.quiet) {
+    progress_.line(header);
+    progress_.line("data " + data_.description);
+  }
+
+  g_stop_signal = 0;
+  auto old_int = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
+  struct RestoreSignals {
+    decltype(old_int) i, t;
+    ~RestoreSignals() {
+      std::signal(SIGINT, i);
+      std::signal(SIGTERM, t);
+    }
+  } restore{old_int, old_term};
+
+  summary->first_step = start_step_;
+  summary->last_step = start_step_;
+  double time_sum = 0.0;
+  int timed_steps = 0;
+  for (int step = start_step_; step < config_.steps; ++step) {
+    const double t0 = now_seconds();
+    next_batch();
+    model_->zero_grads();
+    const model::ForwardStats st = model_->forward(inputs_.data(), targets_.data(), B, T);
+    if (!std::isfinite(st.loss))
+      return FailedPrecondition("loss is " + std::to_string(st.loss) + " at step " +
+                                std::to_string(step + 1) + "; hint: lower --lr or --grad-clip");
+    model_->backward(1.0f);
+    const float lr = schedule_.at(step);
+    const double norm = opt_->step(model_->params(), model_->grads(), lr);
+    const double dt = now_seconds() - t0;
+    // The first step pays for page faults and BLAS warm-up: keep it out of the ETA.
+    if (step > start_step_) {
+      time_sum += dt;
+      ++timed_steps;
+    }
+    const double avg = timed_steps > 0 ? time_sum / timed_steps : dt;
+    const double tokens = static_cast<double>(B) * T;
+    const int done = step + 1;
+    if (step == start_step_) summary->first_loss = st.loss;
+    summary->last_loss = st.loss;
+    summary->last_step = done;
+
+    StepReport r;
+    r.step = done;
+    r.total = config_.steps;
+    r.loss = st.loss;
+    r.lr = lr;
+    r.grad_norm = norm;
+    r.step_time_s = dt;
+    r.tokens_per_s = tokens / dt;
+    r.gflops = flops_per_token * tokens / dt / 1e9;
+    r.eta_s = avg * (config_.steps - done);
+    if (!config_.quiet) progress_.step(r);
+
+    JsonLine line;
+    line.add("step", done)
+        .add("loss", st.loss)
+        .add("lr", static_cast<double>(lr))
+        .add("grad_norm", norm)
+        .add("step_time_s", dt)
+        .add("tokens_per_s", r.tokens_per_s)
+        .add("tokens", static_cast<int64_t>(tokens))
+        .add("gflops", r.gflops);
+    if (spec_.is_moe()) {
+      line.add("lm_loss", st.lm_loss).add("aux_loss", st.aux_loss);
+      line.add("dropped_assignments", static_cast<int64_t>(model_->dropped_assignments()));
+    }
+    const bool last = done == config_.steps;
+    const bool stop_now = g_stop_signal != 0 ||
+                          (config_.exit_interval > 0 && done % config_.exit_interval == 0 && !last);
+    if ((config_.eval_every > 0 && done % config_.eval_every == 0) || last) {
+      const double val = evaluate();
+      summary->last_val_loss = val;
+      line.add("val_loss", val);
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "step %d: val loss %.4f (train loss %.4f)", done, val,
+                    st.loss);
+      if (!config_.quiet) progress_.line(buf);
+    }
+    CANN_RETURN_IF_ERROR(write_log_line(line.str()));
+    const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
+    if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
+      CANN_RETURN_IF_ERROR(save_checkpoint(done));
+    if (stop_now) {
+      summary->interrupted = g_stop_signal != 0;
+      progress_.line(summary->interrupted
+                         ? "stopped by signal after step " + std::to_string(done)
+                         : "exit interval reached after step " + std::to_string(done));
+      break;
+    }
+  }
+  progress_.finish();
+  log_.reset();
+  if (spec_.architecture == model::Architecture::kGpt && config_.sample_tokens > 0 &&
+      summary->last_step == config_.steps && !config_.quiet) {
+    progress_.line("sample:\n" + generate_sample());
+  }
+  return OkStatus();
+}
+
+}  // namespace cann::train

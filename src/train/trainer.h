@@ -1,0 +1,71 @@
+// Trainer: the single-process training loop that wires model, optimizer, data, checkpoints,
+// evaluation, the step log and the progress line together.
+//
+// One step: next batch from the sampler (BERT: masked-LM corruption), zero gradients, forward,
+// backward, learning rate from the schedule, AdamW with global-norm clipping, then log,
+// evaluate, checkpoint as configured. SIGINT/SIGTERM finish the current step, write a
+// checkpoint when a checkpoint directory is set, and stop.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "model/model.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "train/config.h"
+#include "train/progress.h"
+#include "train/train_state.h"
+
+namespace cann::train {
+
+struct RunSummary {
+  int first_step = 0;  // step the run started from (non-zero after --resume)
+  int last_step = 0;   // steps completed when the run ended
+  double first_loss = 0.0;
+  double last_loss = 0.0;
+  double last_val_loss = -1.0;  // -1: never evaluated
+  bool interrupted = false;     // stopped by a signal
+};
+
+class Trainer {
+ public:
+  static StatusOr<std::unique_ptr<Trainer>> create(const TrainConfig& config);
+  Status run(RunSummary* summary);
+
+  const model::Model& model() const { return *model_; }
+
+ private:
+  explicit Trainer(TrainConfig config) : config_(std::move(config)) {}
+  Status setup();
+  void next_batch();
+  double evaluate();
+  Status save_checkpoint(int step);
+  std::string generate_sample();
+  Status write_log_line(const std::string& line);
+
+  TrainConfig config_;
+  model::ModelSpec spec_;
+  data::Dataset data_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<data::Sampler> sampler_;
+  optim::LrSchedule schedule_;
+  Rng rng_;
+  int seq_len_ = 0;
+  int start_step_ = 0;
+  std::vector<int> inputs_, targets_;
+  struct CloseFile {
+    void operator()(FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<FILE, CloseFile> log_;
+  Progress progress_;
+};
+
+}  // namespace cann::train
