@@ -1,0 +1,35 @@
+// create_group: validation common to all backends, then dispatch by name.
+#include "comm/backends.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+namespace cann::comm {
+
+std::string default_host_id() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + "/" + boot;
+}
+
+StatusOr<std::unique_ptr<Group>> create_group(const GroupConfig& config) {
+  if (config.size < 1 || config.rank < 0 || config.rank >= config.size)
+    return InvalidArgument("rank " + std::to_string(config.rank) + " is outside a group of size " +
+                           std::to_string(config.size));
+  if (!config.store) return InvalidArgument("create_group needs a store for rendezvous");
+  if (config.prefix.empty())
+    return InvalidArgument("create_group needs a fresh key prefix (Gloo keys are write-once)");
+  GroupConfig c = config;
+  if (c.host_id.empty()) c.host_id = default_host_id();
+  if (c.backend == "gloo") return make_gloo_group(c);
+  if (c.backend == "shm") return make_shm_group(c);
+  if (c.backend == "hierarchical") return make_hierarchical_group(c);
+  return InvalidArgument("unknown communication backend '" + c.backend +
+                         "'; hint: use gloo, shm or hierarchical");
+}
+
+}  // namespace cann::comm
