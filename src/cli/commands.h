@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -12,7 +14,8 @@ namespace cann::cli {
 
 using CommandMain = std::function<int()>;
 
-// `cann-train run`: train a model (single process for now).
-CommandMain add_run_command(CLI::App& app);
+// `cann-train run`: train a model in one process, or launch and supervise worker processes
+// (which re-run the binary with `argv_after_binary`).
+CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary);
 
 }  // namespace cann::cli

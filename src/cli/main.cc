@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("cann-train 0.1.0"));
   app.require_subcommand(1);
   std::map<std::string, cann::cli::CommandMain> commands;
-  commands["run"] = cann::cli::add_run_command(app);
+  commands["run"] = cann::cli::add_run_command(app, std::vector<std::string>(argv + 1, argv + argc));
 
   try {
     app.parse(argc, argv);

@@ -2,16 +2,40 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <optional>
+#include <cstdlib>
 
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "core/threads.h"
+#include "elastic/agent.h"
+#include "train/dist_env.h"
 #include "train/trainer.h"
 
 namespace cann::cli {
 
-CommandMain add_run_command(CLI::App& app) {
+namespace {
+
+struct LaunchFlags {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  std::string rdzv;
+  std::string rdzv_id;
+  double rdzv_timeout_s = 300.0;
+  std::string comm_addr;
+};
+
+int report(const Status& s) {
+  std::fprintf(stderr, "cann-train run: error: %s\n", s.message().c_str());
+  return s.exit_code();
+}
+
+}  // namespace
+
+CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary) {
   auto config = std::make_shared<train::TrainConfig>();
+  auto launch = std::make_shared<LaunchFlags>();
+  auto comm = std::make_shared<train::CommConfig>();
   CLI::App* run = app.add_subcommand(
       "run", "Train a model. With no flags: gpt_tiny on the fortunes corpus for a few minutes.");
   run->add_option("--model", config->model,
@@ -78,18 +102,80 @@ CommandMain add_run_command(CLI::App& app) {
       ->capture_default_str();
   run->add_flag("--quiet", config->quiet, "Print no progress lines");
 
-  return [config]() -> int {
-    auto trainer = train::Trainer::create(*config);
-    if (!trainer.ok()) {
-      std::fprintf(stderr, "cann-train run: error: %s\n", trainer.status().message().c_str());
-      return trainer.status().exit_code();
+  const char* kLaunch = "Processes";
+  run->add_option("--nproc-per-node", launch->nproc_per_node,
+                  "Worker processes on this node (data parallel; each gets --threads or "
+                  "cores / P threads)")
+      ->check(kPositive)
+      ->group(kLaunch)
+      ->capture_default_str();
+  run->add_option("--nnodes", launch->nnodes, "Nodes in the job (one `cann-train run` per node)")
+      ->check(kPositive)
+      ->group(kLaunch)
+      ->capture_default_str();
+  run->add_option("--rdzv", launch->rdzv,
+                  "Rendezvous store shared by the nodes: redis://[:PASSWORD@]HOST:PORT")
+      ->group(kLaunch);
+  run->add_option("--rdzv-id", launch->rdzv_id, "Job id; the same on every node")
+      ->group(kLaunch);
+  run->add_option("--rdzv-timeout", launch->rdzv_timeout_s,
+                  "Seconds to wait for all nodes to join")
+      ->check(kPositive)
+      ->group(kLaunch)
+      ->capture_default_str();
+  run->add_option("--comm-addr", launch->comm_addr,
+                  "Address this node's workers listen on (default: the one that routes to --rdzv)")
+      ->group(kLaunch);
+  run->add_option("--backend", comm->backend,
+                  "Collectives: auto (shm on one node, hierarchical across nodes), shm, gloo, "
+                  "hierarchical")
+      ->check(CLI::IsMember({"auto", "shm", "gloo", "hierarchical"}))
+      ->group(kLaunch)
+      ->capture_default_str();
+  run->add_option("--transport", comm->transport, "Gloo transport between nodes: tcp, ibverbs")
+      ->check(CLI::IsMember({"tcp", "ibverbs"}))
+      ->group(kLaunch)
+      ->capture_default_str();
+  run->add_option("--comm-timeout", comm->timeout_s,
+                  "Seconds a collective waits for a peer before failing with the peer named")
+      ->check(kPositive)
+      ->group(kLaunch)
+      ->capture_default_str();
+  run->add_flag("--debug-comm", comm->debug,
+                "Check that every rank issues the same collective (op, size, type) before it runs")
+      ->group(kLaunch);
+
+  auto threads_given = run->get_option("--threads");
+  return [config, launch, comm, threads_given, argv_after_binary]() -> int {
+    auto env = train::detect_dist_env();
+    if (!env.ok()) return report(env.status());
+    if (!env->has_value() && (launch->nproc_per_node > 1 || launch->nnodes > 1)) {
+      // This process is the agent: launch the workers with the same arguments.
+      elastic::AgentConfig ac;
+      ac.nproc_per_node = launch->nproc_per_node;
+      ac.nnodes = launch->nnodes;
+      ac.rdzv = launch->rdzv;
+      ac.rdzv_id = launch->rdzv_id;
+      ac.rdzv_timeout_s = launch->rdzv_timeout_s;
+      ac.comm_addr = launch->comm_addr;
+      ac.backend = comm->backend;
+      ac.worker_args = argv_after_binary;
+      auto code = elastic::run_agent(ac);
+      if (!code.ok()) return report(code.status());
+      return *code;
     }
+    std::optional<train::DistEnv> dist = *env;
+    if (dist && threads_given->count() == 0) {
+      if (const char* t = std::getenv("CANN_TRAIN_DEFAULT_THREADS")) config->threads = std::atoi(t);
+    }
+    // Workers of another launcher (torchrun, Slurm, MPI) may name the store with --rdzv.
+    if (dist && dist->store_url.empty()) dist->store_url = launch->rdzv;
+    auto trainer = train::Trainer::create(*config, dist ? &*dist : nullptr, *comm);
+    if (!trainer.ok()) return report(trainer.status());
     train::RunSummary summary;
     Status s = (*trainer)->run(&summary);
-    if (!s.ok()) {
-      std::fprintf(stderr, "cann-train run: error: %s\n", s.message().c_str());
-      return s.exit_code();
-    }
+    if (!s.ok()) return report(s);
+    if (dist && dist->rank != 0) return summary.interrupted ? 130 : 0;
     std::printf("done: steps %d..%d, loss %.4f -> %.4f", summary.first_step + 1, summary.last_step,
                 summary.first_loss, summary.last_loss);
     if (summary.last_val_loss >= 0) std::printf(", val loss %.4f", summary.last_val_loss);

@@ -65,6 +65,9 @@ const char* op_name(int64_t op) {
   return op >= 0 && op <= kBarrier ? kNames[op] : "?";
 }
 
+// Set by a lane thread around each call it runs; read by current_sequence().
+thread_local uint64_t t_current_sequence = 0;
+
 int64_t total(std::span<const size_t> counts) {
   return static_cast<int64_t>(std::accumulate(counts.begin(), counts.end(), size_t{0}));
 }
@@ -94,6 +97,8 @@ void AsyncGroup::stop() {
   for (auto& t : threads)
     if (t.joinable()) t.join();
 }
+
+uint64_t AsyncGroup::current_sequence() { return t_current_sequence; }
 
 void AsyncGroup::count_traffic(uint64_t sent, uint64_t received) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -147,8 +152,10 @@ void AsyncGroup::thread_main(Lane lane) {
                              "); hint: rebuild the group");
     } else {
       const double t0 = now_seconds();
+      t_current_sequence = q.work->sequence();
       if (debug_checks_ && q.collective) s = check_agreement(q.work->sequence(), q.desc, q.opts);
       if (s.ok()) s = q.run();
+      t_current_sequence = 0;
       const double dt = now_seconds() - t0;
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.ops++;

@@ -59,6 +59,9 @@ class AsyncGroup : public Group {
   void stop();
   // Called by run_* implementations to count payload bytes.
   void count_traffic(uint64_t sent, uint64_t received);
+  // The sequence number of the call running on the calling lane thread (0 on any other thread),
+  // so a backend's error can name the call as its Work does ("shm allreduce #12").
+  static uint64_t current_sequence();
 
   virtual Status run_allreduce(void* data, size_t count, DataType type, ReduceOp op,
                                const Options& opts) = 0;

@@ -74,7 +74,7 @@ size_t Sampler::offset(uint64_t sample) const {
 }
 
 void Sampler::next_batch(std::span<const int> tokens, int batch, int* inputs, int* targets,
-                         int rank, int world) {
+                         int rank, int world, uint64_t* sample_ids) {
   CANN_CHECK(world >= 1 && rank >= 0 && rank < world)
       << "rank " << rank << " outside a world of " << world;
   CANN_CHECK(batch >= 0) << "batch " << batch;
@@ -82,6 +82,7 @@ void Sampler::next_batch(std::span<const int> tokens, int batch, int* inputs, in
   for (int j = 0; j < batch; ++j) {
     const uint64_t sample = state_.consumed + static_cast<uint64_t>(rank) +
                             static_cast<uint64_t>(j) * static_cast<uint64_t>(world);
+    if (sample_ids != nullptr) sample_ids[j] = sample;
     const size_t off = offset(sample);
     CANN_CHECK(off + T + 1 <= tokens.size())
         << "window at " << off << " runs past a stream of " << tokens.size()

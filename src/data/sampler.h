@@ -33,9 +33,11 @@ class Sampler {
   size_t offset(uint64_t sample) const;
   // Fills inputs and targets (each batch * seq_len ints) with the next `batch` samples of this
   // rank's stride and advances the state by batch * world: rank r takes global samples
-  // consumed + r, consumed + r + world, ...
+  // consumed + r, consumed + r + world, ... When sample_ids is given it receives the global
+  // index of each sample (batch entries): per-sample randomness (MLM masks) keyed on it is then
+  // the same whatever the world size.
   void next_batch(std::span<const int> tokens, int batch, int* inputs, int* targets, int rank = 0,
-                  int world = 1);
+                  int world = 1, uint64_t* sample_ids = nullptr);
 
   SamplerState state() const { return state_; }
   void restore(const SamplerState& s);

@@ -36,14 +36,26 @@ std::string human_count(double n) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config) {
+StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, const DistEnv* env,
+                                                   const CommConfig& comm) {
   std::unique_ptr<Trainer> t(new Trainer(config));
-  CANN_RETURN_IF_ERROR(t->setup());
+  CANN_RETURN_IF_ERROR(t->setup(env, comm));
   return t;
 }
 
-Status Trainer::setup() {
+Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   set_num_threads(config_.threads);
+  if (env != nullptr && env->world_size > 1) {
+    if (config_.batch_size % env->world_size != 0)
+      return InvalidArgument("--batch-size " + std::to_string(config_.batch_size) +
+                             " (the global batch) does not divide over " +
+                             std::to_string(env->world_size) +
+                             " ranks; hint: use a multiple of the world size");
+    CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env, comm));
+    rank_ = env->rank;
+    world_size_ = env->world_size;
+  }
+  local_batch_ = config_.batch_size / world_size_;
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
   seq_len_ = config_.seq_len > 0 ? config_.seq_len : spec_.seq_length;
   CANN_ASSIGN_OR_RETURN(data_, data::load_dataset(config_.data));
@@ -56,7 +68,7 @@ Status Trainer::setup() {
                            "' accepts ids below " + std::to_string(id_limit) +
                            (bert ? " (the last id is [MASK])" : "") +
                            "; hint: pick a model whose vocab_size covers the data");
-  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, config_.batch_size, seq_len_));
+  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, local_batch_, seq_len_));
   optim::AdamWConfig oc;
   oc.weight_decay = config_.weight_decay;
   oc.grad_clip = config_.grad_clip;
@@ -72,8 +84,9 @@ Status Trainer::setup() {
   schedule_ =
       optim::LrSchedule{config_.lr, config_.resolved_warmup(), config_.steps, config_.min_lr_ratio};
   rng_.reseed(config_.seed ^ 0x5eedf00dULL);
-  inputs_.resize(static_cast<size_t>(config_.batch_size) * seq_len_);
+  inputs_.resize(static_cast<size_t>(local_batch_) * seq_len_);
   targets_.resize(inputs_.size());
+  sample_ids_.resize(local_batch_);
 
   model_->init_params(config_.seed);
   if (config_.resume) {
@@ -97,7 +110,7 @@ Status Trainer::setup() {
     return InvalidArgument("checkpoint is at step " + std::to_string(start_step_) +
                            ", beyond --steps " + std::to_string(config_.steps) +
                            "; hint: raise --steps to continue training");
-  if (!config_.log_json.empty()) {
+  if (!config_.log_json.empty() && leader()) {
     log_.reset(std::fopen(config_.log_json.c_str(), config_.resume ? "a" : "w"));
     if (!log_)
       return IoError(config_.log_json +
@@ -107,36 +120,58 @@ Status Trainer::setup() {
 }
 
 void Trainer::next_batch() {
-  sampler_->next_batch(data_.train, config_.batch_size, inputs_.data(), targets_.data());
-  if (spec_.architecture == model::Architecture::kBert) {
-    const int random_vocab = data_.byte_level ? data::kByteVocab : spec_.vocab_size - 1;
-    data::apply_mlm_masking(inputs_.data(), targets_.data(), inputs_.size(), seq_len_,
-                            spec_.vocab_size - 1, random_vocab, rng_);
+  sampler_->next_batch(data_.train, local_batch_, inputs_.data(), targets_.data(), rank_,
+                       world_size_, sample_ids_.data());
+  mask_batch(inputs_.data(), targets_.data(), sample_ids_.data(), local_batch_);
+}
+
+// BERT's masks come from an RNG keyed on (seed, global sample index), so a sample is masked the
+// same way whichever rank trains it and whatever the world size.
+void Trainer::mask_batch(int* inputs, int* targets, const uint64_t* sample_ids, int count) {
+  if (spec_.architecture != model::Architecture::kBert) return;
+  const int random_vocab = data_.byte_level ? data::kByteVocab : spec_.vocab_size - 1;
+  for (int i = 0; i < count; ++i) {
+    Rng rng(config_.seed * 0x9e3779b97f4a7c15ULL + sample_ids[i]);
+    const size_t off = static_cast<size_t>(i) * seq_len_;
+    data::apply_mlm_masking(inputs + off, targets + off, seq_len_, seq_len_, spec_.vocab_size - 1,
+                            random_vocab, rng);
   }
 }
 
+Status Trainer::average_over_ranks(float* values, size_t count, const char* what) {
+  if (!world_) return OkStatus();
+  comm::Options opts;
+  opts.tag = what;
+  Status s = world_->allreduce(values, count, comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)
+                 ->wait(std::chrono::hours(24));
+  if (!s.ok()) return Status(s.code(), "rank " + std::to_string(rank_) + ": " + s.message());
+  return OkStatus();
+}
+
 // Mean loss over the first eval_batches * batch_size windows of the validation stream (the same
-// windows, and for BERT the same masks, every time, so evaluations are comparable).
-double Trainer::evaluate() {
-  const int B = config_.batch_size, T = seq_len_;
+// windows, and for BERT the same masks, every time, so evaluations are comparable). Ranks split
+// the windows the way the sampler splits training samples and average at the end.
+StatusOr<double> Trainer::evaluate() {
+  const int B = local_batch_, T = seq_len_;
   const size_t windows = (data_.val.size() - 1) / T;
-  Rng mask_rng(config_.seed ^ 0xe7a1ULL);
   std::vector<int> in(inputs_.size()), tg(targets_.size());
-  double sum = 0.0;
+  std::vector<uint64_t> ids(B);
+  float sum = 0.0f;
   for (int b = 0; b < config_.eval_batches; ++b) {
     for (int i = 0; i < B; ++i) {
-      const size_t w = (static_cast<size_t>(b) * B + i) % windows;
+      const uint64_t sample = static_cast<uint64_t>(b) * config_.batch_size + rank_ +
+                              static_cast<uint64_t>(i) * world_size_;
+      const size_t w = sample % windows;
+      ids[i] = ~sample;  // a key space apart from the training samples'
       std::memcpy(&in[static_cast<size_t>(i) * T], &data_.val[w * T], sizeof(int) * T);
       std::memcpy(&tg[static_cast<size_t>(i) * T], &data_.val[w * T + 1], sizeof(int) * T);
     }
-    if (spec_.architecture == model::Architecture::kBert) {
-      const int random_vocab = data_.byte_level ? data::kByteVocab : spec_.vocab_size - 1;
-      data::apply_mlm_masking(in.data(), tg.data(), in.size(), T, spec_.vocab_size - 1,
-                              random_vocab, mask_rng);
-    }
-    sum += model_->forward(in.data(), tg.data(), B, T).lm_loss;
+    mask_batch(in.data(), tg.data(), ids.data(), B);
+    sum += static_cast<float>(model_->forward(in.data(), tg.data(), B, T).lm_loss);
   }
-  return sum / config_.eval_batches;
+  sum /= config_.eval_batches;
+  CANN_RETURN_IF_ERROR(average_over_ranks(&sum, 1, "val_loss"));
+  return static_cast<double>(sum);
 }
 
 Status Trainer::save_checkpoint(int step) {
@@ -200,13 +235,14 @@ Status Trainer::write_log_line(const std::string& line) {
 }
 
 Status Trainer::run(RunSummary* summary) {
-  const int B = config_.batch_size, T = seq_len_;
+  const int B = local_batch_, T = seq_len_;
+  const bool show = leader() && !config_.quiet;
   const double flops_per_token = model::train_flops_per_token(spec_, T);
   const double params = static_cast<double>(model_->table().num_parameters());
   char header[512];
   std::snprintf(header, sizeof(header),
                 "model %s: %s, %d layers, hidden %d, %d heads%s, %s parameters | batch %d x %d "
-                "tokens | %d threads | steps %d..%d",
+                "tokens | %d rank%s x %d threads | steps %d..%d",
                 spec_.name.c_str(),
                 std::string(model::architecture_name(spec_.architecture)).c_str(),
                 spec_.num_hidden_layers, spec_.hidden_size, spec_.num_attention_heads,
@@ -214,8 +250,9 @@ Status Trainer::run(RunSummary* summary) {
                                   std::to_string(spec_.num_experts_per_tok))
                                      .c_str()
                                : "",
-                human_count(params).c_str(), B, T, num_threads(), start_step_ + 1, config_.steps);
-  if (!config_.quiet) {
+                human_count(params).c_str(), config_.batch_size, T, world_size_,
+                world_size_ == 1 ? "" : "s", num_threads(), start_step_ + 1, config_.steps);
+  if (show) {
     progress_.line(header);
     progress_.line("data " + data_.description);
   }
@@ -239,11 +276,26 @@ Status Trainer::run(RunSummary* summary) {
     const double t0 = now_seconds();
     next_batch();
     model_->zero_grads();
-    const model::ForwardStats st = model_->forward(inputs_.data(), targets_.data(), B, T);
+    model::ForwardStats st = model_->forward(inputs_.data(), targets_.data(), B, T);
     if (!std::isfinite(st.loss))
       return FailedPrecondition("loss is " + std::to_string(st.loss) + " at step " +
-                                std::to_string(step + 1) + "; hint: lower --lr or --grad-clip");
+                                std::to_string(step + 1) + " on rank " + std::to_string(rank_) +
+                                "; hint: lower --lr or --grad-clip");
     model_->backward(1.0f);
+    // Data parallel: average gradients (each rank's loss is a mean over its share of the
+    // global batch), the losses for the log, and the stop request (any rank's signal stops all
+    // at the same step, so no rank waits in a collective the others never issue).
+    bool stop_requested = g_stop_signal != 0;
+    if (world_) {
+      CANN_RETURN_IF_ERROR(average_over_ranks(model_->grads(), model_->num_floats(), "grads"));
+      float scalars[4] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
+                          static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f};
+      CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 4, "step_scalars"));
+      st.loss = scalars[0];
+      st.lm_loss = scalars[1];
+      st.aux_loss = scalars[2];
+      stop_requested = scalars[3] > 0.0f;
+    }
     const float lr = schedule_.at(step);
     const double norm = opt_->step(model_->params(), model_->grads(), lr);
     const double dt = now_seconds() - t0;
@@ -253,7 +305,7 @@ Status Trainer::run(RunSummary* summary) {
       ++timed_steps;
     }
     const double avg = timed_steps > 0 ? time_sum / timed_steps : dt;
-    const double tokens = static_cast<double>(B) * T;
+    const double tokens = static_cast<double>(config_.batch_size) * T;
     const int done = step + 1;
     if (step == start_step_) summary->first_loss = st.loss;
     summary->last_loss = st.loss;
@@ -269,7 +321,7 @@ Status Trainer::run(RunSummary* summary) {
     r.tokens_per_s = tokens / dt;
     r.gflops = flops_per_token * tokens / dt / 1e9;
     r.eta_s = avg * (config_.steps - done);
-    if (!config_.quiet) progress_.step(r);
+    if (show) progress_.step(r);
 
     JsonLine line;
     line.add("step", done)
@@ -285,24 +337,25 @@ Status Trainer::run(RunSummary* summary) {
       line.add("dropped_assignments", static_cast<int64_t>(model_->dropped_assignments()));
     }
     const bool last = done == config_.steps;
-    const bool stop_now = g_stop_signal != 0 ||
+    const bool stop_now = stop_requested ||
                           (config_.exit_interval > 0 && done % config_.exit_interval == 0 && !last);
     if ((config_.eval_every > 0 && done % config_.eval_every == 0) || last) {
-      const double val = evaluate();
+      CANN_ASSIGN_OR_RETURN(const double val, evaluate());
       summary->last_val_loss = val;
       line.add("val_loss", val);
       char buf[96];
       std::snprintf(buf, sizeof(buf), "step %d: val loss %.4f (train loss %.4f)", done, val,
                     st.loss);
-      if (!config_.quiet) progress_.line(buf);
+      if (show) progress_.line(buf);
     }
     CANN_RETURN_IF_ERROR(write_log_line(line.str()));
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
-    if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
+    if (!config_.checkpoint_dir.empty() && leader() && (periodic || last || stop_now))
       CANN_RETURN_IF_ERROR(save_checkpoint(done));
     if (stop_now) {
-      summary->interrupted = g_stop_signal != 0;
-      progress_.line(summary->interrupted
+      summary->interrupted = stop_requested;
+      if (leader())
+        progress_.line(summary->interrupted
                          ? "stopped by signal after step " + std::to_string(done)
                          : "exit interval reached after step " + std::to_string(done));
       break;
@@ -311,7 +364,7 @@ Status Trainer::run(RunSummary* summary) {
   progress_.finish();
   log_.reset();
   if (spec_.architecture == model::Architecture::kGpt && config_.sample_tokens > 0 &&
-      summary->last_step == config_.steps && !config_.quiet) {
+      summary->last_step == config_.steps && show) {
     progress_.line("sample:\n" + generate_sample());
   }
   return OkStatus();

@@ -5,6 +5,11 @@
 // backward, learning rate from the schedule, AdamW with global-norm clipping, then log,
 // evaluate, checkpoint as configured. SIGINT/SIGTERM finish the current step, write a
 // checkpoint when a checkpoint directory is set, and stop.
+//
+// In a multi-process job (a DistEnv is given) every rank trains batch_size / world sequences of
+// the same global batch (the sampler's stride), gradients are averaged over the world group
+// before the optimizer, and the stop decision is agreed by all ranks each step. Rank 0 alone
+// prints progress, writes the step log, checkpoints (parameters are replicated) and samples.
 #pragma once
 
 #include <cstdio>
@@ -12,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/group.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "data/dataset.h"
@@ -20,6 +26,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "train/config.h"
+#include "train/distributed.h"
 #include "train/progress.h"
 #include "train/train_state.h"
 
@@ -36,16 +43,23 @@ struct RunSummary {
 
 class Trainer {
  public:
-  static StatusOr<std::unique_ptr<Trainer>> create(const TrainConfig& config);
+  // env == nullptr: a plain single process.
+  static StatusOr<std::unique_ptr<Trainer>> create(const TrainConfig& config,
+                                                   const DistEnv* env = nullptr,
+                                                   const CommConfig& comm = {});
   Status run(RunSummary* summary);
 
   const model::Model& model() const { return *model_; }
 
  private:
   explicit Trainer(TrainConfig config) : config_(std::move(config)) {}
-  Status setup();
+  Status setup(const DistEnv* env, const CommConfig& comm);
+  void mask_batch(int* inputs, int* targets, const uint64_t* sample_ids, int count);
+  // Averages over ranks in place (no-op on one process).
+  Status average_over_ranks(float* values, size_t count, const char* what);
+  bool leader() const { return rank_ == 0; }
   void next_batch();
-  double evaluate();
+  StatusOr<double> evaluate();
   Status save_checkpoint(int step);
   std::string generate_sample();
   Status write_log_line(const std::string& line);
@@ -59,8 +73,13 @@ class Trainer {
   optim::LrSchedule schedule_;
   Rng rng_;
   int seq_len_ = 0;
+  int local_batch_ = 0;
   int start_step_ = 0;
   std::vector<int> inputs_, targets_;
+  std::vector<uint64_t> sample_ids_;
+  std::unique_ptr<comm::Group> world_;
+  int rank_ = 0;
+  int world_size_ = 1;
   struct CloseFile {
     void operator()(FILE* f) const { std::fclose(f); }
   };

@@ -1,0 +1,249 @@
+// The agent's process management: fork/exec of workers with their environment, output
+// forwarding through poll(), exit-status supervision, and the stop-the-rest policy.
+#include "elastic/agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "core/fs.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "elastic/output_forwarder.h"
+#include "elastic/rendezvous.h"
+
+namespace cann::elastic {
+namespace {
+
+std::atomic<int> g_agent_signal{0};
+void on_agent_signal(int sig) { g_agent_signal = sig; }
+
+struct Worker {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  bool running = false;
+  int status = 0;  // waitpid status once exited
+  std::unique_ptr<OutputForwarder> out, err;
+};
+
+std::string random_id() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
+  return buf;
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + sigabbrev_np(sig) + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+StatusOr<pid_t> spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                      int out_fd, int err_fd) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return IoError(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    // A worker must not outlive its agent.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    signal(SIGINT, SIG_IGN);  // Ctrl-C reaches the agent, which forwards SIGTERM
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv;
+    static const char kSelf[] = "/proc/self/exe";
+    argv.push_back(const_cast<char*>(kSelf));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(kSelf, argv.data());
+    std::fprintf(stderr, "cannot exec the worker: %s\n", std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Reads what is available on fd into the forwarder; returns false at end of file.
+bool pump(int fd, OutputForwarder& fwd) {
+  char buf[8192];
+  const ssize_t n = read(fd, buf, sizeof(buf));
+  if (n > 0) {
+    fwd.write(std::string_view(buf, static_cast<size_t>(n)));
+    return true;
+  }
+  return n < 0 && (errno == EAGAIN || errno == EINTR);
+}
+
+}  // namespace
+
+StatusOr<int> run_agent(const AgentConfig& config) {
+  const int P = config.nproc_per_node;
+  std::string job = config.rdzv_id.empty() ? random_id() : config.rdzv_id;
+  std::string store_url = config.rdzv;
+  std::string temp_dir;
+  NodeAssignment node;
+  if (config.nnodes > 1) {
+    if (store_url.empty())
+      return InvalidArgument("--nnodes " + std::to_string(config.nnodes) +
+                             " needs --rdzv redis://HOST:PORT so the nodes can find each other");
+    CANN_ASSIGN_OR_RETURN(auto store, comm::open_store(store_url));
+    CANN_ASSIGN_OR_RETURN(node, join_nodes(*store, job, config.nnodes, config.rdzv_timeout_s));
+  } else {
+    if (store_url.empty()) {
+      std::string templ = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+                          "/cann-train-XXXXXX";
+      std::vector<char> buf(templ.begin(), templ.end());
+      buf.push_back('\0');
+      if (mkdtemp(buf.data()) == nullptr)
+        return IoError(templ + ": cannot create the job's store directory: " +
+                       std::strerror(errno));
+      temp_dir = buf.data();
+      store_url = "file://" + temp_dir + "/store";
+    }
+    node.job_prefix = job + "/round0";
+  }
+  const std::string comm_addr =
+      !config.comm_addr.empty() ? config.comm_addr : local_address_towards(store_url);
+  const int world = config.nnodes * P;
+  const int threads_per_worker = std::max(1, hardware_threads() / P);
+  const bool tty = isatty(1) != 0;
+
+  g_agent_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_agent_signal;
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<Worker> workers(P);
+  for (int l = 0; l < P; ++l) {
+    Worker& w = workers[l];
+    w.local_rank = l;
+    w.rank = node.node_rank * P + l;
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+      return IoError(std::string("pipe failed: ") + std::strerror(errno));
+    std::vector<std::string> env = {
+        "RANK=" + std::to_string(w.rank),
+        "WORLD_SIZE=" + std::to_string(world),
+        "LOCAL_RANK=" + std::to_string(l),
+        "LOCAL_WORLD_SIZE=" + std::to_string(P),
+        "GROUP_RANK=" + std::to_string(node.node_rank),
+        "CANN_TRAIN_STORE=" + store_url,
+        "CANN_TRAIN_JOB=" + node.job_prefix,
+        "CANN_TRAIN_HOST_ID=" + job + "/node" + std::to_string(node.node_rank),
+        "CANN_TRAIN_COMM_ADDR=" + comm_addr,
+        "CANN_TRAIN_BACKEND=" + config.backend,
+        "CANN_TRAIN_DEFAULT_THREADS=" + std::to_string(threads_per_worker),
+        "CANN_TRAIN_TTY=" + std::string(tty && w.rank == 0 ? "1" : "0"),
+    };
+    auto pid = spawn(config.worker_args, env, out[1], err[1]);
+    close(out[1]);
+    close(err[1]);
+    if (!pid.ok()) return pid.status();
+    w.pid = *pid;
+    w.running = true;
+    w.out_fd = out[0];
+    w.err_fd = err[0];
+    fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
+    fcntl(w.err_fd, F_SETFL, O_NONBLOCK);
+    const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
+    w.out = std::make_unique<OutputForwarder>(stdout, prefix);
+    w.err = std::make_unique<OutputForwarder>(stderr, prefix);
+  }
+
+  int first_failure = -1;
+  double stop_deadline = 0.0;
+  bool interrupted = false;
+  auto stop_others = [&](int sig) {
+    for (auto& w : workers)
+      if (w.running) kill(w.pid, sig);
+  };
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, bool>> owners;  // (worker, is_stdout)
+    for (auto& w : workers) {
+      if (w.out_fd >= 0) {
+        fds.push_back({w.out_fd, POLLIN, 0});
+        owners.push_back({&w, true});
+      }
+      if (w.err_fd >= 0) {
+        fds.push_back({w.err_fd, POLLIN, 0});
+        owners.push_back({&w, false});
+      }
+    }
+    poll(fds.data(), fds.size(), 50);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Worker& w = *owners[i].first;
+      int& fd = owners[i].second ? w.out_fd : w.err_fd;
+      if (!pump(fd, owners[i].second ? *w.out : *w.err)) {
+        close(fd);
+        fd = -1;
+      }
+    }
+    if (g_agent_signal != 0 && !interrupted) {
+      interrupted = true;
+      stop_others(SIGTERM);
+      stop_deadline = now_seconds() + config.grace_s;
+    }
+    for (auto& w : workers) {
+      if (!w.running) continue;
+      int status = 0;
+      if (waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+      w.running = false;
+      w.status = status;
+      if (failed(status) && first_failure < 0 && !interrupted) {
+        first_failure = w.local_rank;
+        stop_others(SIGTERM);
+        stop_deadline = now_seconds() + config.grace_s;
+      }
+    }
+    if (stop_deadline > 0 && now_seconds() > stop_deadline) stop_others(SIGKILL);
+    bool any_running = false, any_open = false;
+    for (auto& w : workers) {
+      any_running |= w.running;
+      any_open |= w.out_fd >= 0 || w.err_fd >= 0;
+    }
+    if (!any_running && !any_open) break;
+    if (!any_running && stop_deadline == 0) stop_deadline = now_seconds() + 1.0;  // drain pipes
+  }
+  for (auto& w : workers) {
+    w.out->finish();
+    w.err->finish();
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (!temp_dir.empty()) (void)remove_all(temp_dir);
+
+  if (first_failure >= 0) {
+    const Worker& w = workers[first_failure];
+    int stopped = 0;
+    for (const auto& o : workers) stopped += (&o != &w);
+    std::fprintf(stderr, "cann-train run: rank %d (pid %d) %s; stopped the other %d worker%s\n",
+                 w.rank, static_cast<int>(w.pid), describe_exit(w.status).c_str(), stopped,
+                 stopped == 1 ? "" : "s");
+    return WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2 ? 2 : 1;
+  }
+  if (interrupted) return 130;
+  return 0;
+}
+
+}  // namespace cann::elastic

@@ -1,0 +1,42 @@
+// Agent: launches and supervises the workers of one node.
+//
+// Rendezvous. One node (nnodes == 1) needs nothing shared: the agent makes a file store in a
+// fresh temporary directory. With nnodes > 1 every node's agent joins through `rdzv` (a redis
+// URL): it takes a ticket from the counter "cann/<job>/arrivals"; ticket t makes it node
+// (t-1) % nnodes of round (t-1) / nnodes, so rerunning a job under the same id starts a new
+// round with fresh keys (Gloo keys are write-once). Every node runs nproc_per_node workers;
+// global rank = node_rank * nproc_per_node + local_rank.
+//
+// Supervision. Worker output is prefixed "[rank N] " line by line (rank 0's redrawn progress
+// line keeps working on a terminal); only rank 0 shows progress. When a worker exits with a
+// non-zero status or a signal, the agent prints one line naming the rank, pid and cause, sends
+// SIGTERM to the other workers, SIGKILL after `grace_s`, and returns non-zero. SIGINT/SIGTERM
+// to the agent are forwarded as SIGTERM (workers checkpoint and stop). Workers die with the
+// agent (PR_SET_PDEATHSIG).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace cann::elastic {
+
+struct AgentConfig {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  std::string rdzv;     // store URL shared by the nodes' agents (required when nnodes > 1)
+  std::string rdzv_id;  // job id; default: random
+  double rdzv_timeout_s = 300.0;
+  std::string comm_addr;  // address workers listen on; default: found from the route to rdzv
+  std::string backend = "auto";
+  std::vector<std::string> worker_args;  // arguments after the binary name, passed unchanged
+  double grace_s = 10.0;
+};
+
+// Runs the workers to completion. Returns the process exit status for the agent: 0 when every
+// worker succeeded, 130 when interrupted, otherwise 1 (or 2 when a worker reported a usage
+// error, so `cann-train run --bad-flag --nproc-per-node 2` still exits 2).
+StatusOr<int> run_agent(const AgentConfig& config);
+
+}  // namespace cann::elastic

@@ -1,0 +1,41 @@
+// Where a worker learns its place in a job: rank, world size, local rank, and how to reach the
+// others. Read from the environment, in this order of precedence:
+//   1. cann-train's own agent: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE plus
+//      CANN_TRAIN_STORE (store URL), CANN_TRAIN_JOB (job id), CANN_TRAIN_HOST_ID (which ranks
+//      share a host), CANN_TRAIN_COMM_ADDR (address this worker listens on);
+//   2. torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+//   3. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (or
+//      SLURM_TASKS_PER_NODE), SLURM_NODEID, SLURM_JOB_ID;
+//   4. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+//      OMPI_COMM_WORLD_LOCAL_SIZE.
+// Launchers 2-4 do not provide a store: the worker uses --rdzv/CANN_TRAIN_STORE when given,
+// else a TCP store hosted by rank 0 at MASTER_ADDR:MASTER_PORT.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+
+namespace cann::train {
+
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  std::string launcher;   // "cann-train", "torchrun", "slurm", "openmpi"
+  std::string store_url;  // empty: derive from master_addr/master_port
+  std::string master_addr;
+  int master_port = 0;
+  std::string job_id;
+  std::string host_id;    // empty: the backend's default (hostname + boot id)
+  std::string comm_addr;  // empty: the backend's default
+};
+
+// Reads the environment. nullopt when no launcher variables are set (a plain single process).
+// Inconsistent variables (rank >= world size, non-numbers) are an error naming the variable.
+StatusOr<std::optional<DistEnv>> detect_dist_env();
+
+}  // namespace cann::train

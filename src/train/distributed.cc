@@ -1,0 +1,35 @@
+// World group construction.
+#include "train/distributed.h"
+
+namespace cann::train {
+
+StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
+                                                        const CommConfig& config) {
+  std::string url = env.store_url;
+  if (url.empty()) {
+    if (env.master_addr.empty() || env.master_port <= 0)
+      return InvalidArgument(
+          "launched by " + env.launcher +
+          " without a rendezvous store; hint: pass --rdzv redis://HOST:PORT (or set "
+          "CANN_TRAIN_STORE), or set MASTER_ADDR and MASTER_PORT");
+    url = "tcp://" + env.master_addr + ":" + std::to_string(env.master_port) +
+          (env.rank == 0 ? "?server=1" : "");
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<long>(config.timeout_s * 1000));
+  CANN_ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store, comm::open_store(url, timeout));
+  comm::GroupConfig g;
+  g.backend = config.backend;
+  if (g.backend == "auto") g.backend = env.local_world_size == env.world_size ? "shm" : "hierarchical";
+  g.store = std::move(store);
+  g.prefix = "cann/" + env.job_id + "/world";
+  g.rank = env.rank;
+  g.size = env.world_size;
+  g.timeout = timeout;
+  g.debug_checks = config.debug;
+  g.transport = config.transport;
+  g.hostname = env.comm_addr;
+  g.host_id = env.host_id;
+  return comm::create_group(g);
+}
+
+}  // namespace cann::train

@@ -1,0 +1,25 @@
+// The worker's side of a multi-process job: from the launcher's environment to the world
+// communication group.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/group.h"
+#include "core/status.h"
+#include "train/dist_env.h"
+
+namespace cann::train {
+
+struct CommConfig {
+  std::string backend = "auto";  // auto: shm on one node, hierarchical across nodes
+  double timeout_s = 60.0;       // --comm-timeout
+  bool debug = false;            // --debug-comm: verify every rank issues the same collective
+  std::string transport = "tcp";  // gloo transport between nodes: tcp | ibverbs
+};
+
+// Opens the store named by the environment and builds the group of all ranks.
+StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
+                                                        const CommConfig& config);
+
+}  // namespace cann::train

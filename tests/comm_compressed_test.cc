@@ -1,0 +1,142 @@
+// Compressed all-reduce: the error-feedback identity, a per-step error bound, agreement of all
+// ranks, and the bytes on the wire.
+//
+// Error feedback makes the sum of what was applied exact up to the error still held back:
+//   1-bit: sum_t result_t + mean_r(e_r,T) + s_T = sum_t mean_r(x_r,t)
+//   top-k: sum_t result_t + mean_r(e_r,T)       = sum_t mean_r(x_r,t)
+// (e: worker error buffers, s: the server chunks' errors, placed at their chunk offsets). The
+// tests check these identities to fp32 rounding over many steps, which is the property that
+// lets 1-bit Adam converge like Adam.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "comm/compressed_allreduce.h"
+#include "comm_test_util.h"
+
+namespace cann::comm {
+namespace {
+
+// Deterministic per-(rank, step) input: mean 0.3 (so sums grow) plus noise.
+std::vector<float> input(int rank, int step, size_t n) {
+  Rng rng(1000003ULL * rank + step);
+  std::vector<float> x(n);
+  for (auto& v : x) v = 0.3f + rng.normal();
+  return x;
+}
+
+double norm(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+class CompressedTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CompressedTest, OneBitErrorFeedbackIdentity) {
+  const int world = GetParam();
+  const size_t n = 1000 + 37 * world;  // not a multiple of world or 32
+  const int steps = 60;
+  std::mutex mu;
+  std::vector<double> applied(n, 0.0), truth(n, 0.0), held(n, 0.0);
+  std::vector<std::vector<float>> results(world);
+  test::run_group("shm", world, [&](int rank, Group& g) {
+    OneBitAllreduce ar(g, n);
+    std::vector<double> my_applied(n, 0.0), my_truth(n, 0.0);
+    for (int t = 0; t < steps; ++t) {
+      std::vector<float> x = input(rank, t, n);
+      std::vector<float> data = x;
+      ASSERT_TRUE(ar.run(data.data()).ok());
+      for (size_t i = 0; i < n; ++i) my_applied[i] += data[i];
+      if (t == steps - 1) results[rank] = data;
+    }
+    // Bytes: 1 bit per element plus a scale per chunk, both phases, against fp32's 2(P-1)/P*4n.
+    if (world > 1) {
+      const double fp32 = 2.0 * (world - 1) / world * 4.0 * n;
+      EXPECT_GE(fp32 / ar.last_bytes_sent(), 16.0) << ar.last_bytes_sent();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (rank == 0) applied = my_applied;
+    for (size_t i = 0; i < n; ++i) held[i] += ar.worker_error()[i] / world;
+    const size_t begin = std::min(n, rank * ar.chunk());
+    for (size_t i = begin; i < std::min(n, begin + ar.chunk()); ++i)
+      held[i] += ar.server_error()[i - begin];
+  });
+  for (int r = 1; r < world; ++r) EXPECT_EQ(results[r], results[0]) << "ranks disagree";
+  for (int t = 0; t < steps; ++t)
+    for (int r = 0; r < world; ++r) {
+      const auto x = input(r, t, n);
+      for (size_t i = 0; i < n; ++i) truth[i] += static_cast<double>(x[i]) / world;
+    }
+  std::vector<double> gap(n);
+  for (size_t i = 0; i < n; ++i) gap[i] = applied[i] + held[i] - truth[i];
+  // fp32 rounding of 60 steps of O(1) values: 1e-3 of the sum's size is generous, while a
+  // missing error term would leave a gap of the order of one step's compression error.
+  EXPECT_LT(norm(gap), 1e-3 * norm(truth)) << "error feedback identity broken";
+  // And the error held back is bounded: far smaller than what was applied.
+  EXPECT_LT(norm(held), 0.1 * norm(truth));
+}
+
+TEST_P(CompressedTest, TopKErrorFeedbackIdentity) {
+  const int world = GetParam();
+  const size_t n = 777;
+  const int steps = 80;
+  std::mutex mu;
+  std::vector<double> applied(n, 0.0), truth(n, 0.0), held(n, 0.0);
+  test::run_group("shm", world, [&](int rank, Group& g) {
+    TopKAllreduce ar(g, n, 0.05);
+    EXPECT_EQ(ar.k(), 38u);
+    std::vector<double> my_applied(n, 0.0);
+    for (int t = 0; t < steps; ++t) {
+      std::vector<float> data = input(rank, t, n);
+      ASSERT_TRUE(ar.run(data.data()).ok());
+      for (size_t i = 0; i < n; ++i) my_applied[i] += data[i];
+    }
+    if (world > 1) EXPECT_EQ(ar.last_bytes_sent(), (world - 1) * 2 * ar.k() * 4);
+    std::lock_guard<std::mutex> lock(mu);
+    if (rank == 0) applied = my_applied;
+    for (size_t i = 0; i < n; ++i) held[i] += ar.error()[i] / world;
+  });
+  for (int t = 0; t < steps; ++t)
+    for (int r = 0; r < world; ++r) {
+      const auto x = input(r, t, n);
+      for (size_t i = 0; i < n; ++i) truth[i] += static_cast<double>(x[i]) / world;
+    }
+  std::vector<double> gap(n);
+  for (size_t i = 0; i < n; ++i) gap[i] = applied[i] + held[i] - truth[i];
+  EXPECT_LT(norm(gap), 1e-3 * norm(truth));
+}
+
+TEST_P(CompressedTest, OneBitSingleStepErrorBound) {
+  // One 1-bit compression of v errs by at most sqrt(2) |v|: |v - s*sign(v)|^2 =
+  // 2|v|^2 - 2 s |v|_1 <= 2|v|^2 with s = |v|_2/sqrt(len). The worker stage errs by at most
+  // sqrt(2) mean_r |x_r| on average, and the server stage by sqrt(2) times the averaged chunk's
+  // norm, itself at most mean_r |x_r|: 2 sqrt(2) = 2.83 mean_r |x_r| in all, checked as 3x.
+  const int world = GetParam();
+  const size_t n = 4099;
+  test::run_group("shm", world, [&](int rank, Group& g) {
+    OneBitAllreduce ar(g, n);
+    std::vector<float> data = input(rank, 0, n);
+    ASSERT_TRUE(ar.run(data.data()).ok());
+    double err = 0, mean_norm = 0;
+    std::vector<double> mean(n, 0.0);
+    for (int r = 0; r < world; ++r) {
+      const auto x = input(r, 0, n);
+      double sq = 0;
+      for (size_t i = 0; i < n; ++i) {
+        mean[i] += static_cast<double>(x[i]) / world;
+        sq += static_cast<double>(x[i]) * x[i];
+      }
+      mean_norm += std::sqrt(sq) / world;
+    }
+    for (size_t i = 0; i < n; ++i) err += (data[i] - mean[i]) * (data[i] - mean[i]);
+    EXPECT_LT(std::sqrt(err), 3.0 * mean_norm);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CompressedTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+}  // namespace
+}  // namespace cann::comm
