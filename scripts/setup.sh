@@ -12,7 +12,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgloo-dev libopenblas-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libcpp-httplib-dev libhiredis-dev redis-server googletest libgtest-dev
-  libbenchmark-dev fortunes
+  libbenchmark-dev fortunes iproute2
 )
 
 missing=()

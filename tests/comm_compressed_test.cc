@@ -15,6 +15,7 @@
 
 #include "comm/compressed_allreduce.h"
 #include "comm_test_util.h"
+#include "core/rng.h"
 
 namespace cann::comm {
 namespace {
@@ -94,7 +95,9 @@ TEST_P(CompressedTest, TopKErrorFeedbackIdentity) {
       ASSERT_TRUE(ar.run(data.data()).ok());
       for (size_t i = 0; i < n; ++i) my_applied[i] += data[i];
     }
-    if (world > 1) EXPECT_EQ(ar.last_bytes_sent(), (world - 1) * 2 * ar.k() * 4);
+    if (world > 1) {
+      EXPECT_EQ(ar.last_bytes_sent(), (world - 1) * 2 * ar.k() * 4);
+    }
     std::lock_guard<std::mutex> lock(mu);
     if (rank == 0) applied = my_applied;
     for (size_t i = 0; i < n; ++i) held[i] += ar.error()[i] / world;

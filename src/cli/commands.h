@@ -18,4 +18,13 @@ using CommandMain = std::function<int()>;
 // (which re-run the binary with `argv_after_binary`).
 CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary);
 
+// `cann-train bench comm ...`: benchmarks that launch their own worker processes.
+CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after_binary);
+
+// `cann-train search`: search every parallel strategy for a model on a cluster (src/plan).
+CommandMain add_search_command(CLI::App& app);
+
+// `cann-train simulate`: predict one strategy in detail, optionally as a Chrome trace.
+CommandMain add_simulate_command(CLI::App& app);
+
 }  // namespace cann::cli

@@ -2,6 +2,7 @@
 // turns every usage error into one line on stderr and exit status 2.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -14,7 +15,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("cann-train 0.1.0"));
   app.require_subcommand(1);
   std::map<std::string, cann::cli::CommandMain> commands;
-  commands["run"] = cann::cli::add_run_command(app, std::vector<std::string>(argv + 1, argv + argc));
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  commands["run"] = cann::cli::add_run_command(app, args);
+  commands["bench"] = cann::cli::add_bench_command(app, args);
+  commands["search"] = cann::cli::add_search_command(app);
+  commands["simulate"] = cann::cli::add_simulate_command(app);
 
   try {
     app.parse(argc, argv);
@@ -25,13 +30,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // The deepest (sub)command that was recognized, e.g. "cann-train bench".
     std::string where = "cann-train";
-    for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
+    CLI::App* deepest = &app;
+    while (!deepest->get_subcommands().empty()) {
+      deepest = deepest->get_subcommands().back();
+      where += " " + deepest->get_name();
+    }
     std::string msg = e.what();
     if (msg.find("subcommand is required") != std::string::npos) {
-      msg = "a subcommand is required (run)";
-      if (argc > 1 && argv[1][0] != '-')
-        msg = std::string("unknown subcommand '") + argv[1] + "'; the subcommands are: run";
+      std::string names;
+      for (const CLI::App* sub : deepest->get_subcommands({}))
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      msg = "a subcommand is required (" + names + ")";
+      const int depth = static_cast<int>(std::count(where.begin(), where.end(), ' '));
+      if (argc > depth + 1 && argv[depth + 1][0] != '-')
+        msg = std::string("unknown subcommand '") + argv[depth + 1] +
+              "'; the subcommands are: " + names;
     }
     std::fprintf(stderr, "%s: %s; hint: see '%s --help'\n", where.c_str(), msg.c_str(),
                  where.c_str());

@@ -2,8 +2,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <optional>
 #include <cstdlib>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/validators.h"
@@ -116,10 +116,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   run->add_option("--rdzv", launch->rdzv,
                   "Rendezvous store shared by the nodes: redis://[:PASSWORD@]HOST:PORT")
       ->group(kLaunch);
-  run->add_option("--rdzv-id", launch->rdzv_id, "Job id; the same on every node")
-      ->group(kLaunch);
-  run->add_option("--rdzv-timeout", launch->rdzv_timeout_s,
-                  "Seconds to wait for all nodes to join")
+  run->add_option("--rdzv-id", launch->rdzv_id, "Job id; the same on every node")->group(kLaunch);
+  run->add_option("--rdzv-timeout", launch->rdzv_timeout_s, "Seconds to wait for all nodes to join")
       ->check(kPositive)
       ->group(kLaunch)
       ->capture_default_str();

@@ -59,9 +59,9 @@ enum OpCode : int64_t {
 };
 
 const char* op_name(int64_t op) {
-  static const char* kNames[] = {"?",         "allreduce", "reduce_scatter", "allgather",
+  static const char* kNames[] = {"?",          "allreduce", "reduce_scatter", "allgather",
                                  "allgatherv", "broadcast", "alltoall",       "alltoallv",
-                                 "send",      "recv",      "barrier"};
+                                 "send",       "recv",      "barrier"};
   return op >= 0 && op <= kBarrier ? kNames[op] : "?";
 }
 
@@ -77,7 +77,9 @@ int64_t total(std::span<const size_t> counts) {
 AsyncGroup::AsyncGroup(int rank, int size, bool debug_checks)
     : rank_(rank), size_(size), debug_checks_(debug_checks) {}
 
-AsyncGroup::~AsyncGroup() { stop(); }
+AsyncGroup::~AsyncGroup() {
+  stop();
+}
 
 void AsyncGroup::stop() {
   std::deque<Queued> abandoned;
@@ -98,7 +100,9 @@ void AsyncGroup::stop() {
     if (t.joinable()) t.join();
 }
 
-uint64_t AsyncGroup::current_sequence() { return t_current_sequence; }
+uint64_t AsyncGroup::current_sequence() {
+  return t_current_sequence;
+}
 
 void AsyncGroup::count_traffic(uint64_t sent, uint64_t received) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -208,14 +212,14 @@ std::shared_ptr<Work> AsyncGroup::reduce_scatter(void* out, const void* in, size
   return enqueue(kCollectiveLane,
                  {kReduceScatter, static_cast<int64_t>(count), static_cast<int64_t>(type),
                   static_cast<int64_t>(op)},
-                 opts,
-                 [=, this] { return run_reduce_scatter(out, in, count, type, op, opts); });
+                 opts, [=, this] { return run_reduce_scatter(out, in, count, type, op, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::allgather(void* out, const void* in, size_t count, DataType type,
                                             const Options& opts) {
   return enqueue(kCollectiveLane,
-                 {kAllgather, static_cast<int64_t>(count), static_cast<int64_t>(type), -1}, opts, [=, this] { return run_allgather(out, in, count, type, opts); });
+                 {kAllgather, static_cast<int64_t>(count), static_cast<int64_t>(type), -1}, opts,
+                 [=, this] { return run_allgather(out, in, count, type, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::allgatherv(void* out, const void* in,
@@ -223,20 +227,21 @@ std::shared_ptr<Work> AsyncGroup::allgatherv(void* out, const void* in,
                                              const Options& opts) {
   auto owned = std::make_shared<std::vector<size_t>>(counts.begin(), counts.end());
   return enqueue(kCollectiveLane, {kAllgatherv, total(counts), static_cast<int64_t>(type), -1},
-                 opts,
-                 [=, this] { return run_allgatherv(out, in, *owned, type, opts); });
+                 opts, [=, this] { return run_allgatherv(out, in, *owned, type, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::broadcast(void* data, size_t count, DataType type, int root,
                                             const Options& opts) {
   return enqueue(kCollectiveLane,
-                 {kBroadcast, static_cast<int64_t>(count), static_cast<int64_t>(type), root}, opts, [=, this] { return run_broadcast(data, count, type, root, opts); });
+                 {kBroadcast, static_cast<int64_t>(count), static_cast<int64_t>(type), root}, opts,
+                 [=, this] { return run_broadcast(data, count, type, root, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::alltoall(void* out, const void* in, size_t count, DataType type,
                                            const Options& opts) {
   return enqueue(kCollectiveLane,
-                 {kAlltoall, static_cast<int64_t>(count), static_cast<int64_t>(type), -1}, opts, [=, this] { return run_alltoall(out, in, count, type, opts); });
+                 {kAlltoall, static_cast<int64_t>(count), static_cast<int64_t>(type), -1}, opts,
+                 [=, this] { return run_alltoall(out, in, count, type, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::alltoallv(void* out, std::span<const size_t> out_counts,

@@ -59,8 +59,8 @@ Status OneBitAllreduce::run(float* data, const Options& opts) {
     compress_chunk(&send_[j * words_], decompressed.data(), c, len, words_);
     for (size_t i = 0; i < len; ++i) worker_error_[begin + i] = c[i] - decompressed[i];
   }
-  CANN_RETURN_IF_ERROR(
-      group_.alltoall(recv_.data(), send_.data(), words_, DataType::kInt32, opts)->wait(opts.timeout));
+  CANN_RETURN_IF_ERROR(group_.alltoall(recv_.data(), send_.data(), words_, DataType::kInt32, opts)
+                           ->wait(opts.timeout));
   // Server side: average my chunk over ranks, compensate, compress once more.
   const size_t my_begin = std::min(count_, static_cast<size_t>(me) * chunk_);
   const size_t my_len = std::min(count_, my_begin + chunk_) - my_begin;
@@ -72,9 +72,9 @@ Status OneBitAllreduce::run(float* data, const Options& opts) {
   std::vector<float> decompressed(my_len);
   compress_chunk(mine.data(), decompressed.data(), avg.data(), my_len, words_);
   for (size_t i = 0; i < my_len; ++i) server_error_[i] = avg[i] - decompressed[i];
-  CANN_RETURN_IF_ERROR(group_.allgather(gathered_.data(), mine.data(), words_, DataType::kInt32,
-                                        opts)
-                           ->wait(opts.timeout));
+  CANN_RETURN_IF_ERROR(
+      group_.allgather(gathered_.data(), mine.data(), words_, DataType::kInt32, opts)
+          ->wait(opts.timeout));
   // Everyone decompresses every server chunk.
   std::fill(data, data + count_, 0.0f);
   for (size_t j = 0; j < P; ++j) {
@@ -89,7 +89,8 @@ Status OneBitAllreduce::run(float* data, const Options& opts) {
 
 TopKAllreduce::TopKAllreduce(Group& group, size_t count, double ratio)
     : group_(group), count_(count) {
-  k_ = std::min(count, std::max<size_t>(1, static_cast<size_t>(ratio * static_cast<double>(count))));
+  k_ =
+      std::min(count, std::max<size_t>(1, static_cast<size_t>(ratio * static_cast<double>(count))));
   error_.assign(count, 0.0f);
   send_.assign(2 * k_, 0);
   gathered_.assign(2 * k_ * static_cast<size_t>(group.size()), 0);

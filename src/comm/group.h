@@ -88,8 +88,8 @@ class Group {
   // Point to point: `tag` pairs a send with its recv (same src, dst and tag).
   virtual std::shared_ptr<Work> send(const void* data, size_t count, DataType type, int dst,
                                      uint32_t tag, const Options& opts = {}) = 0;
-  virtual std::shared_ptr<Work> recv(void* data, size_t count, DataType type, int src,
-                                     uint32_t tag, const Options& opts = {}) = 0;
+  virtual std::shared_ptr<Work> recv(void* data, size_t count, DataType type, int src, uint32_t tag,
+                                     const Options& opts = {}) = 0;
   virtual std::shared_ptr<Work> barrier(const Options& opts = {}) = 0;
 
   // Collective over this group: builds a group of the same backend from `ranks` (ranks of this

@@ -22,8 +22,8 @@ namespace {
 
 class HierarchicalGroup : public AsyncGroup {
  public:
-  HierarchicalGroup(const GroupConfig& c, std::unique_ptr<Group> local, std::unique_ptr<Group> cross,
-                    std::unique_ptr<Group> flat)
+  HierarchicalGroup(const GroupConfig& c, std::unique_ptr<Group> local,
+                    std::unique_ptr<Group> cross, std::unique_ptr<Group> flat)
       : AsyncGroup(c.rank, c.size, c.debug_checks),
         config_(c),
         local_(std::move(local)),
@@ -102,7 +102,9 @@ class HierarchicalGroup : public AsyncGroup {
                   const Options& opts) override {
     return flat_->recv(data, count, type, src, tag, opts)->wait(opts.timeout);
   }
-  Status run_barrier(const Options& opts) override { return flat_->barrier(opts)->wait(opts.timeout); }
+  Status run_barrier(const Options& opts) override {
+    return flat_->barrier(opts)->wait(opts.timeout);
+  }
 
   GroupStats stats() const override {
     GroupStats s = AsyncGroup::stats();
@@ -168,12 +170,11 @@ StatusOr<std::unique_ptr<Group>> make_hierarchical_group(const GroupConfig& conf
   for (const auto& [host, ranks] : members)
     if (ranks.size() != L)
       return InvalidArgument("hierarchical backend needs the same number of ranks on every host: " +
-                             std::to_string(L) + " on this host, " +
-                             std::to_string(ranks.size()) + " on host '" + host +
+                             std::to_string(L) + " on this host, " + std::to_string(ranks.size()) +
+                             " on host '" + host +
                              "'; hint: use --backend gloo for uneven layouts");
-  const int host_index =
-      static_cast<int>(std::find(host_order.begin(), host_order.end(), config.host_id) -
-                       host_order.begin());
+  const int host_index = static_cast<int>(
+      std::find(host_order.begin(), host_order.end(), config.host_id) - host_order.begin());
   const int local_index =
       static_cast<int>(std::find(mine.begin(), mine.end(), config.rank) - mine.begin());
 
@@ -196,9 +197,8 @@ StatusOr<std::unique_ptr<Group>> make_hierarchical_group(const GroupConfig& conf
   flat.prefix = config.prefix + "/flat";
   CANN_ASSIGN_OR_RETURN(auto flat_group, make_gloo_group(flat));
 
-  return std::unique_ptr<Group>(new HierarchicalGroup(config, std::move(local_group),
-                                                      std::move(cross_group),
-                                                      std::move(flat_group)));
+  return std::unique_ptr<Group>(new HierarchicalGroup(
+      config, std::move(local_group), std::move(cross_group), std::move(flat_group)));
 }
 
 }  // namespace cann::comm

@@ -16,9 +16,13 @@ namespace {
 
 constexpr size_t kPage = 4096;
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 // FNV-1a, 64 bit: stable across builds and machines (std::hash is not), which matters because
 // every rank derives the name on its own.
@@ -46,7 +50,8 @@ SegmentLayout SegmentLayout::make(int world, size_t slot_bytes, int depth, size_
   l.slots_offset = l.control_offset + round_up(p * sizeof(ControlBlock), kPage);
   l.mailbox_control_offset =
       l.slots_offset + round_up(p * static_cast<size_t>(depth) * slot_bytes, kPage);
-  l.mailbox_data_offset = l.mailbox_control_offset + round_up(p * p * sizeof(MailboxControl), kPage);
+  l.mailbox_data_offset =
+      l.mailbox_control_offset + round_up(p * p * sizeof(MailboxControl), kPage);
   l.total_bytes = l.mailbox_data_offset + round_up(p * p * mailbox_bytes, kPage);
   return l;
 }
@@ -58,7 +63,8 @@ std::string segment_name(const std::string& prefix, uint64_t nonce) {
   return std::string("/cann-shm-") + hex;
 }
 
-ShmSegment::ShmSegment(std::string name, SegmentLayout layout, std::byte* base, bool owns_name)
+ShmSegment::ShmSegment(Token, std::string name, SegmentLayout layout, std::byte* base,
+                       bool owns_name)
     : name_(std::move(name)), layout_(layout), base_(base), owns_name_(owns_name) {}
 
 ShmSegment::~ShmSegment() {
@@ -81,10 +87,11 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name
                    "; hint: /dev/shm may be too small (df -h /dev/shm)");
   };
   // posix_fallocate reserves the pages now, so a full /dev/shm is an error here rather than a
-  // SIGBUS in the middle of a collective.
+  // SIGBUS in the middle of a collective (a file system that cannot reserve keeps the sparse
+  // file that ftruncate made).
   if (ftruncate(fd, static_cast<off_t>(layout.total_bytes)) != 0) return fail("cannot size");
   const int rc = posix_fallocate(fd, 0, static_cast<off_t>(layout.total_bytes));
-  if (rc != 0) {
+  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
     errno = rc;
     return fail("cannot reserve");
   }
@@ -100,7 +107,7 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name
   h->mailbox_bytes = layout.mailbox_bytes;
   h->total_bytes = layout.total_bytes;
   h->magic.store(kSegmentMagic, std::memory_order_release);
-  return std::unique_ptr<ShmSegment>(new ShmSegment(name, layout, base, true));
+  return std::make_unique<ShmSegment>(Token{}, name, layout, base, true);
 }
 
 StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::open(const std::string& name,
@@ -122,7 +129,7 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::open(const std::string& name,
   close(fd);
   if (p == MAP_FAILED) return IoError("shm: cannot map segment " + name + ": " + why);
   auto segment =
-      std::unique_ptr<ShmSegment>(new ShmSegment(name, layout, static_cast<std::byte*>(p), false));
+      std::make_unique<ShmSegment>(Token{}, name, layout, static_cast<std::byte*>(p), false);
   const auto* h = reinterpret_cast<const SegmentHeader*>(p);
   if (h->magic.load(std::memory_order_acquire) != kSegmentMagic || h->version != kSegmentVersion ||
       h->world != static_cast<uint32_t>(layout.world) || h->slot_bytes != layout.slot_bytes ||
@@ -147,20 +154,20 @@ ControlBlock& ShmSegment::control(int rank) const {
 }
 
 std::byte* ShmSegment::slot(int rank, int buffer) const {
-  const size_t index = static_cast<size_t>(rank) * static_cast<size_t>(layout_.depth) +
-                       static_cast<size_t>(buffer);
+  const size_t index =
+      static_cast<size_t>(rank) * static_cast<size_t>(layout_.depth) + static_cast<size_t>(buffer);
   return base_ + layout_.slots_offset + index * layout_.slot_bytes;
 }
 
 MailboxControl& ShmSegment::mailbox_control(int src, int dst) const {
-  const size_t index = static_cast<size_t>(src) * static_cast<size_t>(layout_.world) +
-                       static_cast<size_t>(dst);
+  const size_t index =
+      static_cast<size_t>(src) * static_cast<size_t>(layout_.world) + static_cast<size_t>(dst);
   return reinterpret_cast<MailboxControl*>(base_ + layout_.mailbox_control_offset)[index];
 }
 
 std::byte* ShmSegment::mailbox_ring(int src, int dst) const {
-  const size_t index = static_cast<size_t>(src) * static_cast<size_t>(layout_.world) +
-                       static_cast<size_t>(dst);
+  const size_t index =
+      static_cast<size_t>(src) * static_cast<size_t>(layout_.world) + static_cast<size_t>(dst);
   return base_ + layout_.mailbox_data_offset + index * layout_.mailbox_bytes;
 }
 

@@ -46,9 +46,9 @@ enum class RankState : uint32_t {
 // of its own, so peers polling one counter are not disturbed by the owner bumping another.
 struct alignas(kCacheLine) ControlBlock {
   std::atomic<int32_t> pid;
-  std::atomic<uint32_t> state;         // RankState; the release store publishes pid and reason
-  std::atomic<uint64_t> pid_namespace; // pids only compare within one pid namespace
-  char reason[3 * kCacheLine - 16];    // why this rank aborted, NUL-terminated
+  std::atomic<uint32_t> state;          // RankState; the release store publishes pid and reason
+  std::atomic<uint64_t> pid_namespace;  // pids only compare within one pid namespace
+  char reason[3 * kCacheLine - 16];     // why this rank aborted, NUL-terminated
   // Progress of the collective pipeline in global chunk numbers (see shm_pipeline.h): the
   // number of chunks this rank has filled into its slot, reduced its share of, and finished
   // reading from every slot.
@@ -76,9 +76,9 @@ struct alignas(kCacheLine) SegmentHeader {
 
 // Offsets of every region, computed identically by every rank from the same parameters.
 // Worked example, world 2, slot 1 MiB, depth 3, mailbox 256 KiB (page 4 KiB):
-//   header 0 (4 KiB), control 4096 (2 x 256 B, padded to 4 KiB), slots 8192 (2 x 3 x 1 MiB),
-//   mailbox controls 8192 + 6 MiB (4 x 128 B -> 4 KiB), rings after that (4 x 256 KiB):
-//   total 8 KiB + 6 MiB + 4 KiB + 1 MiB.
+//   header at 0 (padded to 4 KiB), control blocks at 4096 (2 x 384 B, padded to 4 KiB), slots
+//   at 8192 (2 x 3 x 1 MiB), mailbox controls at 8192 + 6 MiB (4 x 128 B, padded to 4 KiB),
+//   rings at 12288 + 6 MiB (4 x 256 KiB): 16 KiB + 7 MiB in all.
 struct SegmentLayout {
   int world = 1;
   size_t slot_bytes = 0;     // one pipeline buffer of one rank; a multiple of the cache line
@@ -109,6 +109,9 @@ class ShmSegment {
   // Maps an existing segment and checks that its header matches `layout`.
   static StatusOr<std::unique_ptr<ShmSegment>> open(const std::string& name,
                                                     const SegmentLayout& layout);
+  // Use create() or open(); the token keeps construction inside them.
+  struct Token {};
+  ShmSegment(Token, std::string name, SegmentLayout layout, std::byte* base, bool owns_name);
   // Unmaps; the creator also unlinks the name if it has not done so yet.
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
@@ -125,8 +128,6 @@ class ShmSegment {
   std::byte* mailbox_ring(int src, int dst) const;
 
  private:
-  ShmSegment(std::string name, SegmentLayout layout, std::byte* base, bool owns_name);
-
   const std::string name_;
   const SegmentLayout layout_;
   std::byte* const base_;

@@ -47,8 +47,8 @@ class Store {
 //   file:///abs/dir  or a bare directory path     -> FileStore (directory created if missing)
 //   redis://[:PASSWORD@]HOST[:PORT][/DB]           -> RedisStore (port 6379 by default)
 //   memory://NAME                                  -> a process-wide in-memory store by name
-StatusOr<std::shared_ptr<Store>> open_store(const std::string& url,
-                                            std::chrono::milliseconds timeout = std::chrono::seconds(30));
+StatusOr<std::shared_ptr<Store>> open_store(
+    const std::string& url, std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 // A view of `base` in which every key is prefixed with "<prefix>/". Gloo keys are write-once, so
 // every new group gets a fresh prefix ("job/<id>/gen/<n>/<group>").

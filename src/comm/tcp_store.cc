@@ -98,14 +98,6 @@ class Server {
       std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}};
       for (int c : clients) fds.push_back({c, POLLIN, 0});
       if (poll(fds.data(), fds.size(), 100) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c >= 0) {
-          int one = 1;
-          setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-          clients.push_back(c);
-        }
-      }
       std::vector<int> alive;
       for (size_t i = 1; i < fds.size(); ++i) {
         const int c = fds[i].fd;
@@ -114,6 +106,14 @@ class Server {
           continue;
         }
         alive.push_back(c);
+      }
+      if (fds[0].revents & POLLIN) {
+        const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0) {
+          int one = 1;
+          setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          alive.push_back(c);
+        }
       }
       clients.swap(alive);
     }
@@ -135,8 +135,10 @@ class Server {
         map_[a[0]] = a[1];
         break;
       case kGet:
-        if (it == map_.end()) status = 1;
-        else out = it->second;
+        if (it == map_.end())
+          status = 1;
+        else
+          out = it->second;
         break;
       case kAdd: {
         char* end = nullptr;
@@ -150,7 +152,8 @@ class Server {
       }
       case kCas: {
         // a[1] = "1" when an expected value is given (a[2]); a[3] = desired.
-        const bool matches = a[1] == "1" ? (it != map_.end() && it->second == a[2]) : it == map_.end();
+        const bool matches =
+            a[1] == "1" ? (it != map_.end() && it->second == a[2]) : it == map_.end();
         if (matches) map_[a[0]] = a[3];
         out = map_[a[0]];
         break;
@@ -278,9 +281,9 @@ StatusOr<int> connect_with_retry(const std::string& host, int port,
       freeaddrinfo(res);
     }
     if (now_seconds() > deadline)
-      return IoError("tcp store " + host + ":" + std::to_string(port) +
-                     ": cannot connect within " + std::to_string(timeout.count()) + " ms (" +
-                     last_error + "); hint: check MASTER_ADDR/MASTER_PORT and that rank 0 runs");
+      return IoError("tcp store " + host + ":" + std::to_string(port) + ": cannot connect within " +
+                     std::to_string(timeout.count()) + " ms (" + last_error +
+                     "); hint: check MASTER_ADDR/MASTER_PORT and that rank 0 runs");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -295,8 +298,8 @@ StatusOr<std::shared_ptr<Store>> open_tcp_store(const std::string& host, int por
     CANN_RETURN_IF_ERROR(server->start(host, port));
     port = server->port();
   }
-  CANN_ASSIGN_OR_RETURN(int fd, connect_with_retry(serve ? "127.0.0.1" : host, port,
-                                                   connect_timeout));
+  CANN_ASSIGN_OR_RETURN(int fd,
+                        connect_with_retry(serve ? "127.0.0.1" : host, port, connect_timeout));
   return std::shared_ptr<Store>(
       new TcpStore(std::move(server), fd, "tcp://" + host + ":" + std::to_string(port)));
 }

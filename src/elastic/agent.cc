@@ -24,7 +24,9 @@ namespace cann::elastic {
 namespace {
 
 std::atomic<int> g_agent_signal{0};
-void on_agent_signal(int sig) { g_agent_signal = sig; }
+void on_agent_signal(int sig) {
+  g_agent_signal = sig;
+}
 
 struct Worker {
   int rank = 0;
@@ -33,7 +35,9 @@ struct Worker {
   int out_fd = -1;
   int err_fd = -1;
   bool running = false;
-  int status = 0;  // waitpid status once exited
+  bool stopped_by_agent = false;  // the agent signalled it before it exited
+  int status = 0;                 // waitpid status once exited
+  int exit_order = -1;            // order in which the agent saw it exit
   std::unique_ptr<OutputForwarder> out, err;
 };
 
@@ -53,7 +57,11 @@ std::string describe_exit(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
-bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+bool failed(int status) {
+  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+constexpr double kSettleSeconds = 0.3;
 
 StatusOr<pid_t> spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
                       int out_fd, int err_fd) {
@@ -112,8 +120,8 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       std::vector<char> buf(templ.begin(), templ.end());
       buf.push_back('\0');
       if (mkdtemp(buf.data()) == nullptr)
-        return IoError(templ + ": cannot create the job's store directory: " +
-                       std::strerror(errno));
+        return IoError(templ +
+                       ": cannot create the job's store directory: " + std::strerror(errno));
       temp_dir = buf.data();
       store_url = "file://" + temp_dir + "/store";
     }
@@ -128,7 +136,8 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   g_agent_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_agent_signal;
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
@@ -165,16 +174,22 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
     fcntl(w.err_fd, F_SETFL, O_NONBLOCK);
     const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
-    w.out = std::make_unique<OutputForwarder>(stdout, prefix);
+    w.out = std::make_unique<OutputForwarder>(
+        stdout, config.plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
     w.err = std::make_unique<OutputForwarder>(stderr, prefix);
   }
 
-  int first_failure = -1;
+  bool any_failure = false;
+  double settle_deadline = 0.0;
+  int exits = 0;
   double stop_deadline = 0.0;
   bool interrupted = false;
   auto stop_others = [&](int sig) {
-    for (auto& w : workers)
-      if (w.running) kill(w.pid, sig);
+    for (auto& w : workers) {
+      if (!w.running) continue;
+      kill(w.pid, sig);
+      w.stopped_by_agent = true;
+    }
   };
   while (true) {
     std::vector<pollfd> fds;
@@ -204,17 +219,28 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       stop_others(SIGTERM);
       stop_deadline = now_seconds() + config.grace_s;
     }
+    bool failure_seen = false;
     for (auto& w : workers) {
       if (!w.running) continue;
       int status = 0;
       if (waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
       w.running = false;
       w.status = status;
-      if (failed(status) && first_failure < 0 && !interrupted) {
-        first_failure = w.local_rank;
-        stop_others(SIGTERM);
-        stop_deadline = now_seconds() + config.grace_s;
-      }
+      w.exit_order = exits++;
+      failure_seen |= failed(status);
+    }
+    // After the first failure, let exits settle for a moment before stopping the rest: the
+    // workers that fail on their own (a killed peer's survivors, which fail within
+    // milliseconds) then count as failures, not as workers the agent stopped, and the cause
+    // can be told from its consequences.
+    if (failure_seen && !any_failure && !interrupted) {
+      any_failure = true;
+      settle_deadline = now_seconds() + kSettleSeconds;
+    }
+    if (settle_deadline > 0 && now_seconds() > settle_deadline) {
+      settle_deadline = 0;
+      stop_others(SIGTERM);
+      stop_deadline = now_seconds() + config.grace_s;
     }
     if (stop_deadline > 0 && now_seconds() > stop_deadline) stop_others(SIGKILL);
     bool any_running = false, any_open = false;
@@ -233,11 +259,23 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   sigaction(SIGTERM, &old_term, nullptr);
   if (!temp_dir.empty()) (void)remove_all(temp_dir);
 
-  if (first_failure >= 0) {
-    const Worker& w = workers[first_failure];
+  if (any_failure) {
+    // The cause: a worker that failed on its own (not stopped by the agent), preferring one
+    // killed by a signal: survivors of a killed peer fail within milliseconds and may be seen
+    // first, but they exit with an error that names the peer, not by a signal.
+    const Worker* cause = nullptr;
+    for (const Worker& o : workers) {
+      if (!failed(o.status) || o.stopped_by_agent) continue;
+      const bool better =
+          cause == nullptr || (WIFSIGNALED(o.status) && !WIFSIGNALED(cause->status)) ||
+          (WIFSIGNALED(o.status) == WIFSIGNALED(cause->status) && o.exit_order < cause->exit_order);
+      if (better) cause = &o;
+    }
+    if (cause == nullptr) cause = &workers[0];
+    const Worker& w = *cause;
     int stopped = 0;
     for (const auto& o : workers) stopped += (&o != &w);
-    std::fprintf(stderr, "cann-train run: rank %d (pid %d) %s; stopped the other %d worker%s\n",
+    std::fprintf(stderr, "cann-train run: rank %d (pid %d) %s; the other %d worker%s stopped\n",
                  w.rank, static_cast<int>(w.pid), describe_exit(w.status).c_str(), stopped,
                  stopped == 1 ? "" : "s");
     return WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2 ? 2 : 1;

@@ -32,6 +32,8 @@ struct AgentConfig {
   std::string backend = "auto";
   std::vector<std::string> worker_args;  // arguments after the binary name, passed unchanged
   double grace_s = 10.0;
+  // Rank 0's standard output unprefixed (a benchmark's table); errors stay prefixed.
+  bool plain_rank0_stdout = false;
 };
 
 // Runs the workers to completion. Returns the process exit status for the agent: 0 when every

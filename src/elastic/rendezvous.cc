@@ -55,7 +55,8 @@ std::string local_address_towards(const std::string& store_url) {
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return "127.0.0.1";
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    return "127.0.0.1";
   std::string result = "127.0.0.1";
   // A UDP connect sends nothing; it only asks the kernel which source address the route uses.
   int fd = socket(AF_INET, SOCK_DGRAM, 0);

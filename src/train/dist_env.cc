@@ -15,7 +15,8 @@ const char* env(const char* name) {
 StatusOr<int> env_int(const char* name, int fallback, bool required) {
   const char* v = env(name);
   if (v == nullptr) {
-    if (required) return InvalidArgument("environment variable " + std::string(name) + " is not set");
+    if (required)
+      return InvalidArgument("environment variable " + std::string(name) + " is not set");
     return fallback;
   }
   char* end = nullptr;
@@ -43,7 +44,8 @@ StatusOr<std::optional<DistEnv>> detect_dist_env() {
     CANN_ASSIGN_OR_RETURN(e.world_size, env_int("WORLD_SIZE", 1, true));
     CANN_ASSIGN_OR_RETURN(e.local_rank, env_int("LOCAL_RANK", e.rank, false));
     CANN_ASSIGN_OR_RETURN(e.local_world_size, env_int("LOCAL_WORLD_SIZE", e.world_size, false));
-    CANN_ASSIGN_OR_RETURN(e.node_rank, env_int("GROUP_RANK", e.rank / std::max(1, e.local_world_size), false));
+    CANN_ASSIGN_OR_RETURN(e.node_rank,
+                          env_int("GROUP_RANK", e.rank / std::max(1, e.local_world_size), false));
   } else if (env("SLURM_PROCID") != nullptr && env("SLURM_NTASKS") != nullptr) {
     e.launcher = "slurm";
     CANN_ASSIGN_OR_RETURN(e.rank, env_int("SLURM_PROCID", 0, true));
@@ -60,7 +62,8 @@ StatusOr<std::optional<DistEnv>> detect_dist_env() {
     CANN_ASSIGN_OR_RETURN(e.local_rank, env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, false));
     CANN_ASSIGN_OR_RETURN(e.local_world_size,
                           env_int("OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size, false));
-    CANN_ASSIGN_OR_RETURN(e.node_rank, env_int("OMPI_COMM_WORLD_NODE_RANK", e.rank / std::max(1, e.local_world_size), false));
+    CANN_ASSIGN_OR_RETURN(e.node_rank, env_int("OMPI_COMM_WORLD_NODE_RANK",
+                                               e.rank / std::max(1, e.local_world_size), false));
   } else {
     return std::optional<DistEnv>();
   }

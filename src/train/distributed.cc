@@ -19,7 +19,8 @@ StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
   CANN_ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store, comm::open_store(url, timeout));
   comm::GroupConfig g;
   g.backend = config.backend;
-  if (g.backend == "auto") g.backend = env.local_world_size == env.world_size ? "shm" : "hierarchical";
+  if (g.backend == "auto")
+    g.backend = env.local_world_size == env.world_size ? "shm" : "hierarchical";
   g.store = std::move(store);
   g.prefix = "cann/" + env.job_id + "/world";
   g.rank = env.rank;

@@ -12,9 +12,9 @@
 namespace cann::train {
 
 struct CommConfig {
-  std::string backend = "auto";  // auto: shm on one node, hierarchical across nodes
-  double timeout_s = 60.0;       // --comm-timeout
-  bool debug = false;            // --debug-comm: verify every rank issues the same collective
+  std::string backend = "auto";   // auto: shm on one node, hierarchical across nodes
+  double timeout_s = 60.0;        // --comm-timeout
+  bool debug = false;             // --debug-comm: verify every rank issues the same collective
   std::string transport = "tcp";  // gloo transport between nodes: tcp | ibverbs
 };
 

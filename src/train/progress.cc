@@ -12,9 +12,8 @@ namespace cann::train {
 // CANN_TRAIN_TTY=1: the agent forwards this worker's output to a terminal through a pipe.
 Progress::Progress(FILE* out)
     : out_(out),
-      tty_(isatty(fileno(out)) != 0 ||
-           (std::getenv("CANN_TRAIN_TTY") != nullptr &&
-            std::strcmp(std::getenv("CANN_TRAIN_TTY"), "1") == 0)) {}
+      tty_(isatty(fileno(out)) != 0 || (std::getenv("CANN_TRAIN_TTY") != nullptr &&
+                                        std::strcmp(std::getenv("CANN_TRAIN_TTY"), "1") == 0)) {}
 
 std::string Progress::format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";

@@ -337,8 +337,8 @@ Status Trainer::run(RunSummary* summary) {
       line.add("dropped_assignments", static_cast<int64_t>(model_->dropped_assignments()));
     }
     const bool last = done == config_.steps;
-    const bool stop_now = stop_requested ||
-                          (config_.exit_interval > 0 && done % config_.exit_interval == 0 && !last);
+    const bool stop_now =
+        stop_requested || (config_.exit_interval > 0 && done % config_.exit_interval == 0 && !last);
     if ((config_.eval_every > 0 && done % config_.eval_every == 0) || last) {
       CANN_ASSIGN_OR_RETURN(const double val, evaluate());
       summary->last_val_loss = val;
@@ -356,8 +356,8 @@ Status Trainer::run(RunSummary* summary) {
       summary->interrupted = stop_requested;
       if (leader())
         progress_.line(summary->interrupted
-                         ? "stopped by signal after step " + std::to_string(done)
-                         : "exit interval reached after step " + std::to_string(done));
+                           ? "stopped by signal after step " + std::to_string(done)
+                           : "exit interval reached after step " + std::to_string(done));
       break;
     }
   }

@@ -1,0 +1,126 @@
+// `cann-train search`: every way to split a model over a cluster, priced, ranked and
+// explained: the table of the best, why the winner wins, and how to launch it (cann-train,
+// Megatron-LM, DeepSpeed); --json for machines, --report for a self-contained HTML page.
+// The planner itself lives in src/plan; this file is flags in, text out.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/validators.h"
+#include "core/fs.h"
+#include "plan/launch.h"
+#include "plan/plan_input.h"
+#include "plan/report_html.h"
+#include "plan/report_json.h"
+#include "plan/report_text.h"
+#include "plan/search.h"
+
+namespace cann::cli {
+namespace {
+
+struct SearchFlags {
+  std::string model, cluster, max_memory;
+  int nodes = 0;
+  int global_batch = 0;
+  int top = 5;
+  double max_comm = 1.0;
+  bool json = false;
+  std::string report;
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "cann-train search: error: %s\n", s.message().c_str());
+  return s.exit_code();
+}
+
+std::string with_commas(long long v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
+  return s;
+}
+
+int run_search(const SearchFlags& f) {
+  auto in = plan::load_plan_input(f.model, f.cluster, f.nodes, f.max_memory);
+  if (!in.ok()) return fail(in.status());
+  plan::SearchOptions opt;
+  opt.global_batch = f.global_batch;
+  opt.max_comm_ratio = f.max_comm;
+  opt.top_k = f.top;
+  auto r = plan::search(*in, opt);
+  if (!r.ok()) return fail(r.status());
+  if (r->top.empty())
+    return fail(
+        Internal("the search found feasible candidates but none survived exact pricing; "
+                 "hint: relax --max-memory-per-device or --max-comm-overhead slightly"));
+  const plan::Prediction& w = r->top[0];
+  const plan::Prediction* runner = r->top.size() > 1 ? &r->top[1] : nullptr;
+  const std::string explanation = plan::explain_winner(*in, w, runner);
+  const std::string launch = "cann-train:\n  " + plan::cann_train_args(*in, w) +
+                             "\n\nMegatron-LM:\n  " + plan::megatron_args(*in, w) +
+                             "\n\nDeepSpeed config:\n" + plan::deepspeed_config(*in, w) + "\n";
+  if (!f.report.empty()) {
+    Status s = write_file_atomic(f.report, plan::html_report(*in, *r, explanation, launch));
+    if (!s.ok()) return fail(s);
+  }
+  if (f.json) {
+    std::printf("%s\n", plan::search_json(*in, *r, 2).c_str());
+    return 0;
+  }
+  const double tokens = static_cast<double>(r->global_batch) * in->model.seq_length;
+  const double params = in->shape.total_params;
+  std::printf(
+      "cann-train search: %s (%.4g%s parameters) on %s (%d x %s), global batch %d "
+      "sequences (%.3g M tokens)\n",
+      in->model.name.c_str(), params >= 1e12 ? params / 1e12 : params / 1e9,
+      params >= 1e12 ? "T" : "B", in->cluster.name.c_str(), in->cluster.num_devices(),
+      in->cluster.device.name.c_str(), r->global_batch, tokens / 1e6);
+  std::printf(
+      "searched %s strategies: %s priced, %s cut early by the memory bound, in %.3f s "
+      "(%s candidates/s); %s feasible, %d on the Pareto front\n\n",
+      with_commas(r->space).c_str(), with_commas(r->evaluated).c_str(),
+      with_commas(r->pruned).c_str(), r->search_time_s,
+      with_commas(static_cast<long long>(r->space / std::max(r->search_time_s, 1e-9))).c_str(),
+      with_commas(static_cast<long long>(r->feasible.size())).c_str(), r->pareto_count);
+  std::printf("%s\n%s\n%s\nLaunch\n%s", plan::strategy_table(r->top).c_str(), explanation.c_str(),
+              plan::pareto_table(r->feasible).c_str(), launch.c_str());
+  if (!f.report.empty()) std::printf("\nreport: %s\n", f.report.c_str());
+  return 0;
+}
+
+}  // namespace
+
+CommandMain add_search_command(CLI::App& app) {
+  auto f = std::make_shared<SearchFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "search",
+      "Search every way to split a model over a cluster (dp, tp, pp, ep, cp, sp, micro-batch, "
+      "ZeRO, recomputation, vpp); rank by predicted throughput and explain the winner.");
+  cmd->add_option("--model", f->model,
+                  "Model: a shipped name (moe_bert, gpt_175b, gpt_1t, llama_405b, mixtral_8x7b, "
+                  "vit_g, ...) or a YAML/config.json path")
+      ->required();
+  cmd->add_option("--cluster", f->cluster,
+                  "Cluster: a preset (1024_ascend910b, 3072_a100, 16384_h100, 2048_h800) or a "
+                  "YAML path")
+      ->required();
+  cmd->add_option("--nodes", f->nodes, "Use this many nodes of the cluster (default: its own)")
+      ->check(kPositive);
+  cmd->add_option("--global-batch", f->global_batch,
+                  "Sequences per optimizer step (default: about 4M tokens)")
+      ->check(kPositive);
+  cmd->add_option("--max-memory-per-device", f->max_memory,
+                  "Memory a device may use, e.g. 32GB (default: its capacity)");
+  cmd->add_option("--top", f->top, "Strategies to list")->check(kPositive)->capture_default_str();
+  cmd->add_option("--max-comm-overhead", f->max_comm,
+                  "Largest exposed-communication share of a step to accept (0..1)")
+      ->check(kPositive);
+  cmd->add_flag("--json", f->json, "Print the result as JSON (see docs/planner.md)");
+  cmd->add_option("--report", f->report,
+                  "Write a self-contained HTML report (scatter, Pareto front, winner's stages)");
+  return [f]() { return run_search(*f); };
+}
+
+}  // namespace cann::cli

@@ -1,0 +1,234 @@
+// Cluster spec parsing and validation. Every error names the file and the key and says what to
+// do, as the model spec parser does; unknown keys are errors so a typo cannot silently fall
+// back to a default.
+#include "plan/cluster.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "core/embedded.h"
+#include "core/fs.h"
+
+namespace cann::plan {
+namespace {
+
+Status key_error(const std::string& source, const std::string& key, const std::string& what) {
+  return InvalidArgument(source + ": key '" + key + "': " + what);
+}
+
+StatusOr<double> read_number(const YAML::Node& v, const std::string& source, const std::string& key,
+                             bool allow_zero) {
+  double d = 0;
+  try {
+    d = v.as<double>();
+  } catch (const YAML::Exception&) {
+    return key_error(source, key,
+                     "expected a number, got '" +
+                         (v.IsScalar() ? v.Scalar() : std::string("<non-scalar>")) + "'");
+  }
+  if (!(allow_zero ? d >= 0 : d > 0))
+    return key_error(source, key,
+                     std::string("must be ") + (allow_zero ? "zero or more" : "positive") +
+                         ", got '" + v.Scalar() + "'");
+  return d;
+}
+
+// Reads a mapping whose keys each have a handler; an unknown key is an error that lists the
+// accepted ones.
+using Handler = std::function<Status(const YAML::Node&, const std::string& key)>;
+Status read_map(const YAML::Node& node, const std::string& source, const std::string& where,
+                const std::map<std::string, Handler>& handlers) {
+  if (!node.IsMap()) return key_error(source, where, "expected a mapping of keys to values");
+  for (const auto& item : node) {
+    const std::string key = item.first.as<std::string>();
+    const std::string full = where.empty() ? key : where + "." + key;
+    auto it = handlers.find(key);
+    if (it == handlers.end()) {
+      std::string names;
+      for (const auto& [k, h] : handlers) names += (names.empty() ? "" : ", ") + k;
+      return key_error(source, full, "unknown key; hint: the keys here are " + names);
+    }
+    CANN_RETURN_IF_ERROR(it->second(item.second, full));
+  }
+  return OkStatus();
+}
+
+Handler number(double* out, const std::string& source, bool allow_zero = false) {
+  return [=](const YAML::Node& v, const std::string& key) -> Status {
+    CANN_ASSIGN_OR_RETURN(*out, read_number(v, source, key, allow_zero));
+    return OkStatus();
+  };
+}
+
+Handler integer(int* out, const std::string& source) {
+  return [=](const YAML::Node& v, const std::string& key) -> Status {
+    CANN_ASSIGN_OR_RETURN(double d, read_number(v, source, key, false));
+    if (d != static_cast<int>(d) || d > 1e7)
+      return key_error(source, key, "expected a positive integer, got '" + v.Scalar() + "'");
+    *out = static_cast<int>(d);
+    return OkStatus();
+  };
+}
+
+Handler text(std::string* out) {
+  return [=](const YAML::Node& v, const std::string&) -> Status {
+    *out = v.IsScalar() ? v.Scalar() : "";
+    return OkStatus();
+  };
+}
+
+Handler fraction(double* out, const std::string& source) {
+  return [=](const YAML::Node& v, const std::string& key) -> Status {
+    CANN_ASSIGN_OR_RETURN(double d, read_number(v, source, key, false));
+    if (d > 1) return key_error(source, key, "is a fraction of peak: at most 1, got " + v.Scalar());
+    *out = d;
+    return OkStatus();
+  };
+}
+
+Status read_link(const YAML::Node& node, const std::string& source, const std::string& where,
+                 LinkSpec* link, bool intra) {
+  bool has_bw = false;
+  std::map<std::string, Handler> h = {
+      {"bandwidth_GBps",
+       [&](const YAML::Node& v, const std::string& key) -> Status {
+         has_bw = true;
+         return number(&link->bandwidth_GBps, source)(v, key);
+       }},
+      {"latency_us", number(&link->latency_us, source, true)},
+      {"efficiency", fraction(&link->efficiency, source)},
+      {"interconnect", text(&link->interconnect)},
+  };
+  if (intra)
+    h["topology"] = [&](const YAML::Node& v, const std::string& key) -> Status {
+      const std::string t = v.IsScalar() ? v.Scalar() : "";
+      if (t == "switch") {
+        link->topology = IntraTopology::kSwitch;
+      } else if (t == "full_mesh") {
+        link->topology = IntraTopology::kFullMesh;
+      } else {
+        return key_error(source, key, "unknown topology '" + t + "'; hint: switch or full_mesh");
+      }
+      return OkStatus();
+    };
+  CANN_RETURN_IF_ERROR(read_map(node, source, where, h));
+  if (!has_bw) return key_error(source, where + ".bandwidth_GBps", "missing");
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text_in);
+  } catch (const YAML::ParserException& e) {
+    return InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) +
+                           ": malformed YAML: " + e.msg + "; hint: fix the syntax at that line");
+  }
+  if (!root.IsMap())
+    return InvalidArgument(source +
+                           ": expected a mapping at the top level; hint: see "
+                           "configs/clusters/3072_a100.yaml");
+  ClusterSpec c;
+  c.source = source;
+  c.name = std::filesystem::path(source).stem().string();
+  std::string description;
+  bool has_device = false, has_intra = false, has_inter = false;
+  std::map<std::string, Handler> top = {
+      {"name", text(&c.name)},
+      {"description", text(&description)},
+      {"nodes", integer(&c.nodes, source)},
+      {"devices_per_node", integer(&c.devices_per_node, source)},
+      {"allow_cross_node_tp",
+       [&](const YAML::Node& v, const std::string& key) -> Status {
+         try {
+           c.allow_cross_node_tp = v.as<bool>();
+         } catch (const YAML::Exception&) {
+           return key_error(source, key, "expected true or false");
+         }
+         return OkStatus();
+       }},
+      {"device",
+       [&](const YAML::Node& v, const std::string& key) -> Status {
+         has_device = true;
+         DeviceSpec& d = c.device;
+         double units = 0;
+         CANN_RETURN_IF_ERROR(
+             read_map(v, source, key,
+                      {{"name", text(&d.name)},
+                       {"peak_tflops", number(&d.peak_tflops, source)},
+                       {"memory_gb", number(&d.memory_gb, source)},
+                       {"memory_bandwidth_GBps", number(&d.memory_bandwidth_GBps, source)},
+                       {"tdp_watts", number(&d.tdp_watts, source, true)},
+                       {"hourly_cost_usd", number(&d.hourly_cost_usd, source, true)},
+                       {"compute_units", number(&units, source)},
+                       {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
+                       {"memory_efficiency", fraction(&d.memory_efficiency, source)}}));
+         d.compute_units = static_cast<int>(units);
+         for (auto [k, val] : {std::pair<const char*, double>{"peak_tflops", d.peak_tflops},
+                               {"memory_gb", d.memory_gb},
+                               {"memory_bandwidth_GBps", d.memory_bandwidth_GBps}})
+           if (val <= 0)
+             return key_error(source, key + "." + k, "missing; hint: every device needs it");
+         return OkStatus();
+       }},
+      {"intra_node",
+       [&](const YAML::Node& v, const std::string& key) -> Status {
+         has_intra = true;
+         return read_link(v, source, key, &c.intra_node, true);
+       }},
+      {"inter_node",
+       [&](const YAML::Node& v, const std::string& key) -> Status {
+         has_inter = true;
+         return read_link(v, source, key, &c.inter_node, false);
+       }},
+      {"reliability",
+       [&](const YAML::Node& v, const std::string& key) -> Status {
+         Reliability& r = c.reliability;
+         return read_map(
+             v, source, key,
+             {{"device_mtbf_hours", number(&r.device_mtbf_hours, source)},
+              {"checkpoint_write_GBps_per_node", number(&r.checkpoint_write_GBps_per_node, source)},
+              {"restart_s", number(&r.restart_s, source, true)}});
+       }},
+  };
+  CANN_RETURN_IF_ERROR(read_map(root, source, "", top));
+  if (c.nodes <= 0) return key_error(source, "nodes", "missing; hint: how many machines");
+  if (c.devices_per_node <= 0)
+    return key_error(source, "devices_per_node", "missing; hint: accelerators per machine");
+  if (!has_device)
+    return key_error(source, "device", "missing; hint: see DESIGN.md \"Cluster spec\"");
+  if (!has_intra) return key_error(source, "intra_node", "missing; hint: the links inside a node");
+  if (!has_inter && c.nodes > 1)
+    return key_error(source, "inter_node", "missing; hint: the network between nodes");
+  if (!has_inter) c.inter_node = c.intra_node;
+  return c;
+}
+
+std::vector<std::string> shipped_cluster_names() {
+  return embedded_names("configs/clusters", ".yaml");
+}
+
+StatusOr<ClusterSpec> load_cluster_spec(const std::string& name_or_path) {
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml");
+  if (path_exists(name_or_path) || looks_like_path) {
+    CANN_ASSIGN_OR_RETURN(std::string text, read_file(name_or_path));
+    return parse_cluster_spec(text, name_or_path);
+  }
+  const std::string rel = "configs/clusters/" + name_or_path + ".yaml";
+  if (auto text = embedded_file(rel)) {
+    CANN_ASSIGN_OR_RETURN(ClusterSpec c, parse_cluster_spec(std::string(*text), rel));
+    return c;
+  }
+  std::string names;
+  for (const auto& n : shipped_cluster_names()) names += (names.empty() ? "" : ", ") + n;
+  return NotFound("unknown cluster '" + name_or_path + "'; hint: use one of " + names +
+                  ", or a path to a cluster YAML file");
+}
+
+}  // namespace cann::plan

@@ -1,0 +1,84 @@
+// ClusterSpec: the planner's description of the machines a job runs on, read from YAML (see
+// DESIGN.md, "Cluster spec"). Presets ship in configs/clusters/ and resolve by bare name
+// ("1024_ascend910b"); any other argument is a path to a YAML file with the same keys.
+//
+// Besides the keys of DESIGN.md, a spec may carry the few device and fabric facts the cost
+// model needs to turn FLOPs and bytes into seconds (every one has a documented default):
+//   device.compute_units        SMs / AI cores: GEMM tiles run in waves of this many
+//   device.gemm_efficiency      best measured fraction of peak on large GEMMs ("MAMF")
+//   device.memory_efficiency    fraction of HBM bandwidth streaming kernels reach
+//   intra_node.topology         switch (NVSwitch: every device has bandwidth_GBps to the
+//                               switch) or full_mesh (HCCS: bandwidth_GBps per peer link)
+//   intra_node/inter_node.efficiency   achieved fraction of link bandwidth in collectives
+//   reliability.device_mtbf_hours, checkpoint_write_GBps_per_node, restart_s
+//   allow_cross_node_tp         whether tensor parallelism may span nodes (default no)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace cann::plan {
+
+struct DeviceSpec {
+  std::string name;
+  double peak_tflops = 0;  // dense bf16/fp16 matrix peak
+  double memory_gb = 0;    // HBM capacity, binary GB (2^30 bytes)
+  double memory_bandwidth_GBps = 0;
+  double tdp_watts = 0;
+  double hourly_cost_usd = 0;
+  int compute_units = 0;          // 0: wave quantization not modelled
+  double gemm_efficiency = 0.80;  // see cluster.cc for the default's source
+  double memory_efficiency = 0.90;
+
+  double memory_bytes() const { return memory_gb * 1073741824.0; }
+};
+
+enum class IntraTopology { kSwitch, kFullMesh };
+
+struct LinkSpec {
+  double bandwidth_GBps = 0;  // per device (switch) or per peer link (full mesh), one direction
+  double latency_us = 0;
+  double efficiency = 0.80;
+  std::string interconnect;
+  IntraTopology topology = IntraTopology::kSwitch;  // intra_node only
+};
+
+struct Reliability {
+  // Device-hours between job-interrupting failures, per device. Default: Llama 3 (Dubey et al.
+  // 2024, section 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100 GPUs, so
+  // 16384 * 54 * 24 / 419 = 50,677 device-hours.
+  double device_mtbf_hours = 50677;
+  // Checkpoint write (and read) bandwidth a node gets from shared storage. Default: Llama 3's
+  // Tectonic storage sustained 2 TB/s for 2,048 nodes (Dubey et al. 2024, section 3.3.1), about
+  // 1 GB/s per node.
+  double checkpoint_write_GBps_per_node = 1.0;
+  // Seconds from a failure to training again, not counting the checkpoint load: detection,
+  // rescheduling, process start and communicator setup. An assumption (10 minutes); set it from
+  // your own incident logs.
+  double restart_s = 600;
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string source;  // where it was read from, for error messages
+  int nodes = 0;
+  int devices_per_node = 0;
+  DeviceSpec device;
+  LinkSpec intra_node;
+  LinkSpec inter_node;
+  Reliability reliability;
+  bool allow_cross_node_tp = false;
+
+  int num_devices() const { return nodes * devices_per_node; }
+};
+
+// Parses YAML text; `source` names the file in every error message.
+StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text, const std::string& source);
+// A preset name from configs/clusters/ or a path to a YAML file.
+StatusOr<ClusterSpec> load_cluster_spec(const std::string& name_or_path);
+// Names of the shipped presets.
+std::vector<std::string> shipped_cluster_names();
+
+}  // namespace cann::plan

@@ -1,0 +1,71 @@
+// Cost of one building block (a dense layer, an MoE layer, the embedding, the head) for one
+// micro-batch on one device under a strategy: time of its forward, backward and recomputation
+// passes split into GEMM, memory-bound and communication parts; FLOPs executed; parameters
+// held; activation bytes stored for the backward pass.
+//
+// Each pass is a straight list of the kernels Megatron-LM runs (Korthikanti et al. 2022,
+// section 4): layernorm, QKV projection, attention scores, softmax, attention dropout,
+// scores x V, output projection, bias-dropout-add, layernorm, MLP (or router, dispatch,
+// experts, combine), bias-dropout-add, with the tensor-parallel collectives between them.
+// GEMMs go through gemm_seconds, elementwise kernels through stream_seconds with the bytes
+// they read and write, collectives through collective_seconds. Tensor-parallel and expert
+// all-to-all communication is exposed (Megatron 2022 runs it on the compute stream); the
+// context-parallel ring overlaps with the attention of the previous KV block and only the
+// part longer than that attention is exposed.
+#pragma once
+
+#include "model/spec.h"
+#include "plan/cluster.h"
+#include "plan/comm_model.h"
+#include "plan/model_shape.h"
+#include "plan/strategy.h"
+
+namespace cann::plan {
+
+// One pass (forward, backward or recomputation) of one block for one micro-batch.
+struct PassCost {
+  double gemm_s = 0;     // GEMMs (including attention's batched GEMMs)
+  double stream_s = 0;   // memory-bound kernels
+  double tp_comm_s = 0;  // tensor-parallel all-reduce / all-gather / reduce-scatter
+  double ep_comm_s = 0;  // expert all-to-all, dispatch and combine
+  double cp_comm_s = 0;  // exposed part of the context-parallel ring
+  double flops = 0;      // FLOPs executed by the GEMMs
+  double compute_s() const { return gemm_s + stream_s; }
+  double comm_s() const { return tp_comm_s + ep_comm_s + cp_comm_s; }
+  double total_s() const { return compute_s() + comm_s(); }
+  PassCost& operator+=(const PassCost& o);
+};
+
+struct BlockCost {
+  PassCost fwd, bwd, recompute;
+  double params = 0;            // non-expert parameters on one device
+  double expert_params = 0;     // expert parameters on one device
+  double activation_bytes = 0;  // kept from forward to backward, per micro-batch
+  double peak_extra_bytes = 0;  // working set while its backward runs (recomputed tensors)
+  double total_s() const { return fwd.total_s() + bwd.total_s() + recompute.total_s(); }
+};
+
+// Everything the block costs depend on: the model, the cluster, and the strategy's sizes.
+struct CostContext {
+  const model::ModelSpec* model = nullptr;
+  const ClusterSpec* cluster = nullptr;
+  ModelShape shape;
+  Strategy strategy;
+  // Process groups in the rank layout (strategy.h): tp fastest, then cp, dp, pp.
+  GroupShape tp_group, cp_group, ep_group;
+  bool cp_ring_inter_node = false;
+};
+
+CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
+                              const ModelShape& shape, const Strategy& s);
+
+struct BlockCosts {
+  BlockCost dense, moe, embedding, head;
+};
+
+// The four block costs for the context's strategy. Only tp, cp, ep, sp, mbs and recompute
+// matter here; dp, pp, zero, vpp and gbs act at the step level (predict.h), which also adds
+// the last stage's copy of a tied head's weight when pp > 1.
+BlockCosts block_costs(const CostContext& ctx);
+
+}  // namespace cann::plan

@@ -1,0 +1,326 @@
+// Step-level assembly of a prediction (see predict.h).
+#include "plan/predict.h"
+
+#include <algorithm>
+
+#include "plan/comm_model.h"
+#include "plan/gemm_model.h"
+#include "plan/partition.h"
+
+namespace cann::plan {
+namespace {
+
+// Gradient and ZeRO traffic of one device per step, exposed part only.
+//  zero 0: all-reduce once per step, overlapped with the last micro-batch's backward;
+//  zero 1: reduce-scatter there, and an all-gather of the updated bf16 weights overlapped with
+//          the next step's first forward (Megatron's distributed optimizer);
+//  zero 2: gradients are sharded, so they are reduce-scattered after every micro-batch's
+//          backward (DeepSpeed ZeRO-2), plus the weight all-gather;
+//  zero 3: weights are gathered before every forward and backward of every micro-batch and
+//          gradients reduce-scattered after it (Rajbhandari et al. 2020: 1.5x ZeRO-0 volume per
+//          micro-batch).
+// A collective overlapped with a window W exposes max(t - W, t_last_bucket): the last bucket
+// is only ready when the window ends.
+double dp_exposed(const PlanInput& in, const Strategy& s, double params, double expert_params,
+                  double fwd_window, double bwd_window) {
+  const ClusterSpec& c = in.cluster;
+  const int D = s.dp * s.cp;
+  if (D <= 1) return 0;
+  const GroupShape dense_group{D, s.tp};
+  const GroupShape expert_group{s.cp, s.tp, s.dp / s.ep, s.tp * s.cp * s.ep};
+  auto coll = [&](Collective k, double p, double pe) {
+    double t = collective_seconds(c, k, 2 * p, dense_group);
+    if (pe > 0) t += collective_seconds(c, k, 2 * pe, expert_group);
+    return t;
+  };
+  auto tail = [&](Collective k) {
+    return collective_seconds(c, k, std::min(kGradBucketBytes, 2 * (params + expert_params)),
+                              dense_group);
+  };
+  auto overlapped = [&](double t, double window, Collective k) {
+    return std::max(t - window, std::min(t, tail(k)));
+  };
+  const double m = s.micro_batches();
+  const double rs = coll(Collective::kReduceScatter, params, expert_params);
+  const double ag = coll(Collective::kAllGather, params, expert_params);
+  switch (s.zero) {
+    case 0:
+      return overlapped(coll(Collective::kAllReduce, params, expert_params), bwd_window,
+                        Collective::kAllReduce);
+    case 1:
+      return overlapped(rs, bwd_window, Collective::kReduceScatter) +
+             overlapped(ag, fwd_window, Collective::kAllGather);
+    case 2:
+      return m * overlapped(rs, bwd_window, Collective::kReduceScatter) +
+             overlapped(ag, fwd_window, Collective::kAllGather);
+    default: {
+      const double regather = s.recompute == Recompute::kFull ? 2 : 1;
+      return m * (overlapped(ag, fwd_window, Collective::kAllGather) +
+                  overlapped(regather * ag + rs, bwd_window, Collective::kReduceScatter));
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,
+                                    double max_memory_bytes) {
+  PlanInput in;
+  in.model = m;
+  in.cluster = c;
+  in.shape = model_shape(m);
+  in.memory_limit_bytes = c.device.memory_bytes();
+  if (max_memory_bytes > 0)
+    in.memory_limit_bytes = std::min(in.memory_limit_bytes, max_memory_bytes);
+  return in;
+}
+
+StatusOr<Prediction> predict(const PlanInput& in, const Strategy& s, Fidelity f,
+                             bool record_events) {
+  CANN_RETURN_IF_ERROR(validate_strategy(s, in.model, in.cluster));
+  const BlockCosts blocks = block_costs(make_cost_context(in.model, in.cluster, in.shape, s));
+  return finish_prediction(in, s, layout_stages(in, s, blocks, f, record_events), f);
+}
+
+StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCosts& blocks,
+                          Fidelity f, bool record_events) {
+  const model::ModelSpec& m = in.model;
+  const ClusterSpec& c = in.cluster;
+  const int L = m.num_hidden_layers, p = s.pp, v = s.vpp, V = p * v;
+  StageLayout out;
+
+  // Per-layer cost, with the embedding on the first layer's stage and the head on the last.
+  std::vector<double> cost(L);
+  for (int l = 0; l < L; ++l) cost[l] = (m.is_moe_layer(l) ? blocks.moe : blocks.dense).total_s();
+  cost[0] += blocks.embedding.total_s();
+  cost[L - 1] += blocks.head.total_s();
+  // Interleaved chunks are equal in layers (Megatron-LM's schedule requires it); without
+  // interleaving the stages are balanced by cost.
+  if (v > 1) {
+    out.bounds.resize(V + 1);
+    for (int k = 0; k <= V; ++k) out.bounds[k] = k * (L / V);
+  } else {
+    out.bounds = f == Fidelity::kExact ? partition_dp(cost, V) : partition_bisect(cost, V);
+  }
+
+  PipelineInput pipe;
+  pipe.pp = p;
+  pipe.vpp = v;
+  pipe.micro_batches = s.micro_batches();
+  pipe.chunks.assign(p, std::vector<ChunkCost>(v));
+  out.stages.assign(p, StageReport{});
+  out.params.assign(p, 0);
+  out.expert_params.assign(p, 0);
+  out.extra_bytes.assign(p, 0);
+  out.max_layer_params.assign(p, 0);
+  out.work.assign(p, PassCost{});
+  out.recompute.assign(p, PassCost{});
+  for (int vs = 0; vs < V; ++vs) {
+    const int i = vs % p, ch = vs / p;
+    ChunkCost& cc = pipe.chunks[i][ch];
+    StageReport& st = out.stages[i];
+    st.layers.push_back({out.bounds[vs], out.bounds[vs + 1] - 1});
+    auto add = [&](const BlockCost& b) {
+      cc.fwd_s += b.fwd.total_s();
+      cc.bwd_s += b.bwd.total_s() + b.recompute.total_s();
+      cc.activation_bytes += b.activation_bytes;
+      out.params[i] += b.params;
+      out.expert_params[i] += b.expert_params;
+      out.extra_bytes[i] = std::max(out.extra_bytes[i], b.peak_extra_bytes);
+      out.max_layer_params[i] = std::max(out.max_layer_params[i], b.params + b.expert_params);
+      out.work[i] += b.fwd;
+      out.work[i] += b.bwd;
+      out.recompute[i] += b.recompute;
+    };
+    for (int l = out.bounds[vs]; l < out.bounds[vs + 1]; ++l) {
+      if (l == 0) {
+        add(blocks.embedding);
+        st.embedding = true;
+      }
+      add(m.is_moe_layer(l) ? blocks.moe : blocks.dense);
+      if (l == L - 1) {
+        add(blocks.head);
+        st.head = true;
+        // The head's weight is the token embedding. With pp > 1 the last stage keeps its own
+        // copy (Megatron keeps the two in sync with an all-reduce of their gradients).
+        if (p > 1 && m.architecture != model::Architecture::kVit)
+          out.params[i] += static_cast<double>(m.vocab_size) * m.hidden_size / s.tp;
+      }
+    }
+    st.fwd_s += cc.fwd_s;
+    st.bwd_s += cc.bwd_s;
+  }
+  for (int l = 0; l < L; ++l) {
+    // Which device runs layer l: the one whose chunk holds it.
+    const int vs = static_cast<int>(std::upper_bound(out.bounds.begin(), out.bounds.end(), l) -
+                                    out.bounds.begin()) -
+                   1;
+    StageReport& st = out.stages[vs % p];
+    const BlockCost& b = m.is_moe_layer(l) ? blocks.moe : blocks.dense;
+    st.fwd_comm_s += b.fwd.comm_s() + (l == 0 ? blocks.embedding.fwd.comm_s() : 0) +
+                     (l == L - 1 ? blocks.head.fwd.comm_s() : 0);
+    st.bwd_comm_s += b.bwd.comm_s() + b.recompute.comm_s() +
+                     (l == 0 ? blocks.embedding.bwd.comm_s() : 0) +
+                     (l == L - 1 ? blocks.head.bwd.comm_s() : 0);
+  }
+
+  // A stage boundary message is one micro-batch's activation, split over the tensor group
+  // (Megatron's scatter-gather), crossing nodes once the pipeline spans nodes.
+  const double act_msg =
+      static_cast<double>(s.mbs) * m.seq_length / s.cp * m.hidden_size * 2 / s.tp;
+  const long long stage_stride = static_cast<long long>(s.tp) * s.cp * s.dp;
+  out.p2p_message_s = p > 1 ? p2p_seconds(c, act_msg, stage_stride * p > c.devices_per_node) : 0;
+  pipe.p2p_s = out.p2p_message_s;
+  out.pipeline =
+      f == Fidelity::kExact ? simulate_pipeline(pipe, record_events) : estimate_pipeline(pipe);
+  return out;
+}
+
+namespace {
+
+struct Shards {
+  double w, g, o, we, ge, oe;  // divisors of weights, grads, optimizer state (dense, expert)
+};
+
+Shards shards(const Strategy& s) {
+  const double D = s.dp * s.cp, De = static_cast<double>(s.dp) * s.cp / s.ep;
+  return {s.zero >= 3 ? D : 1,  s.zero >= 2 ? D : 1,  s.zero >= 1 ? D : 1,
+          s.zero >= 3 ? De : 1, s.zero >= 2 ? De : 1, s.zero >= 1 ? De : 1};
+}
+
+// Fills the memory fields of stage i; returns its total.
+double stage_memory(const Strategy& s, const StageLayout& lay, int i, StageReport* st) {
+  const Shards sh = shards(s);
+  const double P = lay.params[i], Pe = lay.expert_params[i];
+  st->weights_bytes = 2 * (P / sh.w + Pe / sh.we);
+  st->grads_bytes = 2 * (P / sh.g + Pe / sh.ge);
+  st->optimizer_bytes = 12 * (P / sh.o + Pe / sh.oe);
+  st->activation_bytes = lay.pipeline.peak_activation_bytes[i];
+  // Working set beyond stored activations: the recomputed layer's tensors, and under ZeRO-3
+  // the gathered weights of the current and the prefetched layer.
+  st->transient_bytes = lay.extra_bytes[i] + (s.zero >= 3 ? 2 * 2 * lay.max_layer_params[i] : 0);
+  st->total_bytes = st->weights_bytes + st->grads_bytes + st->optimizer_bytes +
+                    st->activation_bytes + st->transient_bytes + kReservedBytes;
+  return st->total_bytes;
+}
+
+}  // namespace
+
+double memory_peak(const PlanInput&, const Strategy& s, const StageLayout& layout) {
+  double peak = 0;
+  for (int i = 0; i < s.pp; ++i) {
+    StageReport st;
+    peak = std::max(peak, stage_memory(s, layout, i, &st));
+  }
+  return peak;
+}
+
+Prediction finish_prediction(const PlanInput& in, const Strategy& s, const StageLayout& lay,
+                             Fidelity f) {
+  const model::ModelSpec& m = in.model;
+  const ClusterSpec& c = in.cluster;
+  const DeviceSpec& dev = c.device;
+  const int p = s.pp, mb = s.micro_batches();
+  const long long stage_stride = static_cast<long long>(s.tp) * s.cp * s.dp;
+  Prediction out;
+  out.strategy = s;
+  out.memory_limit_bytes = in.memory_limit_bytes;
+  out.stages = lay.stages;
+  out.pipeline = lay.pipeline;
+  out.p2p_message_s = lay.p2p_message_s;
+  const PipelineResult& pr = lay.pipeline;
+  const Shards sh = shards(s);
+
+  double step = 0;
+  std::vector<double> tail(p, 0);
+  for (int i = 0; i < p; ++i) {
+    StageReport& st = out.stages[i];
+    const double P = lay.params[i], Pe = lay.expert_params[i];
+    st.dp_comm_s = dp_exposed(in, s, P, Pe, st.fwd_s, st.bwd_s);
+    // Tied embedding and head on different stages: their gradients are summed between the
+    // first and the last stage after the backward pass (Megatron), exposed.
+    if (p > 1 && m.architecture != model::Architecture::kVit && (i == 0 || i == p - 1))
+      st.dp_comm_s +=
+          collective_seconds(c, Collective::kAllReduce, 2.0 * m.vocab_size * m.hidden_size / s.tp,
+                             GroupShape{2, static_cast<int>(stage_stride * (p - 1))});
+    // The optimizer step streams 32 bytes per parameter it owns: the gradient-norm pass reads
+    // the gradient (2); AdamW reads gradient, master weight, m and v (14) and writes master, m,
+    // v and the bf16 weight (14); zeroing the gradient writes it (2).
+    st.optimizer_s = stream_seconds(dev, 32 * (P / sh.o + Pe / sh.oe));
+    stage_memory(s, lay, i, &st);
+    tail[i] = st.dp_comm_s + st.optimizer_s;
+    const double end = f == Fidelity::kExact ? pr.device_end_s[i] : pr.makespan_s;
+    step = std::max(step, end + tail[i]);
+    out.memory_peak_bytes = std::max(out.memory_peak_bytes, st.total_bytes);
+  }
+  out.step_time_s = step;
+  out.fits = out.memory_peak_bytes <= in.memory_limit_bytes;
+
+  // Where the bottleneck device's time goes: the device with the most work per step.
+  int b = 0;
+  for (int i = 1; i < p; ++i)
+    if (pr.busy_s[i] + pr.p2p_s[i] + tail[i] > pr.busy_s[b] + pr.p2p_s[b] + tail[b]) b = i;
+  out.bottleneck_stage = b;
+  TimeBreakdown& t = out.time;
+  t.gemm_s = mb * lay.work[b].gemm_s;
+  t.stream_s = mb * lay.work[b].stream_s;
+  t.tp_comm_s = mb * lay.work[b].tp_comm_s;
+  t.ep_comm_s = mb * lay.work[b].ep_comm_s;
+  t.cp_comm_s = mb * lay.work[b].cp_comm_s;
+  t.recompute_s = mb * lay.recompute[b].total_s();
+  t.p2p_s = pr.p2p_s[b];
+  t.dp_comm_s = out.stages[b].dp_comm_s;
+  t.optimizer_s = out.stages[b].optimizer_s;
+  t.bubble_s = std::max(
+      0.0, out.step_time_s - (t.gemm_s + t.stream_s + t.recompute_s + t.comm_s() + t.optimizer_s));
+
+  // Headline numbers.
+  const double tokens = static_cast<double>(s.gbs) * m.seq_length;
+  const int n = c.num_devices();
+  out.tokens_per_s = tokens / out.step_time_s;
+  out.model_tflops_per_device = in.shape.flops_per_token * tokens / (n * out.step_time_s) / 1e12;
+  out.mfu = out.model_tflops_per_device / dev.peak_tflops;
+  double hw_flops = 0;
+  for (int i = 0; i < p; ++i) hw_flops += mb * (lay.work[i].flops + lay.recompute[i].flops);
+  out.hfu = hw_flops / p / (out.step_time_s * dev.peak_tflops * 1e12);
+  out.bubble_ratio = pr.bubble_ratio;
+  out.comm_ratio = t.comm_s() / out.step_time_s;
+  const double non_comm = out.step_time_s - t.comm_s();
+  out.scaling_efficiency = non_comm > 0 ? (t.gemm_s + t.stream_s) / non_comm : 0;
+
+  // Failures. A checkpoint holds the fp32 master weights and Adam moments (12 bytes per
+  // parameter); each copy is written once. With ZeRO every rank owns a distinct shard and
+  // writes it. Without, the data-parallel (and context-parallel) replicas hold copies and
+  // only replica 0 writes the dense state, while expert state, split over the ep ranks of
+  // each expert group, is written by the first expert group. The node holding rank 0 writes
+  // the most: its tp ranks x cp ranks x dp ranks are the first ones of the layout.
+  const int dpn = c.devices_per_node;
+  const int n_tp = std::min(s.tp, dpn);
+  const int n_cp = std::min(s.cp, std::max(1, dpn / s.tp));
+  const int n_dp = std::min(s.dp, std::max(1, dpn / (s.tp * s.cp)));
+  double dense_shard = 0, expert_shard = 0;  // optimizer bytes per rank, largest stage
+  for (int i = 0; i < p; ++i) {
+    dense_shard = std::max(dense_shard, 12 * lay.params[i]);
+    expert_shard = std::max(expert_shard, 12 * lay.expert_params[i]);
+  }
+  double node_bytes = 0;
+  if (s.zero >= 1) {
+    node_bytes = n_tp * n_cp * n_dp * (dense_shard / sh.o + expert_shard / sh.oe);
+  } else {
+    node_bytes = n_tp * (dense_shard + std::min(n_dp, s.ep) * expert_shard);
+  }
+  GoodputInput gi;
+  gi.devices = n;
+  gi.device_mtbf_hours = c.reliability.device_mtbf_hours;
+  gi.checkpoint_bytes_per_node = node_bytes;
+  gi.storage_GBps_per_node = c.reliability.checkpoint_write_GBps_per_node;
+  gi.restart_s = c.reliability.restart_s;
+  gi.step_time_s = out.step_time_s;
+  out.goodput = goodput(gi);
+  out.tei = out.scaling_efficiency * (1 - out.comm_ratio) * out.goodput.ratio;
+  out.energy_kwh_per_step = n * dev.tdp_watts * out.step_time_s / 3.6e6;
+  out.cost_usd_per_day = n * dev.hourly_cost_usd * 24;
+  return out;
+}
+
+}  // namespace cann::plan

@@ -1,0 +1,115 @@
+// predict: one strategy in, the planner's full forecast out: step time, throughput, MFU,
+// memory per device, communication and bubble shares, goodput under failures, energy and
+// cost, with a per-stage breakdown. Blocks (layer_cost.h) are laid onto pipeline stages
+// (partition.h), the schedule is timed (pipeline.h), then the step-level work is added: the
+// data-parallel gradient reduction by ZeRO stage, overlapped with the backward pass so only
+// its tail is exposed, and the optimizer step.
+//
+// Precision convention (Rajbhandari et al. 2020, ZeRO, section 3.1): bf16 weights (2 bytes)
+// and gradients (2), fp32 master weights and Adam moments (4 + 4 + 4): 16 bytes per parameter.
+// ZeRO-1 shards the 12 optimizer bytes over the data-parallel group (times cp), ZeRO-2 the
+// gradients too, ZeRO-3 the weights too. Expert parameters shard over their own, ep times
+// smaller, data-parallel group. Checkpoints hold the 12 optimizer bytes.
+#pragma once
+
+#include <vector>
+
+#include "core/status.h"
+#include "model/spec.h"
+#include "plan/cluster.h"
+#include "plan/goodput.h"
+#include "plan/layer_cost.h"
+#include "plan/model_shape.h"
+#include "plan/pipeline.h"
+#include "plan/strategy.h"
+
+namespace cann::plan {
+
+// kFast: bisection partition and the closed-form pipeline (the search's inner loop).
+// kExact: dynamic-programming partition and the event simulation (what reports show).
+enum class Fidelity { kFast, kExact };
+
+// Runtime context, communicator buffers and allocator fragmentation that a framework keeps on
+// every device beyond the tensors counted here (about 2 GiB on PyTorch + NCCL/HCCL jobs).
+inline constexpr double kReservedBytes = 2.0 * 1073741824.0;
+// Data-parallel gradient bucket: Megatron-LM's default of 40M parameters, bf16.
+inline constexpr double kGradBucketBytes = 40e6 * 2;
+
+struct PlanInput {
+  model::ModelSpec model;
+  ModelShape shape;
+  ClusterSpec cluster;
+  double memory_limit_bytes = 0;  // min(device capacity, --max-memory-per-device)
+};
+
+StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,
+                                    double max_memory_bytes);
+
+struct StageReport {
+  std::vector<std::pair<int, int>> layers;  // [first, last] per chunk, inclusive
+  bool embedding = false, head = false;
+  double fwd_s = 0, bwd_s = 0;            // per micro-batch, all chunks; bwd includes recomputation
+  double fwd_comm_s = 0, bwd_comm_s = 0;  // the exposed collectives inside fwd_s and bwd_s
+  double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
+  double activation_bytes = 0, transient_bytes = 0, total_bytes = 0;
+  double dp_comm_s = 0, optimizer_s = 0;
+};
+
+// Where the bottleneck device's step goes, in seconds; the parts add up to the step time.
+struct TimeBreakdown {
+  double gemm_s = 0, stream_s = 0, recompute_s = 0;
+  double tp_comm_s = 0, ep_comm_s = 0, cp_comm_s = 0, p2p_s = 0, dp_comm_s = 0;
+  double bubble_s = 0, optimizer_s = 0;
+  double comm_s() const { return tp_comm_s + ep_comm_s + cp_comm_s + p2p_s + dp_comm_s; }
+};
+
+struct Prediction {
+  Strategy strategy;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double model_tflops_per_device = 0;  // model FLOPs only: no recomputation, no padding
+  double mfu = 0;
+  double hfu = 0;  // hardware FLOPs (recomputation and capacity padding included)
+  double memory_peak_bytes = 0;
+  double memory_limit_bytes = 0;
+  bool fits = false;
+  double comm_ratio = 0;
+  double bubble_ratio = 0;
+  double scaling_efficiency = 0;
+  double tei = 0;
+  Goodput goodput;
+  double energy_kwh_per_step = 0;
+  double cost_usd_per_day = 0;
+  int bottleneck_stage = 0;
+  TimeBreakdown time;
+  std::vector<StageReport> stages;
+  PipelineResult pipeline;  // events only when recorded
+  double p2p_message_s = 0;
+};
+
+// Validates the strategy against model and cluster first.
+StatusOr<Prediction> predict(const PlanInput& in, const Strategy& s, Fidelity f,
+                             bool record_events = false);
+
+// The two phases of a prediction, for the search, which reuses each phase's result across
+// the choices that do not change it. No validation.
+//
+// Phase 1: layers onto stages, chunk costs, pipeline timing. Depends on the block costs (tp,
+// cp, ep, sp, mbs, recompute), pp, vpp and the micro-batch count, not on ZeRO.
+struct StageLayout {
+  std::vector<int> bounds;  // virtual-stage boundaries over the layers
+  PipelineResult pipeline;
+  double p2p_message_s = 0;
+  std::vector<StageReport> stages;  // layers, fwd_s, bwd_s filled
+  std::vector<double> params, expert_params, extra_bytes, max_layer_params;
+  std::vector<PassCost> work, recompute;  // one micro-batch, per device
+};
+StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCosts& blocks,
+                          Fidelity f, bool record_events = false);
+// Phase 2: data-parallel traffic, optimizer, memory, goodput and the headline numbers.
+Prediction finish_prediction(const PlanInput& in, const Strategy& s, const StageLayout& layout,
+                             Fidelity f);
+// Peak memory only (phase 2's memory part), for pruning.
+double memory_peak(const PlanInput& in, const Strategy& s, const StageLayout& layout);
+
+}  // namespace cann::plan

@@ -1,0 +1,34 @@
+// The planner's answers as text for a terminal: the table of the best strategies, and the
+// winner explained in plain words (where its step goes, what limits it, what the neighbouring
+// choices would cost, and why the runner-up loses).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/predict.h"
+#include "plan/search.h"
+
+namespace cann::plan {
+
+// One row per strategy: strategy string, step time, tokens/s, MFU, TFLOP/s per device,
+// memory peak, communication share, bubble share, goodput.
+std::string strategy_table(const std::vector<Prediction>& rows);
+
+// A few sentences about `winner` (and `runner_up`, may be null). Prices the winner's
+// neighbours (less recomputation, a lower ZeRO stage, a larger micro-batch) to say which limit
+// keeps it where it is.
+std::string explain_winner(const PlanInput& in, const Prediction& winner,
+                           const Prediction* runner_up);
+
+// The Pareto front over step time, memory peak and goodput, as rows from fastest to most
+// frugal: all of it when short, else `max_rows` spread along it (the fastest, the smallest and
+// the most reliable always among them).
+std::string pareto_table(const std::vector<Candidate>& feasible, size_t max_rows = 8);
+
+// Where one prediction's step goes, as a short line ("GEMM 61%, memory-bound 7%, ...").
+std::string time_shares(const Prediction& p);
+
+std::string format_bytes(double bytes);  // "57.0 GB" (binary GB)
+
+}  // namespace cann::plan

@@ -1,0 +1,73 @@
+// Exhaustive strategy search. Every valid combination of dp, tp, pp, ep, cp, sp, micro-batch,
+// ZeRO stage, recomputation and vpp for the cluster's device count is priced, infeasible
+// branches are cut before their leaves are priced, feasible candidates are ranked by predicted
+// throughput under the user's constraints, and the Pareto front over step time, memory peak
+// and goodput is marked.
+//
+// Loop order puts the expensive parts outside: block costs (the kernel lists) are computed once
+// per (tp, cp, ep, sp, mbs, recompute) and shared by every pp; the stage layout (partition and
+// pipeline) once per (pp, vpp); the ZeRO stage only changes the step-level arithmetic.
+// Pruning uses a bound that cannot cut a feasible candidate (derivation at memory_floor in
+// search.cc): every layer holds at least the state of the lightest layer kind at the ZeRO
+// stage in question and the activations of one micro-batch under the recomputation in
+// question, and device i of the pipeline holds min(m, p - i) micro-batches of them. Leaves
+// whose floor exceeds the memory limit are cut before their stages are laid out, and a
+// (pp, vpp) layout is only computed when some ZeRO stage under it can fit.
+//
+// The ranking uses the fast fidelity (closed-form pipeline); the best candidates are then
+// re-priced with the event simulation and the exact partition, and re-ranked.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "plan/predict.h"
+
+namespace cann::plan {
+
+struct SearchOptions {
+  int global_batch = 0;         // sequences per step; 0: default_global_batch(model)
+  double max_comm_ratio = 1.0;  // exposed communication / step time
+  int top_k = 5;                // strategies reported in full
+  int exact_rerank = 16;        // fast-ranked candidates re-priced exactly
+  bool prune = true;            // false: price every leaf (the tests compare the two)
+  int max_micro_batch = 64;     // micro-batch sizes tried: divisors of gbs/dp up to this
+};
+
+// One feasible candidate, as the scatter plot and the Pareto front see it.
+struct Candidate {
+  Strategy strategy;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double memory_peak_bytes = 0;
+  double goodput = 0;
+  double comm_ratio = 0;
+  double mfu = 0;
+  bool pareto = false;
+};
+
+struct SearchResult {
+  long long space = 0;      // valid strategies for this model, cluster and batch
+  long long evaluated = 0;  // strategies priced in full
+  long long pruned = 0;     // strategies cut by a bound, never priced
+  double search_time_s = 0;
+  int global_batch = 0;
+  std::vector<Prediction> top;      // best first, exact fidelity
+  std::vector<Candidate> feasible;  // every candidate meeting the constraints
+  int pareto_count = 0;
+};
+
+// 2^22 tokens (about 4M) per step, rounded to a power-of-two number of sequences: the batch of
+// GPT-3 175B (3.2M tokens, Brown et al. 2020, Table 2.1) and of Llama 3 405B's first training
+// stage (4M, Dubey et al. 2024, section 3.4.1).
+int default_global_batch(const model::ModelSpec& m);
+
+// Fails (InvalidArgument, exit 2) when no strategy satisfies the constraints, naming the
+// closest candidate and by how much it misses.
+StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt);
+
+// Marks candidates no other candidate beats on all of step time, memory and goodput.
+void mark_pareto(std::vector<Candidate>& c);
+
+}  // namespace cann::plan

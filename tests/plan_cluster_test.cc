@@ -1,0 +1,168 @@
+// Cluster specs (shipped presets and parse errors) and the alpha-beta collective model, checked
+// against hand-computed costs on small clusters with round numbers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "plan/cluster.h"
+#include "plan/comm_model.h"
+
+namespace cann::plan {
+namespace {
+
+// 2 nodes x 8 devices; 100 GB/s inside a node, 10 GB/s per device between nodes; no latency.
+ClusterSpec toy(IntraTopology topo = IntraTopology::kSwitch, double intra_GBps = 100) {
+  ClusterSpec c;
+  c.name = "toy";
+  c.nodes = 2;
+  c.devices_per_node = 8;
+  c.intra_node.bandwidth_GBps = intra_GBps;
+  c.intra_node.efficiency = 1;
+  c.intra_node.topology = topo;
+  c.inter_node.bandwidth_GBps = 10;
+  c.inter_node.efficiency = 1;
+  return c;
+}
+
+TEST(PlanClusterTest, PresetsLoadWithTheirNumbers) {
+  const std::vector<std::string> names = shipped_cluster_names();
+  for (const char* n : {"1024_ascend910b", "3072_a100", "16384_h100", "2048_h800"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  for (const std::string& n : names) {
+    auto c = load_cluster_spec(n);
+    ASSERT_TRUE(c.ok()) << n << ": " << c.status().message();
+    EXPECT_GT(c->device.peak_tflops, 0) << n;
+    EXPECT_GT(c->device.memory_gb, 0) << n;
+    EXPECT_GT(c->device.compute_units, 0) << n;
+    EXPECT_LE(c->device.gemm_efficiency, 1) << n;
+    EXPECT_GT(c->inter_node.bandwidth_GBps, 0) << n;
+  }
+  auto ascend = load_cluster_spec("1024_ascend910b");
+  ASSERT_TRUE(ascend.ok());
+  EXPECT_EQ(ascend->num_devices(), 1024);
+  EXPECT_EQ(ascend->intra_node.topology, IntraTopology::kFullMesh);
+  EXPECT_EQ(ascend->intra_node.bandwidth_GBps, 56);
+  EXPECT_EQ(ascend->inter_node.bandwidth_GBps, 25);  // 200 Gb/s RoCE per device
+  EXPECT_EQ(ascend->device.memory_gb, 64);
+  auto a100 = load_cluster_spec("3072_a100");
+  ASSERT_TRUE(a100.ok());
+  EXPECT_EQ(a100->num_devices(), 3072);
+  EXPECT_EQ(a100->intra_node.bandwidth_GBps, 300);
+  EXPECT_EQ(a100->device.peak_tflops, 312);
+  auto h100 = load_cluster_spec("16384_h100");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_EQ(h100->num_devices(), 16384);
+  EXPECT_EQ(h100->intra_node.bandwidth_GBps, 450);
+  auto h800 = load_cluster_spec("2048_h800");
+  ASSERT_TRUE(h800.ok());
+  EXPECT_EQ(h800->intra_node.bandwidth_GBps, 160);
+  EXPECT_EQ(h800->inter_node.bandwidth_GBps, 50);
+}
+
+TEST(PlanClusterTest, UnknownPresetNamesTheAvailableOnes) {
+  auto c = load_cluster_spec("4096_tpu");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().exit_code(), 2);
+  EXPECT_NE(c.status().message().find("unknown cluster '4096_tpu'"), std::string::npos);
+  EXPECT_NE(c.status().message().find("1024_ascend910b"), std::string::npos);
+  EXPECT_NE(c.status().message().find("3072_a100"), std::string::npos);
+}
+
+TEST(PlanClusterTest, ParseErrorsNameTheKey) {
+  const std::string base =
+      "nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 100, memory_gb: 40, "
+      "memory_bandwidth_GBps: 1000}\nintra_node: {bandwidth_GBps: 100}\n"
+      "inter_node: {bandwidth_GBps: 10}\n";
+  auto ok = parse_cluster_spec(base, "c.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->name, "c");
+  EXPECT_EQ(ok->reliability.device_mtbf_hours, 50677);  // the documented default
+  struct Case {
+    std::string text, fragment;
+  } cases[] = {
+      {base + "gpus: 3\n", "key 'gpus': unknown key; hint: the keys here are"},
+      {"devices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, memory_bandwidth_GBps: 1}\n"
+       "intra_node: {bandwidth_GBps: 1}\n",
+       "key 'nodes': missing"},
+      {base + "allow_cross_node_tp: perhaps\n", "expected true or false"},
+      {"nodes: two\n", "key 'nodes': expected a number, got 'two'"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 100}\n",
+       "key 'device.memory_gb': missing"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1, gemm_efficiency: 1.5}\n",
+       "key 'device.gemm_efficiency': is a fraction of peak"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1}\nintra_node: {bandwidth_GBps: 1, topology: ring}\n",
+       "unknown topology 'ring'"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1}\nintra_node: {bandwidth_GBps: 1}\n",
+       "key 'inter_node': missing"},
+      {"nodes: [2\n", "malformed YAML"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_cluster_spec(c.text, "c.yaml");
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_EQ(r.status().exit_code(), 2);
+    EXPECT_NE(r.status().message().find("c.yaml"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(c.fragment), std::string::npos) << c.fragment << "\n"
+                                                                        << r.status().message();
+  }
+}
+
+TEST(PlanCommTest, MembersPerNodeFollowTheRankLayout) {
+  const ClusterSpec c = toy();
+  EXPECT_EQ(members_per_node(c, {8, 1}), 8);
+  EXPECT_EQ(members_per_node(c, {4, 2}), 4);
+  EXPECT_EQ(members_per_node(c, {4, 4}), 2);
+  EXPECT_EQ(members_per_node(c, {4, 8}), 1);
+  EXPECT_EQ(members_per_node(c, {16, 1}), 8);
+  EXPECT_EQ(members_per_node(c, {2, 1, 4, 2}), 8);  // cp pairs x 4 data-parallel ranks
+  EXPECT_EQ(members_per_node(c, {2, 1, 4, 8}), 2);
+}
+
+TEST(PlanCommTest, HandComputedCollectives) {
+  const ClusterSpec c = toy();
+  const double S = 8e8;
+  // 8 ranks in one node: ring all-reduce 2 * 7/8 * S / 100 GB/s.
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {8, 1}), 0.014, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, S, {8, 1}), 0.007, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kReduceScatter, S, {8, 1}), 0.007, 1e-12);
+  // 16 ranks over 2 nodes: intra 7/8 * S / 100e9 = 7 ms, inter 1/2 * (S/8) / 10e9 = 5 ms,
+  // twice for an all-reduce.
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {16, 1}), 0.024, 1e-12);
+  // 2 ranks on different nodes: 2 * 1/2 * S / 10e9.
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {2, 8}), 0.08, 1e-12);
+  // All-to-all over 16: 7/16 of S stays (7 ms at 100 GB/s), 8/16 leaves (80 ms at 10 GB/s).
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllToAll, 2 * S, {16, 1}), 0.08, 1e-12);
+  EXPECT_EQ(collective_seconds(c, Collective::kAllReduce, S, {1, 1}), 0);
+  // Point to point.
+  EXPECT_NEAR(p2p_seconds(c, 1e9, true), 0.1, 1e-12);
+  EXPECT_NEAR(p2p_seconds(c, 1e9, false), 0.01, 1e-12);
+}
+
+TEST(PlanCommTest, LatencyTermsCountSteps) {
+  ClusterSpec c = toy();
+  c.intra_node.latency_us = 10;
+  c.inter_node.latency_us = 100;
+  // Ring all-gather over 8 local ranks: 7 steps of 10 us on top of the bandwidth term.
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 8e8, {8, 1}), 0.007 + 70e-6, 1e-12);
+  // Over 2 nodes: + 1 inter step.
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 8e8, {16, 1}),
+              0.007 + 70e-6 + 0.005 + 100e-6, 1e-12);
+  EXPECT_NEAR(p2p_seconds(c, 1e9, true), 0.1 + 100e-6, 1e-12);
+}
+
+TEST(PlanCommTest, FullMeshBandwidthGrowsWithLocalPeers) {
+  // HCCS-style: 10 GB/s per peer link. Eight local ranks drive 7 links at once.
+  const ClusterSpec c = toy(IntraTopology::kFullMesh, 10);
+  EXPECT_NEAR(intra_bandwidth(c, 8), 70e9, 1);
+  EXPECT_NEAR(intra_bandwidth(c, 2), 10e9, 1);
+  // All-gather of 7e8 bytes: 7/8 * 7e8 / 70e9 over 8 ranks, 1/2 * 7e8 / 10e9 over 2.
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 7e8, {8, 1}), 0.00875, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 7e8, {2, 1}), 0.035, 1e-12);
+  // A point-to-point message uses one link.
+  EXPECT_NEAR(p2p_seconds(c, 1e9, false), 0.1, 1e-12);
+}
+
+}  // namespace
+}  // namespace cann::plan
