@@ -49,24 +49,32 @@ class HierarchicalGroup : public AsyncGroup {
  protected:
   Status run_allreduce(void* data, size_t count, DataType type, ReduceOp op,
                        const Options& opts) override {
+    // One host: the shared-memory all-reduce is the whole job.
+    if (cross_->size() == 1)
+      return local_->allreduce(data, count, type, op, opts)->wait(opts.timeout);
     const size_t L = static_cast<size_t>(local_->size());
     const size_t esize = dtype_size(type);
     const size_t slice = (count + L - 1) / L;
-    // Pad to L equal slices; the padding reduces to zero and is dropped.
-    padded_.assign(slice * L * esize, 0);
-    std::memcpy(padded_.data(), data, count * esize);
-    mine_.resize(slice * esize);
+    // When L does not divide count, work in a buffer padded to L equal slices (the padding
+    // reduces to zero and is dropped); otherwise in place.
+    char* buffer = static_cast<char*>(data);
+    if (slice * L != count) {
+      if (padded_.size() < slice * L * esize) padded_.resize(slice * L * esize);
+      std::memcpy(padded_.data(), data, count * esize);
+      std::memset(padded_.data() + count * esize, 0, (slice * L - count) * esize);
+      buffer = padded_.data();
+    }
+    if (mine_.size() < slice * esize) mine_.resize(slice * esize);
     const ReduceOp inner = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
     CANN_RETURN_IF_ERROR(
-        local_->reduce_scatter(mine_.data(), padded_.data(), slice, type, inner, opts)
-            ->wait(opts.timeout));
+        local_->reduce_scatter(mine_.data(), buffer, slice, type, inner, opts)->wait(opts.timeout));
     CANN_RETURN_IF_ERROR(
         cross_->allreduce(mine_.data(), slice, type, inner, opts)->wait(opts.timeout));
-    CANN_RETURN_IF_ERROR(
-        local_->allgather(padded_.data(), mine_.data(), slice, type, opts)->wait(opts.timeout));
     // Averages divide the full sum once, so integer averages round exactly as a flat group's.
-    if (op == ReduceOp::kAvg) divide(padded_.data(), count, type, static_cast<double>(size()));
-    std::memcpy(data, padded_.data(), count * esize);
+    if (op == ReduceOp::kAvg) divide(mine_.data(), slice, type, static_cast<double>(size()));
+    CANN_RETURN_IF_ERROR(
+        local_->allgather(buffer, mine_.data(), slice, type, opts)->wait(opts.timeout));
+    if (buffer != data) std::memcpy(data, buffer, count * esize);
     return OkStatus();
   }
   Status run_reduce_scatter(void* out, const void* in, size_t count, DataType type, ReduceOp op,

@@ -17,7 +17,8 @@ void OutputForwarder::write(std::string_view bytes) {
   };
   for (char c : bytes) {
     if (!pending_escape_.empty()) {
-      const std::string candidate = pending_escape_ + c;
+      std::string candidate = pending_escape_;
+      candidate.push_back(c);
       if (kRedraw.substr(0, candidate.size()) == candidate) {
         pending_escape_ = candidate;
         if (candidate.size() == kRedraw.size()) {
@@ -33,7 +34,7 @@ void OutputForwarder::write(std::string_view bytes) {
       pending_escape_.clear();
     }
     if (c == '\r') {
-      pending_escape_ = "\r";
+      pending_escape_.assign(1, '\r');
       continue;
     }
     emit(c);
