@@ -86,6 +86,10 @@ TEST(BadInputTest, ModelSpecErrors) {
                    std::string(kTinyModel) + "num_local_experts: 2\nnum_experts_per_tok: 3\n");
   expect_failure(quick({"--model", dir.file("topk.yaml")}), 2, {"num_experts_per_tok"});
   expect_failure(quick({"--model", "gpt_enormous"}), 2, {"gpt_enormous", "gpt_tiny"});
+  expect_failure(quick({"--model", "vit_g"}), 2, {"vit", "cann-train search"});
+  // A model far larger than this machine is refused before anything is allocated.
+  expect_failure({"run", "--model", "gpt_175b", "--steps", "1", "--quiet"}, 2,
+                 {"gpt_175b", "GB available", "--batch-size"});
   expect_failure(quick({"--model", dir.file("absent.yaml")}), 2, {"absent.yaml"});
   test::write_text(dir.file("long.yaml"), kTinyModel);
   expect_failure(quick({"--model", dir.file("long.yaml"), "--seq-len", "64"}), 2, {"--seq-len"});

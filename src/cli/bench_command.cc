@@ -1,12 +1,14 @@
 // `cann-train bench`: measurements of this machine and of cann-train's own components, each
-// validated and set beside a peer. Subcommands: comm.
+// validated and set beside a peer. Subcommands: comm, calibrate.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
+#include "cli/bench_calibrate.h"
 #include "cli/bench_comm.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
+#include "core/threads.h"
 #include "elastic/agent.h"
 #include "train/dist_env.h"
 
@@ -72,11 +74,41 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
                  "Print a JSON list of {backend, op, nproc, size_bytes, time_s, algbw_GBps, "
                  "busbw_GBps}");
 
-  return [bench, comm, f, argv_after_binary]() -> int {
+  struct CalibrateFlags {
+    int nproc = 0;
+    std::string output;
+  };
+  auto cf = std::make_shared<CalibrateFlags>();
+  CLI::App* calibrate = bench->add_subcommand(
+      "calibrate",
+      "Measure this machine (GEMM rate, memory bandwidth, collective bandwidth and latency) and "
+      "write the cluster spec 'local' for the planner");
+  calibrate->add_option("--nproc", cf->nproc, "Devices (processes of one thread); default: cores")
+      ->check(kNonNegative);
+  calibrate->add_option("--output", cf->output,
+                        "Where to write the spec (default: $CANN_TRAIN_HOME/clusters/local.yaml, "
+                        "$CANN_TRAIN_HOME defaulting to ~/.cann-train)");
+
+  return [bench, comm, calibrate, f, cf, argv_after_binary]() -> int {
     auto fail = [](const Status& s) {
       std::fprintf(stderr, "cann-train bench: error: %s\n", s.message().c_str());
       return s.exit_code();
     };
+    auto env = train::detect_dist_env();
+    if (!env.ok()) return fail(env.status());
+    if (calibrate->parsed()) {
+      if (!env->has_value()) {
+        elastic::AgentConfig ac;
+        ac.nproc_per_node = cf->nproc > 0 ? cf->nproc : hardware_threads();
+        ac.worker_args = argv_after_binary;
+        ac.plain_rank0_stdout = true;
+        auto code = elastic::run_agent(ac);
+        if (!code.ok()) return fail(code.status());
+        return *code;
+      }
+      Status s = run_calibrate_worker(**env, cf->output);
+      return s.ok() ? 0 : fail(s);
+    }
     if (!comm->parsed()) return 2;
     CommBenchConfig c;
     c.backends = split_list(f->backend, {"shm", "gloo", "hierarchical"});
@@ -96,8 +128,6 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
     c.json = f->json;
     c.timeout_s = f->timeout_s;
     c.seconds_per_size = f->seconds_per_size;
-    auto env = train::detect_dist_env();
-    if (!env.ok()) return fail(env.status());
     if (!env->has_value()) {
       elastic::AgentConfig ac;
       ac.nproc_per_node = f->nproc;

@@ -1,6 +1,7 @@
 // Cluster spec parsing and validation. Every error names the file and the key and says what to
 // do, as the model spec parser does; unknown keys are errors so a typo cannot silently fall
 // back to a default.
+#include <cstdlib>
 #include "plan/cluster.h"
 
 #include <yaml-cpp/yaml.h>
@@ -213,6 +214,12 @@ std::vector<std::string> shipped_cluster_names() {
   return embedded_names("configs/clusters", ".yaml");
 }
 
+std::string calibrated_cluster_dir() {
+  if (const char* h = std::getenv("CANN_TRAIN_HOME"); h && *h) return std::string(h) + "/clusters";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cann-train/clusters";
+}
+
 StatusOr<ClusterSpec> load_cluster_spec(const std::string& name_or_path) {
   const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
                                name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml");
@@ -220,6 +227,14 @@ StatusOr<ClusterSpec> load_cluster_spec(const std::string& name_or_path) {
     CANN_ASSIGN_OR_RETURN(std::string text, read_file(name_or_path));
     return parse_cluster_spec(text, name_or_path);
   }
+  const std::string calibrated = calibrated_cluster_dir() + "/" + name_or_path + ".yaml";
+  if (path_exists(calibrated)) {
+    CANN_ASSIGN_OR_RETURN(std::string text, read_file(calibrated));
+    return parse_cluster_spec(text, calibrated);
+  }
+  if (name_or_path == "local")
+    return NotFound("cluster 'local' is not measured yet (no " + calibrated +
+                    "); hint: run `cann-train bench calibrate` first");
   const std::string rel = "configs/clusters/" + name_or_path + ".yaml";
   if (auto text = embedded_file(rel)) {
     CANN_ASSIGN_OR_RETURN(ClusterSpec c, parse_cluster_spec(std::string(*text), rel));

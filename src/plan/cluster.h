@@ -76,8 +76,11 @@ struct ClusterSpec {
 
 // Parses YAML text; `source` names the file in every error message.
 StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text, const std::string& source);
-// A preset name from configs/clusters/ or a path to a YAML file.
+// A path to a YAML file, a spec written by `cann-train bench calibrate` (looked up by name in
+// calibrated_cluster_dir(), "local" by default), or a preset name from configs/clusters/.
 StatusOr<ClusterSpec> load_cluster_spec(const std::string& name_or_path);
+// Where calibrated specs live: $CANN_TRAIN_HOME/clusters (default ~/.cann-train/clusters).
+std::string calibrated_cluster_dir();
 // Names of the shipped presets.
 std::vector<std::string> shipped_cluster_names();
 

@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "model/flops.h"
+#include "model/param_table.h"
 
 namespace cann::train {
 namespace {
@@ -57,7 +58,12 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   }
   local_batch_ = config_.batch_size / world_size_;
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
+  if (spec_.architecture == model::Architecture::kVit)
+    return InvalidArgument("model '" + spec_.name +
+                           "' is a vit: the trainer runs gpt and bert models, vit specs are for "
+                           "planning; hint: use `cann-train search --model " + spec_.name + "`");
   seq_len_ = config_.seq_len > 0 ? config_.seq_len : spec_.seq_length;
+  CANN_RETURN_IF_ERROR(check_fits_in_memory());
   CANN_ASSIGN_OR_RETURN(data_, data::load_dataset(config_.data));
   const bool bert = spec_.architecture == model::Architecture::kBert;
   // BERT's [MASK] is the last vocabulary id, so data ids must stay below it.
@@ -115,6 +121,42 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     if (!log_)
       return IoError(config_.log_json +
                      ": cannot open the step log for writing: " + std::strerror(errno));
+  }
+  return OkStatus();
+}
+
+// Parameters, gradients and two AdamW moments (4 fp32 copies) plus the activation arena must fit
+// in the memory this machine has free; the arena is sized the way Model lays it out.
+Status Trainer::check_fits_in_memory() const {
+  const double params = static_cast<double>(model::build_param_table(spec_).total_floats());
+  const double N = static_cast<double>(local_batch_) * seq_len_;
+  const double C = spec_.hidden_size, L = spec_.num_hidden_layers;
+  const double ffn = spec_.is_moe() ? 2.0 * spec_.num_experts_per_tok * spec_.capacity_factor *
+                                          spec_.moe_intermediate_size
+                                    : 2.0 * spec_.intermediate_size;
+  const double per_layer = N * (8 * C + spec_.qkv_size() + ffn) +
+                           static_cast<double>(local_batch_) * spec_.num_attention_heads *
+                               seq_len_ * seq_len_;
+  const double need = 4.0 * (4.0 * params + L * per_layer + 2.0 * N * spec_.vocab_size);
+  long long avail_kb = 0;
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f != nullptr) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &avail_kb) == 1) break;
+    std::fclose(f);
+  }
+  const double avail = static_cast<double>(avail_kb) * 1024.0;
+  if (avail > 0 && need > avail) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "needs about %.1f GB (parameters, gradients, AdamW state "
+                  "and activations) but this machine has %.1f GB available",
+                  need / 1e9, avail / 1e9);
+    return InvalidArgument("model '" + spec_.name + "' with batch " +
+                           std::to_string(local_batch_) + " x " + std::to_string(seq_len_) +
+                           " per process " + buf +
+                           "; hint: lower --batch-size or --seq-len, pick a smaller model, or "
+                           "plan a split with `cann-train search`");
   }
   return OkStatus();
 }

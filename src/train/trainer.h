@@ -58,6 +58,7 @@ class Trainer {
   // Averages over ranks in place (no-op on one process).
   Status average_over_ranks(float* values, size_t count, const char* what);
   bool leader() const { return rank_ == 0; }
+  Status check_fits_in_memory() const;
   void next_batch();
   StatusOr<double> evaluate();
   Status save_checkpoint(int step);
