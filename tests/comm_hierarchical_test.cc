@@ -91,7 +91,8 @@ TEST_P(HierarchicalTest, DelegatedCollectives) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HierarchicalTest,
-                         ::testing::Values(Case{2, 1}, Case{2, 2}, Case{4, 2}, Case{6, 2},
+                         ::testing::Values(Case{1, 1}, Case{2, 1}, Case{2, 2}, Case{3, 1},
+                                           Case{4, 2}, Case{5, 1}, Case{6, 2}, Case{7, 1},
                                            Case{6, 3}, Case{8, 2}, Case{8, 4}),
                          [](const auto& info) {
                            return "world" + std::to_string(info.param.world) + "_per_host" +
