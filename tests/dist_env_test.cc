@@ -22,13 +22,30 @@ class ScopedEnv {
 
  private:
   static void clear() {
-    for (const char* v :
-         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-          "MASTER_PORT", "CANN_TRAIN_STORE", "CANN_TRAIN_JOB", "CANN_TRAIN_HOST_ID",
-          "CANN_TRAIN_COMM_ADDR", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-          "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID",
-          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-          "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", "TORCHELASTIC_RUN_ID"})
+    for (const char* v : {"RANK",
+                          "WORLD_SIZE",
+                          "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE",
+                          "GROUP_RANK",
+                          "MASTER_ADDR",
+                          "MASTER_PORT",
+                          "CANN_TRAIN_STORE",
+                          "CANN_TRAIN_JOB",
+                          "CANN_TRAIN_HOST_ID",
+                          "CANN_TRAIN_COMM_ADDR",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "SLURM_LOCALID",
+                          "SLURM_NTASKS_PER_NODE",
+                          "SLURM_TASKS_PER_NODE",
+                          "SLURM_NODEID",
+                          "SLURM_JOB_ID",
+                          "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE",
+                          "OMPI_COMM_WORLD_NODE_RANK",
+                          "TORCHELASTIC_RUN_ID"})
       unsetenv(v);
   }
 };
@@ -41,9 +58,15 @@ TEST(DistEnvTest, PlainProcessHasNoLauncher) {
 }
 
 TEST(DistEnvTest, OwnAgent) {
-  ScopedEnv e({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-               {"GROUP_RANK", "1"}, {"CANN_TRAIN_STORE", "file:///tmp/s"}, {"CANN_TRAIN_JOB", "j/round0"},
-               {"CANN_TRAIN_HOST_ID", "j/node1"}, {"CANN_TRAIN_COMM_ADDR", "10.0.0.2"}});
+  ScopedEnv e({{"RANK", "5"},
+               {"WORLD_SIZE", "8"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "4"},
+               {"GROUP_RANK", "1"},
+               {"CANN_TRAIN_STORE", "file:///tmp/s"},
+               {"CANN_TRAIN_JOB", "j/round0"},
+               {"CANN_TRAIN_HOST_ID", "j/node1"},
+               {"CANN_TRAIN_COMM_ADDR", "10.0.0.2"}});
   auto d = detect_dist_env();
   ASSERT_TRUE(d.ok() && d->has_value());
   const DistEnv& v = **d;
@@ -60,8 +83,13 @@ TEST(DistEnvTest, OwnAgent) {
 }
 
 TEST(DistEnvTest, Torchrun) {
-  ScopedEnv e({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-               {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "abc"}});
+  ScopedEnv e({{"RANK", "3"},
+               {"WORLD_SIZE", "4"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "node0"},
+               {"MASTER_PORT", "29500"},
+               {"TORCHELASTIC_RUN_ID", "abc"}});
   auto d = detect_dist_env();
   ASSERT_TRUE(d.ok() && d->has_value());
   EXPECT_EQ((*d)->launcher, "torchrun");
@@ -73,8 +101,12 @@ TEST(DistEnvTest, Torchrun) {
 }
 
 TEST(DistEnvTest, Slurm) {
-  ScopedEnv e({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
-               {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"}, {"SLURM_JOB_ID", "991"}});
+  ScopedEnv e({{"SLURM_PROCID", "6"},
+               {"SLURM_NTASKS", "8"},
+               {"SLURM_LOCALID", "2"},
+               {"SLURM_TASKS_PER_NODE", "4(x2)"},
+               {"SLURM_NODEID", "1"},
+               {"SLURM_JOB_ID", "991"}});
   auto d = detect_dist_env();
   ASSERT_TRUE(d.ok() && d->has_value());
   EXPECT_EQ((*d)->launcher, "slurm");
@@ -87,8 +119,10 @@ TEST(DistEnvTest, Slurm) {
 }
 
 TEST(DistEnvTest, OpenMpi) {
-  ScopedEnv e({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  ScopedEnv e({{"OMPI_COMM_WORLD_RANK", "3"},
+               {"OMPI_COMM_WORLD_SIZE", "4"},
+               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   auto d = detect_dist_env();
   ASSERT_TRUE(d.ok() && d->has_value());
   EXPECT_EQ((*d)->launcher, "openmpi");

@@ -29,13 +29,14 @@ constexpr GemmShape kShapes[] = {
     {1024, 1024, 1024}, {2048, 1152, 384}, {2048, 384, 1536}, {512, 768, 192}, {256, 256, 64}};
 
 double gemm_gflops(const GemmShape& s) {
-  std::vector<float> x(static_cast<size_t>(s.m) * s.k, 0.5f), w(static_cast<size_t>(s.n) * s.k, 0.25f),
-      y(static_cast<size_t>(s.m) * s.n);
+  std::vector<float> x(static_cast<size_t>(s.m) * s.k, 0.5f),
+      w(static_cast<size_t>(s.n) * s.k, 0.25f), y(static_cast<size_t>(s.m) * s.n);
   kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, s.m, s.k, s.n);
   const double flops = 2.0 * s.m * s.n * s.k;
   const int reps = std::max(2, static_cast<int>(3e9 / flops));
   const double t0 = now_seconds();
-  for (int r = 0; r < reps; ++r) kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, s.m, s.k, s.n);
+  for (int r = 0; r < reps; ++r)
+    kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, s.m, s.k, s.n);
   return flops * reps / (now_seconds() - t0) / 1e9;
 }
 
@@ -52,7 +53,8 @@ double copy_GBps() {
 // Average seconds of an all-reduce of `count` floats, the slowest rank's.
 StatusOr<double> allreduce_seconds(comm::Group& g, size_t count, int reps) {
   std::vector<float> buf(count, 1.0f);
-  CANN_RETURN_IF_ERROR(g.allreduce(buf.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait());
+  CANN_RETURN_IF_ERROR(
+      g.allreduce(buf.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait());
   CANN_RETURN_IF_ERROR(g.barrier()->wait());
   const double t0 = now_seconds();
   for (int r = 0; r < reps; ++r)
@@ -88,9 +90,11 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   for (const GemmShape& s : kShapes) gemm.push_back(static_cast<float>(gemm_gflops(s)));
   float copy = static_cast<float>(copy_GBps());
   // Each figure as the slowest device measured it.
-  CANN_RETURN_IF_ERROR(shm->allreduce(gemm.data(), gemm.size(), comm::DataType::kFloat32,
-                                      comm::ReduceOp::kAvg)->wait());
-  CANN_RETURN_IF_ERROR(shm->allreduce(&copy, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)->wait());
+  CANN_RETURN_IF_ERROR(
+      shm->allreduce(gemm.data(), gemm.size(), comm::DataType::kFloat32, comm::ReduceOp::kAvg)
+          ->wait());
+  CANN_RETURN_IF_ERROR(
+      shm->allreduce(&copy, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)->wait());
   const double big = 64.0 * (1 << 20);
   const double bus = P > 1 ? 2.0 * (P - 1) / P : 1.0;
   CANN_ASSIGN_OR_RETURN(double t_big, allreduce_seconds(*shm, static_cast<size_t>(big / 4), 10));
@@ -115,17 +119,19 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M", std::localtime(&now));
   std::string yaml;
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "# Measured by `cann-train bench calibrate` on %s, %s, with %d devices (one process "
-                "and one thread each),\n# all measuring at once. fp32 GEMM GFLOP/s by shape (m n k):",
-                host, date, P);
+  std::snprintf(
+      buf, sizeof(buf),
+      "# Measured by `cann-train bench calibrate` on %s, %s, with %d devices (one process "
+      "and one thread each),\n# all measuring at once. fp32 GEMM GFLOP/s by shape (m n k):",
+      host, date, P);
   yaml += buf;
   for (size_t i = 0; i < gemm.size(); ++i) {
     std::snprintf(buf, sizeof(buf), " %dx%dx%d=%.1f", kShapes[i].m, kShapes[i].n, kShapes[i].k,
                   gemm[i]);
     yaml += buf;
   }
-  yaml += "\n# inter_node is the gloo backend over loopback TCP: this machine has no network link.\n";
+  yaml +=
+      "\n# inter_node is the gloo backend over loopback TCP: this machine has no network link.\n";
   std::snprintf(buf, sizeof(buf),
                 "name: local\nnodes: 1\ndevices_per_node: %d\n"
                 "device: {name: cpu-core, peak_tflops: %.5f, memory_gb: %.2f, "

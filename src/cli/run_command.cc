@@ -102,6 +102,30 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->capture_default_str();
   run->add_flag("--quiet", config->quiet, "Print no progress lines");
 
+  const char* kParallel = "Data parallelism";
+  run->add_option("--strategy", config->strategy,
+                  "Parallel layout: dp=P,zero=0|1,mbs=M,gbs=G (dp = the processes launched; gbs "
+                  "= --batch-size; mbs sets the micro-batch, hence gradient accumulation)")
+      ->group(kParallel);
+  run->add_option("--grad-accum", config->grad_accum,
+                  "Micro-steps per optimizer step (gradients accumulate; only the last one "
+                  "communicates)")
+      ->check(kPositive)
+      ->group(kParallel);
+  run->add_option("--compress", config->compress,
+                  "Gradient compression: none, bf16, onebit (1-bit Adam), topk:RATIO")
+      ->group(kParallel)
+      ->capture_default_str();
+  run->add_option("--onebit-warmup", config->onebit_warmup,
+                  "fp32 steps before 1-bit Adam compresses (default: 15% of --steps)")
+      ->check(kNonNegative)
+      ->group(kParallel);
+  run->add_option("--bucket-size-mb", config->bucket_mb,
+                  "Gradient bucket size in MiB (the first bucket is 1 MiB)")
+      ->check(kPositive)
+      ->group(kParallel)
+      ->capture_default_str();
+
   const char* kLaunch = "Processes";
   run->add_option("--nproc-per-node", launch->nproc_per_node,
                   "Worker processes on this node (data parallel; each gets --threads or "

@@ -75,10 +75,14 @@ int run_search(const SearchFlags& f) {
       "cann-train search: %s (%.4g%s parameters) on %s (%d x %s), global batch %d "
       "sequences (%.3g M tokens)\n",
       in->model.name.c_str(),
-      params >= 1e12 ? params / 1e12 : params >= 1e9 ? params / 1e9 : params / 1e6,
-      params >= 1e12 ? "T" : params >= 1e9 ? "B" : "M", in->cluster.name.c_str(),
-      in->cluster.num_devices(),
-      in->cluster.device.name.c_str(), r->global_batch, tokens / 1e6);
+      params >= 1e12  ? params / 1e12
+      : params >= 1e9 ? params / 1e9
+                      : params / 1e6,
+      params >= 1e12  ? "T"
+      : params >= 1e9 ? "B"
+                      : "M",
+      in->cluster.name.c_str(), in->cluster.num_devices(), in->cluster.device.name.c_str(),
+      r->global_batch, tokens / 1e6);
   std::printf(
       "searched %s strategies: %s priced, %s cut early by the memory bound, in %.3f s "
       "(%s candidates/s); %s feasible, %d on the Pareto front\n\n",

@@ -265,7 +265,10 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   return st;
 }
 
-void Model::backward(float grad_scale) {
+void Model::backward(float grad_scale, const std::function<void(int)>& layer_done) {
+  auto done = [&](int layer) {
+    if (layer_done) layer_done(layer);
+  };
   CANN_CHECK(have_targets_) << "backward() needs a forward() with targets";
   const ModelSpec& s = spec_;
   const int B = B_, T = T_, N = B * T, C = s.hidden_size, V = s.vocab_size, QKV = s.qkv_size();
@@ -286,6 +289,7 @@ void Model::backward(float grad_scale) {
   const float* x_last = s.num_hidden_layers > 0 ? layers_.back().out : encoded_;
   layernorm_backward(d_resid_, G + lnfw_, G + lnfb_, d_ln_, x_last, P + lnfw_, lnf_mean_, lnf_rstd_,
                      N, C);
+  done(s.num_hidden_layers);
 
   // d_resid_ carries the gradient of the residual stream down through the layers.
   for (int l = s.num_hidden_layers - 1; l >= 0; --l) {
@@ -312,8 +316,10 @@ void Model::backward(float grad_scale) {
     layernorm_backward(d_branch_, G + o.ln1w, G + o.ln1b, d_ln_, x_in, P + o.ln1w, a.ln1_mean,
                        a.ln1_rstd, N, C);
     residual_backward(d_resid_, d_branch_, NC);
+    done(l);
   }
   embedding_backward(G + wte_, G + wpe_, d_resid_, inputs_, B, T, C);
+  done(-1);
 }
 
 }  // namespace cann::model

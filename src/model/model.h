@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -52,7 +53,10 @@ class Model {
   // (inference: logits only). Requires B <= max_batch, T <= max_seq, ids < vocab_size.
   ForwardStats forward(const int* inputs, const int* targets, int B, int T);
   // Backward of the last forward (which must have had targets): grads += grad_scale * d(loss).
-  void backward(float grad_scale = 1.0f);
+  // layer_done(l) is called as soon as the gradients of every tensor of layer l (ParamTable's
+  // layer index: num_hidden_layers for the final norm, then the blocks downwards, -1 for the
+  // embeddings last) are final, so their reduction can start while backward goes on.
+  void backward(float grad_scale = 1.0f, const std::function<void(int)>& layer_done = {});
   // (B,T,V) logits of the last forward with targets == null.
   const float* logits() const { return logits_; }
 

@@ -2,6 +2,7 @@
 // split exists only to switch weight decay on and off).
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/adamw.h"
@@ -9,24 +10,34 @@
 
 namespace cann::optim {
 
+void adamw_update_range(const model::ParamTable& table, const AdamWConfig& config, float* params,
+                        float* m, float* v, const float* grads, size_t begin, size_t len, float lr,
+                        int step, float grad_scale) {
+  kernels::AdamWHyper h{};
+  h.lr = lr;
+  h.beta1 = config.beta1;
+  h.beta2 = config.beta2;
+  h.eps = config.eps;
+  h.step = step;
+  h.grad_scale = grad_scale;
+  const size_t end = begin + len;
+  for (const model::TensorInfo& t : table.tensors()) {
+    const size_t a = std::max(begin, t.offset), b = std::min(end, t.offset + t.numel);
+    if (a >= b) continue;
+    h.weight_decay = t.weight_decay ? config.weight_decay : 0.0f;
+    kernels::adamw_update(params + a, m + (a - begin), v + (a - begin), grads + (a - begin), b - a,
+                          h);
+  }
+}
+
 AdamW::AdamW(const model::ParamTable& table, AdamWConfig config)
     : table_(table), config_(config), m_(table.total_floats()), v_(table.total_floats()) {}
 
 double AdamW::step(float* params, const float* grads, float lr) {
   const double norm = std::sqrt(kernels::sum_of_squares(grads, table_.total_floats()));
   ++step_;
-  kernels::AdamWHyper h{};
-  h.lr = lr;
-  h.beta1 = config_.beta1;
-  h.beta2 = config_.beta2;
-  h.eps = config_.eps;
-  h.step = step_;
-  h.grad_scale = kernels::clip_coefficient(norm, config_.grad_clip);
-  for (const model::TensorInfo& t : table_.tensors()) {
-    h.weight_decay = t.weight_decay ? config_.weight_decay : 0.0f;
-    kernels::adamw_update(params + t.offset, m_.data() + t.offset, v_.data() + t.offset,
-                          grads + t.offset, t.numel, h);
-  }
+  adamw_update_range(table_, config_, params, m_.data(), v_.data(), grads, 0, table_.total_floats(),
+                     lr, step_, kernels::clip_coefficient(norm, config_.grad_clip));
   return norm;
 }
 

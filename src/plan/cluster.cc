@@ -1,8 +1,8 @@
 // Cluster spec parsing and validation. Every error names the file and the key and says what to
 // do, as the model spec parser does; unknown keys are errors so a typo cannot silently fall
 // back to a default.
-#include <cstdlib>
 #include "plan/cluster.h"
+#include <cstdlib>
 
 #include <yaml-cpp/yaml.h>
 

@@ -29,6 +29,12 @@ struct TrainConfig {
   int exit_interval = 0;    // stop (after checkpointing) at the first step that is a multiple
   int sample_tokens = 256;  // gpt: bytes generated at the end; 0: none
   bool quiet = false;       // no progress lines (summary and errors only)
+  // Data parallelism (multi-process runs).
+  std::string strategy;  // "dp=P,zero=Z,mbs=M,gbs=G"; empty: dp over all ranks, zero=0
+  int grad_accum = 0;    // micro-steps per optimizer step; 0: from the strategy's mbs, or 1
+  std::string compress = "none";  // none | bf16 | onebit | topk:RATIO
+  int onebit_warmup = -1;         // fp32 steps before 1-bit compression; -1: 15% of the run
+  double bucket_mb = 25.0;        // gradient bucket size after the first (1 MiB) bucket
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

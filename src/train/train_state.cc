@@ -21,7 +21,8 @@ std::string hex64(uint64_t v) {
 }  // namespace
 
 StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_last,
-                                               const model::Model& model, const optim::AdamW& opt,
+                                               const model::Model& model,
+                                               const OptimizerSnapshot& opt,
                                                const ResumeState& state,
                                                const TrainConfig& config) {
   nlohmann::json meta;
@@ -33,14 +34,11 @@ StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_
   meta["param_table"] = table;
   meta["param_floats"] = model.table().total_floats();
   meta["param_fingerprint"] = hex64(model.table().fingerprint());
-  const auto& oc = opt.config();
   meta["optimizer"] = {{"type", "adamw"},
-                       {"step", opt.step_count()},
-                       {"beta1", oc.beta1},
-                       {"beta2", oc.beta2},
-                       {"eps", oc.eps},
-                       {"weight_decay", oc.weight_decay},
-                       {"grad_clip", oc.grad_clip}};
+                       {"step", opt.step},
+                       {"weight_decay", config.weight_decay},
+                       {"grad_clip", config.grad_clip}};
+  meta["optimizer_extra"] = nlohmann::json::parse(opt.extra_meta_json);
   meta["sampler"] = {{"seed", state.sampler.seed}, {"consumed", state.sampler.consumed}};
   meta["rng"] = {hex64(state.rng[0]), hex64(state.rng[1]), hex64(state.rng[2]),
                  hex64(state.rng[3])};
@@ -53,12 +51,22 @@ StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_
   w.meta_json = meta.dump();
   const size_t bytes = model.table().total_floats() * sizeof(float);
   w.sections = {
-      {"params", model.params(), bytes}, {"adam_m", opt.m(), bytes}, {"adam_v", opt.v(), bytes}};
+      {"params", model.params(), bytes}, {"adam_m", opt.m, bytes}, {"adam_v", opt.v, bytes}};
+  for (const auto& extra : opt.extra_sections) w.sections.push_back(extra);
   return ckpt::write_checkpoint(dir, w, keep_last);
 }
 
-Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model,
-                                   optim::AdamW& opt, ResumeState* state) {
+std::string checkpoint_optimizer_extra(const ckpt::LoadedCheckpoint& ck) {
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(ck.meta_json);
+    if (meta.contains("optimizer_extra")) return meta.at("optimizer_extra").dump();
+  } catch (const std::exception&) {
+  }
+  return "{}";
+}
+
+Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model, float* m,
+                                   float* v, int* opt_step, ResumeState* state) {
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(ck.meta_json);
@@ -74,7 +82,7 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
     state->sampler.consumed = meta.at("sampler").at("consumed").get<uint64_t>();
     for (int i = 0; i < 4; ++i)
       state->rng[i] = std::stoull(meta.at("rng").at(i).get<std::string>(), nullptr, 16);
-    opt.set_step_count(meta.at("optimizer").at("step").get<int>());
+    *opt_step = meta.at("optimizer").at("step").get<int>();
   } catch (const std::exception& e) {
     return DataLoss(ck.path + ": checkpoint metadata is incomplete (" + e.what() +
                     "); hint: it was not written by this version of cann-train");
@@ -85,7 +93,7 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
     float* dst;
   };
   for (const Target& t :
-       {Target{"params", model.params()}, Target{"adam_m", opt.m()}, Target{"adam_v", opt.v()}}) {
+       {Target{"params", model.params()}, Target{"adam_m", m}, Target{"adam_v", v}}) {
     const ckpt::Section* s = ck.find(t.name);
     if (s == nullptr) return DataLoss(ck.path + ": checkpoint has no '" + t.name + "' section");
     if (s->data.size() != bytes)

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "core/status.h"
@@ -22,13 +23,28 @@ struct ResumeState {
   std::array<uint64_t, 4> rng{};
 };
 
+// The optimizer as a checkpoint sees it: full (unsharded) AdamW moments in the ParamTable
+// layout, the optimizer's step count, and any further state (error-feedback buffers, ...) as
+// named sections with a JSON object describing them.
+struct OptimizerSnapshot {
+  const float* m = nullptr;
+  const float* v = nullptr;
+  int step = 0;
+  std::vector<ckpt::SectionView> extra_sections;
+  std::string extra_meta_json = "{}";
+};
+
 StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_last,
-                                               const model::Model& model, const optim::AdamW& opt,
+                                               const model::Model& model,
+                                               const OptimizerSnapshot& opt,
                                                const ResumeState& state, const TrainConfig& config);
 
-// Restores model parameters, optimizer moments and step, and fills `state`. Fails with a clear
-// message when the checkpoint's parameter layout differs from `model`'s.
-Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model,
-                                   optim::AdamW& opt, ResumeState* state);
+// Restores model parameters, the moments into m and v (full size), the optimizer step, and
+// fills `state`. Fails with a clear message when the checkpoint's parameter layout differs from
+// `model`'s.
+Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model, float* m,
+                                   float* v, int* opt_step, ResumeState* state);
+// The "optimizer_extra" object saved with the checkpoint ("{}" when absent).
+std::string checkpoint_optimizer_extra(const ckpt::LoadedCheckpoint& ck);
 
 }  // namespace cann::train

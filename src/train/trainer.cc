@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "model/flops.h"
 #include "model/param_table.h"
+#include "plan/strategy.h"
 
 namespace cann::train {
 namespace {
@@ -56,12 +57,13 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     rank_ = env->rank;
     world_size_ = env->world_size;
   }
-  local_batch_ = config_.batch_size / world_size_;
+  CANN_RETURN_IF_ERROR(resolve_layout());
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
   if (spec_.architecture == model::Architecture::kVit)
     return InvalidArgument("model '" + spec_.name +
                            "' is a vit: the trainer runs gpt and bert models, vit specs are for "
-                           "planning; hint: use `cann-train search --model " + spec_.name + "`");
+                           "planning; hint: use `cann-train search --model " +
+                           spec_.name + "`");
   seq_len_ = config_.seq_len > 0 ? config_.seq_len : spec_.seq_length;
   CANN_RETURN_IF_ERROR(check_fits_in_memory());
   CANN_ASSIGN_OR_RETURN(data_, data::load_dataset(config_.data));
@@ -74,11 +76,24 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            "' accepts ids below " + std::to_string(id_limit) +
                            (bert ? " (the last id is [MASK])" : "") +
                            "; hint: pick a model whose vocab_size covers the data");
-  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, local_batch_, seq_len_));
+  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, micro_batch_, seq_len_));
   optim::AdamWConfig oc;
   oc.weight_decay = config_.weight_decay;
   oc.grad_clip = config_.grad_clip;
-  opt_ = std::make_unique<optim::AdamW>(model_->table(), oc);
+  if (world_) {
+    DataParallelConfig dc;
+    dc.zero = zero_stage_;
+    dc.compress = config_.compress;
+    dc.onebit_warmup = config_.onebit_warmup;
+    dc.bucket_mb = config_.bucket_mb;
+    CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, *world_, oc, dc, config_.steps));
+  } else {
+    if (config_.compress != "none" || zero_stage_ != 0)
+      return InvalidArgument(std::string(config_.compress != "none" ? "--compress" : "zero>0") +
+                             " needs several data-parallel processes; hint: add "
+                             "--nproc-per-node 2 or more");
+    opt_ = std::make_unique<optim::AdamW>(model_->table(), oc);
+  }
   CANN_ASSIGN_OR_RETURN(data::Sampler sampler,
                         data::Sampler::create(data_.train.size(), seq_len_, config_.seed));
   sampler_ = std::make_unique<data::Sampler>(std::move(sampler));
@@ -90,9 +105,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   schedule_ =
       optim::LrSchedule{config_.lr, config_.resolved_warmup(), config_.steps, config_.min_lr_ratio};
   rng_.reseed(config_.seed ^ 0x5eedf00dULL);
-  inputs_.resize(static_cast<size_t>(local_batch_) * seq_len_);
+  inputs_.resize(static_cast<size_t>(micro_batch_) * seq_len_);
   targets_.resize(inputs_.size());
-  sample_ids_.resize(local_batch_);
+  sample_ids_.resize(micro_batch_);
 
   model_->init_params(config_.seed);
   if (config_.resume) {
@@ -101,7 +116,14 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     auto ck = ckpt::read_latest_checkpoint(config_.checkpoint_dir);
     if (ck.ok()) {
       ResumeState st;
-      CANN_RETURN_IF_ERROR(restore_training_checkpoint(*ck, *model_, *opt_, &st));
+      if (dp_) {
+        CANN_RETURN_IF_ERROR(dp_->restore(*ck, &st));
+      } else {
+        int opt_step = 0;
+        CANN_RETURN_IF_ERROR(
+            restore_training_checkpoint(*ck, *model_, opt_->m(), opt_->v(), &opt_step, &st));
+        opt_->set_step_count(opt_step);
+      }
       sampler_->restore(st.sampler);
       rng_.set_state(st.rng);
       start_step_ = st.step;
@@ -125,18 +147,75 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   return OkStatus();
 }
 
+// The parallel layout of this run from --batch-size, --grad-accum, --strategy and the world
+// size: local_batch_ sequences per rank and step, in accum_steps_ micro-steps of micro_batch_.
+Status Trainer::resolve_layout() {
+  if (config_.compress != "none" && config_.compress != "bf16" && config_.compress != "onebit")
+    CANN_RETURN_IF_ERROR(parse_topk_ratio(config_.compress).status());
+  int gbs = config_.batch_size, mbs = 0;
+  if (!config_.strategy.empty()) {
+    CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(config_.strategy));
+    if (st.tp != 1 || st.pp != 1 || st.ep != 1 || st.cp != 1 || st.sp || st.vpp != 1 ||
+        st.recompute != plan::Recompute::kNone)
+      return InvalidArgument("--strategy " + config_.strategy +
+                             ": `run` trains data-parallel layouts (dp, zero, mbs, gbs); tensor, "
+                             "pipeline, expert and context parallelism, sequence parallelism, "
+                             "recomputation and vpp are planner-only in this build");
+    if (st.dp != 0 && st.dp != world_size_)
+      return InvalidArgument("--strategy dp=" + std::to_string(st.dp) + " but " +
+                             std::to_string(world_size_) +
+                             " processes were started; hint: launch with --nproc-per-node " +
+                             std::to_string(st.dp) + " (times --nnodes)");
+    if (st.gbs != 0) gbs = st.gbs;
+    mbs = st.mbs;
+    zero_stage_ = st.zero;
+  }
+  if (gbs % world_size_ != 0)
+    return InvalidArgument("global batch " + std::to_string(gbs) + " does not divide over " +
+                           std::to_string(world_size_) +
+                           " ranks; hint: use a multiple of the world size");
+  config_.batch_size = gbs;
+  local_batch_ = gbs / world_size_;
+  accum_steps_ = config_.grad_accum > 0 ? config_.grad_accum : 1;
+  if (config_.grad_accum == 0 && mbs > 0) {
+    if (local_batch_ % mbs != 0)
+      return InvalidArgument("--strategy mbs=" + std::to_string(mbs) + " does not divide the " +
+                             std::to_string(local_batch_) + " sequences each rank takes per step");
+    accum_steps_ = local_batch_ / mbs;
+  }
+  if (local_batch_ % accum_steps_ != 0)
+    return InvalidArgument("--grad-accum " + std::to_string(accum_steps_) +
+                           " does not divide the " + std::to_string(local_batch_) +
+                           " sequences each rank takes per step; hint: pick a divisor");
+  micro_batch_ = local_batch_ / accum_steps_;
+  if (mbs > 0 && micro_batch_ != mbs)
+    return InvalidArgument("--grad-accum " + std::to_string(accum_steps_) +
+                           " gives micro-batches of " + std::to_string(micro_batch_) +
+                           ", but --strategy says mbs=" + std::to_string(mbs));
+  return OkStatus();
+}
+
+StatusOr<OptimizerSnapshot> Trainer::optimizer_snapshot() {
+  if (dp_) return dp_->snapshot();
+  OptimizerSnapshot s;
+  s.m = opt_->m();
+  s.v = opt_->v();
+  s.step = opt_->step_count();
+  return s;
+}
+
 // Parameters, gradients and two AdamW moments (4 fp32 copies) plus the activation arena must fit
 // in the memory this machine has free; the arena is sized the way Model lays it out.
 Status Trainer::check_fits_in_memory() const {
   const double params = static_cast<double>(model::build_param_table(spec_).total_floats());
-  const double N = static_cast<double>(local_batch_) * seq_len_;
+  const double N = static_cast<double>(micro_batch_) * seq_len_;
   const double C = spec_.hidden_size, L = spec_.num_hidden_layers;
   const double ffn = spec_.is_moe() ? 2.0 * spec_.num_experts_per_tok * spec_.capacity_factor *
                                           spec_.moe_intermediate_size
                                     : 2.0 * spec_.intermediate_size;
-  const double per_layer = N * (8 * C + spec_.qkv_size() + ffn) +
-                           static_cast<double>(local_batch_) * spec_.num_attention_heads *
-                               seq_len_ * seq_len_;
+  const double per_layer =
+      N * (8 * C + spec_.qkv_size() + ffn) +
+      static_cast<double>(micro_batch_) * spec_.num_attention_heads * seq_len_ * seq_len_;
   const double need = 4.0 * (4.0 * params + L * per_layer + 2.0 * N * spec_.vocab_size);
   long long avail_kb = 0;
   std::FILE* f = std::fopen("/proc/meminfo", "r");
@@ -149,11 +228,12 @@ Status Trainer::check_fits_in_memory() const {
   const double avail = static_cast<double>(avail_kb) * 1024.0;
   if (avail > 0 && need > avail) {
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "needs about %.1f GB (parameters, gradients, AdamW state "
+    std::snprintf(buf, sizeof(buf),
+                  "needs about %.1f GB (parameters, gradients, AdamW state "
                   "and activations) but this machine has %.1f GB available",
                   need / 1e9, avail / 1e9);
-    return InvalidArgument("model '" + spec_.name + "' with batch " +
-                           std::to_string(local_batch_) + " x " + std::to_string(seq_len_) +
+    return InvalidArgument("model '" + spec_.name + "' with micro-batch " +
+                           std::to_string(micro_batch_) + " x " + std::to_string(seq_len_) +
                            " per process " + buf +
                            "; hint: lower --batch-size or --seq-len, pick a smaller model, or "
                            "plan a split with `cann-train search`");
@@ -162,9 +242,9 @@ Status Trainer::check_fits_in_memory() const {
 }
 
 void Trainer::next_batch() {
-  sampler_->next_batch(data_.train, local_batch_, inputs_.data(), targets_.data(), rank_,
+  sampler_->next_batch(data_.train, micro_batch_, inputs_.data(), targets_.data(), rank_,
                        world_size_, sample_ids_.data());
-  mask_batch(inputs_.data(), targets_.data(), sample_ids_.data(), local_batch_);
+  mask_batch(inputs_.data(), targets_.data(), sample_ids_.data(), micro_batch_);
 }
 
 // BERT's masks come from an RNG keyed on (seed, global sample index), so a sample is masked the
@@ -194,37 +274,43 @@ Status Trainer::average_over_ranks(float* values, size_t count, const char* what
 // windows, and for BERT the same masks, every time, so evaluations are comparable). Ranks split
 // the windows the way the sampler splits training samples and average at the end.
 StatusOr<double> Trainer::evaluate() {
-  const int B = local_batch_, T = seq_len_;
+  const int B = micro_batch_, T = seq_len_;
   const size_t windows = (data_.val.size() - 1) / T;
   std::vector<int> in(inputs_.size()), tg(targets_.size());
   std::vector<uint64_t> ids(B);
   float sum = 0.0f;
   for (int b = 0; b < config_.eval_batches; ++b) {
-    for (int i = 0; i < B; ++i) {
-      const uint64_t sample = static_cast<uint64_t>(b) * config_.batch_size + rank_ +
-                              static_cast<uint64_t>(i) * world_size_;
-      const size_t w = sample % windows;
-      ids[i] = ~sample;  // a key space apart from the training samples'
-      std::memcpy(&in[static_cast<size_t>(i) * T], &data_.val[w * T], sizeof(int) * T);
-      std::memcpy(&tg[static_cast<size_t>(i) * T], &data_.val[w * T + 1], sizeof(int) * T);
+    for (int k = 0; k < accum_steps_; ++k) {
+      for (int i = 0; i < B; ++i) {
+        const uint64_t sample = static_cast<uint64_t>(b) * config_.batch_size + rank_ +
+                                static_cast<uint64_t>(k * B + i) * world_size_;
+        const size_t w = sample % windows;
+        ids[i] = ~sample;  // a key space apart from the training samples'
+        std::memcpy(&in[static_cast<size_t>(i) * T], &data_.val[w * T], sizeof(int) * T);
+        std::memcpy(&tg[static_cast<size_t>(i) * T], &data_.val[w * T + 1], sizeof(int) * T);
+      }
+      mask_batch(in.data(), tg.data(), ids.data(), B);
+      sum += static_cast<float>(model_->forward(in.data(), tg.data(), B, T).lm_loss);
     }
-    mask_batch(in.data(), tg.data(), ids.data(), B);
-    sum += static_cast<float>(model_->forward(in.data(), tg.data(), B, T).lm_loss);
   }
-  sum /= config_.eval_batches;
+  sum /= static_cast<float>(config_.eval_batches * accum_steps_);
   CANN_RETURN_IF_ERROR(average_over_ranks(&sum, 1, "val_loss"));
   return static_cast<double>(sum);
 }
 
+// A collective under data parallelism (sharded or per-rank optimizer state is gathered first);
+// rank 0 writes.
 Status Trainer::save_checkpoint(int step) {
   ResumeState st;
   st.step = step;
   st.sampler = sampler_->state();
   st.rng = rng_.state();
   Stopwatch sw;
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  if (!leader()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(std::string path,
                         save_training_checkpoint(config_.checkpoint_dir, config_.keep_checkpoints,
-                                                 *model_, *opt_, st, config_));
+                                                 *model_, snap, st, config_));
   char buf[64];
   std::snprintf(buf, sizeof(buf), " (%.2f s)", sw.elapsed());
   progress_.line("checkpoint saved: " + path + buf);
@@ -277,7 +363,7 @@ Status Trainer::write_log_line(const std::string& line) {
 }
 
 Status Trainer::run(RunSummary* summary) {
-  const int B = local_batch_, T = seq_len_;
+  const int B = micro_batch_, T = seq_len_;
   const bool show = leader() && !config_.quiet;
   const double flops_per_token = model::train_flops_per_token(spec_, T);
   const double params = static_cast<double>(model_->table().num_parameters());
@@ -297,6 +383,21 @@ Status Trainer::run(RunSummary* summary) {
   if (show) {
     progress_.line(header);
     progress_.line("data " + data_.description);
+    const double mb = 1.0 / (1 << 20);
+    const double weights = static_cast<double>(model_->num_floats()) * sizeof(float);
+    const double optimizer = dp_ ? static_cast<double>(dp_->optimizer_state_bytes()) : 2 * weights;
+    const double acts = static_cast<double>(model_->activation_bytes());
+    char mem[256];
+    std::snprintf(mem, sizeof(mem),
+                  "memory per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f "
+                  "MiB, activations %.1f MiB, total %.1f MiB",
+                  weights * mb, weights * mb, optimizer * mb, acts * mb,
+                  (2 * weights + optimizer + acts) * mb);
+    progress_.line(mem);
+    if (dp_)
+      progress_.line("data parallel: " + std::to_string(world_size_) + " ranks, " +
+                     std::to_string(accum_steps_) + " micro-step" + (accum_steps_ == 1 ? "" : "s") +
+                     " of " + std::to_string(micro_batch_) + " per rank, " + dp_->describe());
   }
 
   g_stop_signal = 0;
@@ -316,20 +417,33 @@ Status Trainer::run(RunSummary* summary) {
   int timed_steps = 0;
   for (int step = start_step_; step < config_.steps; ++step) {
     const double t0 = now_seconds();
-    next_batch();
     model_->zero_grads();
-    model::ForwardStats st = model_->forward(inputs_.data(), targets_.data(), B, T);
-    if (!std::isfinite(st.loss))
-      return FailedPrecondition("loss is " + std::to_string(st.loss) + " at step " +
-                                std::to_string(step + 1) + " on rank " + std::to_string(rank_) +
-                                "; hint: lower --lr or --grad-clip");
-    model_->backward(1.0f);
-    // Data parallel: average gradients (each rank's loss is a mean over its share of the
-    // global batch), the losses for the log, and the stop request (any rank's signal stops all
-    // at the same step, so no rank waits in a collective the others never issue).
+    // Micro-steps: each rank's share of the global batch in accum_steps_ forward/backward
+    // passes whose gradients accumulate; only the last one's backward communicates.
+    model::ForwardStats st;
+    parallel::StepComm comm_stats;
+    const float grad_scale = 1.0f / static_cast<float>(accum_steps_);
+    for (int k = 0; k < accum_steps_; ++k) {
+      next_batch();
+      const model::ForwardStats micro = model_->forward(inputs_.data(), targets_.data(), B, T);
+      if (!std::isfinite(micro.loss))
+        return FailedPrecondition("loss is " + std::to_string(micro.loss) + " at step " +
+                                  std::to_string(step + 1) + " on rank " + std::to_string(rank_) +
+                                  "; hint: lower --lr or --grad-clip");
+      st.loss += micro.loss / accum_steps_;
+      st.lm_loss += micro.lm_loss / accum_steps_;
+      st.aux_loss += micro.aux_loss / accum_steps_;
+      if (dp_ && k == accum_steps_ - 1) {
+        Status s = dp_->backward_and_reduce(grad_scale, &comm_stats);
+        if (!s.ok()) return Status(s.code(), "rank " + std::to_string(rank_) + ": " + s.message());
+      } else {
+        model_->backward(grad_scale);
+      }
+    }
+    // The losses for the log and the stop request are agreed by all ranks (any rank's signal
+    // stops all at the same step, so no rank waits in a collective the others never issue).
     bool stop_requested = g_stop_signal != 0;
     if (world_) {
-      CANN_RETURN_IF_ERROR(average_over_ranks(model_->grads(), model_->num_floats(), "grads"));
       float scalars[4] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
                           static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f};
       CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 4, "step_scalars"));
@@ -339,7 +453,12 @@ Status Trainer::run(RunSummary* summary) {
       stop_requested = scalars[3] > 0.0f;
     }
     const float lr = schedule_.at(step);
-    const double norm = opt_->step(model_->params(), model_->grads(), lr);
+    double norm = 0.0;
+    if (dp_) {
+      CANN_ASSIGN_OR_RETURN(norm, dp_->step(lr));
+    } else {
+      norm = opt_->step(model_->params(), model_->grads(), lr);
+    }
     const double dt = now_seconds() - t0;
     // The first step pays for page faults and BLAS warm-up: keep it out of the ETA.
     if (step > start_step_) {
@@ -374,6 +493,11 @@ Status Trainer::run(RunSummary* summary) {
         .add("tokens_per_s", r.tokens_per_s)
         .add("tokens", static_cast<int64_t>(tokens))
         .add("gflops", r.gflops);
+    if (dp_) {
+      line.add("comm_time_s", comm_stats.comm_time_s)
+          .add("comm_exposed_s", comm_stats.comm_exposed_s)
+          .add("comm_bytes", static_cast<int64_t>(comm_stats.comm_bytes));
+    }
     if (spec_.is_moe()) {
       line.add("lm_loss", st.lm_loss).add("aux_loss", st.aux_loss);
       line.add("dropped_assignments", static_cast<int64_t>(model_->dropped_assignments()));
@@ -392,7 +516,7 @@ Status Trainer::run(RunSummary* summary) {
     }
     CANN_RETURN_IF_ERROR(write_log_line(line.str()));
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
-    if (!config_.checkpoint_dir.empty() && leader() && (periodic || last || stop_now))
+    if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
       CANN_RETURN_IF_ERROR(save_checkpoint(done));
     if (stop_now) {
       summary->interrupted = stop_requested;

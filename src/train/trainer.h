@@ -26,6 +26,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "train/config.h"
+#include "train/data_parallel.h"
 #include "train/distributed.h"
 #include "train/progress.h"
 #include "train/train_state.h"
@@ -59,6 +60,8 @@ class Trainer {
   Status average_over_ranks(float* values, size_t count, const char* what);
   bool leader() const { return rank_ == 0; }
   Status check_fits_in_memory() const;
+  Status resolve_layout();
+  StatusOr<OptimizerSnapshot> optimizer_snapshot();
   void next_batch();
   StatusOr<double> evaluate();
   Status save_checkpoint(int step);
@@ -69,12 +72,16 @@ class Trainer {
   model::ModelSpec spec_;
   data::Dataset data_;
   std::unique_ptr<model::Model> model_;
-  std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<optim::AdamW> opt_;       // one process
+  std::unique_ptr<DataParallelEngine> dp_;  // several
   std::unique_ptr<data::Sampler> sampler_;
   optim::LrSchedule schedule_;
   Rng rng_;
   int seq_len_ = 0;
-  int local_batch_ = 0;
+  int local_batch_ = 0;  // sequences per rank per optimizer step
+  int micro_batch_ = 0;  // sequences per rank per forward/backward
+  int accum_steps_ = 1;  // micro-steps per optimizer step
+  int zero_stage_ = 0;
   int start_step_ = 0;
   std::vector<int> inputs_, targets_;
   std::vector<uint64_t> sample_ids_;

@@ -1,0 +1,80 @@
+// GradReducer: overlaps the data-parallel gradient reduction with backward.
+//
+// Backward reports each layer as its gradients become final (Model::backward's layer_done). A
+// bucket whose layers are all done is handed, in bucket order (the same on every rank, so the
+// collectives match), to the reducer's communication thread, which runs the step's
+// BucketReduction on it while the main thread keeps computing the layers below. finish() is
+// called before the optimizer: it hands over any bucket not yet started and waits for all.
+//
+// Per step it measures: comm_time_s, the time the communication thread spent reducing;
+// comm_exposed_s, the time finish() waited (communication that did not hide behind backward);
+// comm_bytes, payload bytes this rank sent (the group's counters).
+//
+// Threads: begin_step, layer_done and finish on the training thread; reductions on the
+// reducer's own thread. mutex_ guards the queue and the per-step results.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/group.h"
+#include "core/status.h"
+#include "parallel/buckets.h"
+
+namespace cann::parallel {
+
+// One way of reducing a bucket; runs on the reducer's thread, one bucket at a time, in bucket
+// order. `grads` is the flat gradient buffer.
+class BucketReduction {
+ public:
+  virtual ~BucketReduction() = default;
+  virtual Status reduce(const Bucket& bucket, size_t index, float* grads) = 0;
+};
+
+struct StepComm {
+  double comm_time_s = 0.0;
+  double comm_exposed_s = 0.0;
+  uint64_t comm_bytes = 0;
+};
+
+class GradReducer {
+ public:
+  GradReducer(std::vector<Bucket> buckets, comm::Group& group);
+  ~GradReducer();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+  // Arms the reducer for one backward whose gradients go to `grads`, reduced by `reduction`.
+  void begin_step(float* grads, BucketReduction* reduction);
+  // Backward finished layer `layer`: launch every bucket that became ready, in order.
+  void layer_done(int layer);
+  // Launches what is left, waits for every bucket, returns the first error.
+  Status finish(StepComm* stats);
+
+ private:
+  void launch_ready();
+  void thread_main();
+
+  const std::vector<Bucket> buckets_;
+  comm::Group& group_;
+  // Training-thread state of the current step.
+  std::vector<int> pending_layers_;  // per bucket: layers not yet done
+  size_t next_launch_ = 0;
+  float* grads_ = nullptr;
+  BucketReduction* reduction_ = nullptr;
+  uint64_t bytes_before_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<size_t> queue_;  // buckets handed over, not yet reduced
+  size_t completed_ = 0;
+  double busy_s_ = 0.0;
+  Status error_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cann::parallel

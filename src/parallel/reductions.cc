@@ -1,0 +1,93 @@
+// Bucket reductions.
+#include "parallel/reductions.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace cann::parallel {
+
+Status FullReduction::reduce(const Bucket& bucket, size_t, float* grads) {
+  float* g = grads + bucket.begin;
+  const size_t n = bucket.size();
+  comm::Options opts;
+  opts.tag = "grad_bucket";
+  if (!bf16_)
+    return group_.allreduce(g, n, comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)
+        ->wait(opts.timeout);
+  wire_.resize(n);
+  for (size_t i = 0; i < n; ++i) wire_[i] = comm::float_to_bf16(g[i]);
+  CANN_RETURN_IF_ERROR(
+      group_.allreduce(wire_.data(), n, comm::DataType::kBFloat16, comm::ReduceOp::kAvg, opts)
+          ->wait(opts.timeout));
+  for (size_t i = 0; i < n; ++i) g[i] = comm::bf16_to_float(wire_[i]);
+  return OkStatus();
+}
+
+TopKReduction::TopKReduction(comm::Group& group, const std::vector<Bucket>& buckets, double ratio)
+    : buckets_(buckets) {
+  for (const Bucket& b : buckets)
+    per_bucket_.push_back(std::make_unique<comm::TopKAllreduce>(group, b.size(), ratio));
+}
+
+Status TopKReduction::reduce(const Bucket& bucket, size_t index, float* grads) {
+  comm::Options opts;
+  opts.tag = "grad_bucket_topk";
+  return per_bucket_[index]->run(grads + bucket.begin, opts);
+}
+
+void TopKReduction::export_error(float* flat) const {
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    std::copy(per_bucket_[i]->error().begin(), per_bucket_[i]->error().end(),
+              flat + buckets_[i].begin);
+}
+
+void TopKReduction::import_error(const float* flat) {
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    std::copy(flat + buckets_[i].begin, flat + buckets_[i].end, per_bucket_[i]->error().begin());
+}
+
+OneBitMomentum::OneBitMomentum(comm::Group& group, const std::vector<Bucket>& buckets, float* m,
+                               float beta1)
+    : buckets_(buckets), m_(m), beta1_(beta1) {
+  for (const Bucket& b : buckets)
+    per_bucket_.push_back(std::make_unique<comm::OneBitAllreduce>(group, b.size()));
+}
+
+// m = beta1 m + (1 - beta1) g with the local gradient, then the average over ranks through
+// the 1-bit all-reduce: Tang et al. 2021, Algorithm 1, lines 7-9.
+Status OneBitMomentum::reduce(const Bucket& bucket, size_t index, float* grads) {
+  float* m = m_ + bucket.begin;
+  const float* g = grads + bucket.begin;
+  const size_t n = bucket.size();
+  for (size_t i = 0; i < n; ++i) m[i] = beta1_ * m[i] + (1.0f - beta1_) * g[i];
+  comm::Options opts;
+  opts.tag = "momentum_onebit";
+  return per_bucket_[index]->run(m, opts);
+}
+
+size_t OneBitMomentum::server_error_floats() const {
+  size_t n = 0;
+  for (const auto& b : per_bucket_) n += b->server_error().size();
+  return n;
+}
+
+void OneBitMomentum::export_errors(float* worker_flat, float* server) const {
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const auto& w = per_bucket_[i]->worker_error();
+    std::copy(w.begin(), w.end(), worker_flat + buckets_[i].begin);
+    const auto& s = per_bucket_[i]->server_error();
+    server = std::copy(s.begin(), s.end(), server);
+  }
+}
+
+void OneBitMomentum::import_errors(const float* worker_flat, const float* server) {
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    auto& w = per_bucket_[i]->worker_error();
+    std::copy(worker_flat + buckets_[i].begin, worker_flat + buckets_[i].end, w.begin());
+    auto& s = per_bucket_[i]->server_error();
+    std::copy(server, server + s.size(), s.begin());
+    server += s.size();
+  }
+}
+
+}  // namespace cann::parallel

@@ -1,0 +1,64 @@
+// The ways a gradient bucket is reduced over the data-parallel group (each a BucketReduction
+// run on the reducer's thread):
+//   FullReduction       fp32 all-reduce (average), or bf16 on the wire (--compress bf16):
+//                       converted, all-reduced with fp32 accumulation, converted back;
+//   TopKReduction       top-k sparsification with error feedback (--compress topk:R);
+//   OneBitMomentum      1-bit Adam's compression stage: the bucket's momentum is updated with
+//                       the local gradient, then averaged through the 1-bit all-reduce with
+//                       error feedback on worker and server side (--compress onebit).
+// Error buffers are exported and imported as flat (one value per parameter) arrays so
+// checkpoints store them in the ParamTable layout.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/compressed_allreduce.h"
+#include "comm/group.h"
+#include "parallel/reducer.h"
+
+namespace cann::parallel {
+
+class FullReduction : public BucketReduction {
+ public:
+  FullReduction(comm::Group& group, bool bf16) : group_(group), bf16_(bf16) {}
+  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+
+ private:
+  comm::Group& group_;
+  bool bf16_;
+  std::vector<uint16_t> wire_;  // bf16 staging, reused
+};
+
+class TopKReduction : public BucketReduction {
+ public:
+  TopKReduction(comm::Group& group, const std::vector<Bucket>& buckets, double ratio);
+  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+  // Error-feedback state in the flat layout (total floats of the buffer).
+  void export_error(float* flat) const;
+  void import_error(const float* flat);
+
+ private:
+  std::vector<Bucket> buckets_;
+  std::vector<std::unique_ptr<comm::TopKAllreduce>> per_bucket_;
+};
+
+class OneBitMomentum : public BucketReduction {
+ public:
+  // m is the optimizer's flat momentum buffer; beta1 its decay.
+  OneBitMomentum(comm::Group& group, const std::vector<Bucket>& buckets, float* m, float beta1);
+  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+  // Worker-side errors in the flat layout; server-side errors concatenated bucket by bucket
+  // (server_error_floats() of them).
+  void export_errors(float* worker_flat, float* server) const;
+  void import_errors(const float* worker_flat, const float* server);
+  size_t server_error_floats() const;
+
+ private:
+  std::vector<Bucket> buckets_;
+  float* m_;
+  float beta1_;
+  std::vector<std::unique_ptr<comm::OneBitAllreduce>> per_bucket_;
+};
+
+}  // namespace cann::parallel

@@ -1,0 +1,128 @@
+// ZeRO stage 1: shard layout, reduce-scatter reduction, sharded AdamW, parameter all-gather.
+#include "parallel/zero.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/grad_norm.h"
+
+namespace cann::parallel {
+
+std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int rank, int world) {
+  std::vector<ShardPiece> pieces;
+  size_t offset = 0;
+  for (const Bucket& b : buckets) {
+    ShardPiece p;
+    p.padded = (b.size() + world - 1) / world;
+    p.flat_begin = std::min(b.end, b.begin + static_cast<size_t>(rank) * p.padded);
+    p.len = std::min(b.end, p.flat_begin + p.padded) - p.flat_begin;
+    p.shard_offset = offset;
+    offset += p.padded;
+    pieces.push_back(p);
+  }
+  return pieces;
+}
+
+// Runs on the reducer's thread: the bucket, zero-padded to P pieces, reduce-scattered (average)
+// into this rank's gradient shard.
+class ZeroOptimizer::ShardReduction : public BucketReduction {
+ public:
+  ShardReduction(ZeroOptimizer& z) : z_(z) {}
+  Status reduce(const Bucket& bucket, size_t index, float* grads) override {
+    const ShardPiece& p = z_.pieces_[index];
+    const size_t P = static_cast<size_t>(z_.group_.size());
+    padded_.assign(P * p.padded, 0.0f);
+    std::memcpy(padded_.data(), grads + bucket.begin, bucket.size() * sizeof(float));
+    comm::Options opts;
+    opts.tag = "grad_bucket_reduce_scatter";
+    return z_.group_
+        .reduce_scatter(z_.grad_shard_.data() + p.shard_offset, padded_.data(), p.padded,
+                        comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)
+        ->wait(opts.timeout);
+  }
+
+ private:
+  ZeroOptimizer& z_;
+  std::vector<float> padded_;  // reducer thread only
+};
+
+ZeroOptimizer::ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config,
+                             comm::Group& group, const std::vector<Bucket>& buckets)
+    : table_(table), config_(config), group_(group), buckets_(buckets) {
+  pieces_ = shard_pieces(buckets_, group.rank(), group.size());
+  for (const ShardPiece& p : pieces_) shard_floats_ += p.padded;
+  grad_shard_.resize(shard_floats_);
+  m_.resize(shard_floats_);
+  v_.resize(shard_floats_);
+  reduction_ = std::make_unique<ShardReduction>(*this);
+}
+
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+BucketReduction* ZeroOptimizer::reduction() {
+  return reduction_.get();
+}
+
+StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
+  // Padding entries of the shard are zero (the padded copies were), so they add nothing. The
+  // partial sums travel as the bit patterns of doubles (an int64 all-gather moves bytes
+  // unchanged) and are added in rank order, so every rank gets the same norm.
+  const double sq = kernels::sum_of_squares(grad_shard_.data(), shard_floats_);
+  const size_t P = static_cast<size_t>(group_.size());
+  std::vector<double> all(P);
+  CANN_RETURN_IF_ERROR(group_.allgather(all.data(), &sq, 1, comm::DataType::kInt64)->wait());
+  double total = 0.0;
+  for (double v : all) total += v;
+  const double norm = std::sqrt(total);
+  ++step_;
+  const float scale = kernels::clip_coefficient(norm, config_.grad_clip);
+  for (const ShardPiece& p : pieces_) {
+    if (p.len == 0) continue;
+    optim::adamw_update_range(table_, config_, params, m_.data() + p.shard_offset,
+                              v_.data() + p.shard_offset, grad_shard_.data() + p.shard_offset,
+                              p.flat_begin, p.len, lr, step_, scale);
+  }
+  // All-gather the updated pieces back into every rank's parameters, bucket by bucket.
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const ShardPiece& p = pieces_[i];
+    const Bucket& b = buckets_[i];
+    std::vector<float> mine(p.padded, 0.0f);
+    std::memcpy(mine.data(), params + p.flat_begin, p.len * sizeof(float));
+    staging_.resize(P * p.padded);
+    CANN_RETURN_IF_ERROR(
+        group_.allgather(staging_.data(), mine.data(), p.padded, comm::DataType::kFloat32)->wait());
+    std::memcpy(params + b.begin, staging_.data(), b.size() * sizeof(float));
+  }
+  return norm;
+}
+
+Status ZeroOptimizer::gather_pieces(float* full, const float* shard) {
+  const size_t P = static_cast<size_t>(group_.size());
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const ShardPiece& p = pieces_[i];
+    staging_.resize(P * p.padded);
+    CANN_RETURN_IF_ERROR(
+        group_
+            .allgather(staging_.data(), shard + p.shard_offset, p.padded, comm::DataType::kFloat32)
+            ->wait());
+    std::memcpy(full + buckets_[i].begin, staging_.data(), buckets_[i].size() * sizeof(float));
+  }
+  return OkStatus();
+}
+
+Status ZeroOptimizer::gather_state(float* m_full, float* v_full) {
+  CANN_RETURN_IF_ERROR(gather_pieces(m_full, m_.data()));
+  return gather_pieces(v_full, v_.data());
+}
+
+void ZeroOptimizer::scatter_state(const float* m_full, const float* v_full) {
+  m_.zero();
+  v_.zero();
+  for (const ShardPiece& p : pieces_) {
+    std::memcpy(m_.data() + p.shard_offset, m_full + p.flat_begin, p.len * sizeof(float));
+    std::memcpy(v_.data() + p.shard_offset, v_full + p.flat_begin, p.len * sizeof(float));
+  }
+}
+
+}  // namespace cann::parallel

@@ -1,0 +1,72 @@
+// ZeRO stage 1 (Rajbhandari et al. 2020): the AdamW state is sharded over the data-parallel
+// ranks. Each gradient bucket is reduce-scattered instead of all-reduced, so rank r receives
+// the averaged gradient of the r-th piece of every bucket; rank r updates those pieces (its
+// shard of the parameters, with its shard of m and v), and the pieces are all-gathered back
+// into every rank's full parameter buffer.
+//
+// Pieces. Bucket [b, e) of n floats is cut into P pieces of c = ceil(n/P): piece r is
+// [b + r*c, min(e, b + (r+1)*c)). Example: a bucket [100, 110) over P = 3 ranks has c = 4 and
+// pieces [100,104), [104,108), [108,110); the reduce-scatter runs on a copy padded to 12.
+// A rank's shard is its piece of every bucket, stored bucket after bucket, c floats each.
+//
+// Memory per rank: parameters and gradients in full (4N + 4N bytes), AdamW moments for N/P
+// parameters (8N/P bytes), plus one bucket of staging.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/group.h"
+#include "core/aligned_buffer.h"
+#include "model/param_table.h"
+#include "optim/adamw.h"
+#include "parallel/reducer.h"
+
+namespace cann::parallel {
+
+struct ShardPiece {
+  size_t flat_begin = 0;    // first parameter of this rank's piece
+  size_t len = 0;           // parameters in the piece (may be 0 for the last ranks)
+  size_t padded = 0;        // c: the piece size every rank uses for this bucket
+  size_t shard_offset = 0;  // where the piece starts in the rank's shard buffers
+};
+
+std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int rank, int world);
+
+class ZeroOptimizer {
+ public:
+  ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config, comm::Group& group,
+                const std::vector<Bucket>& buckets);
+  ~ZeroOptimizer();
+
+  // The reduction to give the GradReducer: reduce-scatter into this rank's gradient shard.
+  BucketReduction* reduction();
+  // Clips by the global norm (one all-reduce of the shards' squared norms), updates this rank's
+  // pieces and all-gathers the parameters. Returns the global gradient norm before clipping.
+  StatusOr<double> step(float* params, float lr);
+
+  int step_count() const { return step_; }
+  void set_step_count(int s) { step_ = s; }
+  // Full (unsharded) moments on every rank, for checkpoints; a collective.
+  Status gather_state(float* m_full, float* v_full);
+  // Takes this rank's pieces of full moments (loading a checkpoint, any world size).
+  void scatter_state(const float* m_full, const float* v_full);
+  size_t shard_floats() const { return shard_floats_; }
+
+ private:
+  class ShardReduction;
+  Status gather_pieces(float* full, const float* shard);
+
+  const model::ParamTable& table_;
+  const optim::AdamWConfig config_;
+  comm::Group& group_;
+  const std::vector<Bucket> buckets_;
+  std::vector<ShardPiece> pieces_;
+  size_t shard_floats_ = 0;
+  AlignedBuffer<float> grad_shard_, m_, v_;
+  std::vector<float> staging_;  // one padded bucket (P * c), training thread only
+  std::unique_ptr<ShardReduction> reduction_;
+  int step_ = 0;
+};
+
+}  // namespace cann::parallel

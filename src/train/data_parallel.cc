@@ -1,0 +1,208 @@
+// Data-parallel optimizer plumbing.
+#include "train/data_parallel.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/log.h"
+#include "parallel/buckets.h"
+#include "parallel/onebit_adam.h"
+#include "parallel/reductions.h"
+#include "parallel/zero.h"
+
+namespace cann::train {
+
+StatusOr<double> parse_topk_ratio(const std::string& compress) {
+  const std::string prefix = "topk:";
+  if (compress.rfind(prefix, 0) != 0)
+    return InvalidArgument("--compress '" + compress +
+                           "': expected none, bf16, onebit or topk:RATIO");
+  char* end = nullptr;
+  const double r = std::strtod(compress.c_str() + prefix.size(), &end);
+  if (*end != '\0' || !(r > 0.0) || r > 1.0)
+    return InvalidArgument("--compress '" + compress +
+                           "': the top-k ratio must be a number in (0, 1], e.g. topk:0.01");
+  return r;
+}
+
+StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
+    model::Model& model, comm::Group& group, const optim::AdamWConfig& adam,
+    const DataParallelConfig& config, int total_steps) {
+  std::unique_ptr<DataParallelEngine> e(new DataParallelEngine(model, group, config));
+  if (config.zero < 0 || config.zero > 1)
+    return InvalidArgument("zero=" + std::to_string(config.zero) +
+                           ": `run` shards optimizer state (zero=1) or nothing (zero=0); stages "
+                           "2 and 3 are not available in this build; hint: use zero=1");
+  if (config.zero > 0 && config.compress != "none")
+    return InvalidArgument("--compress " + config.compress +
+                           " needs zero=0: compressed reductions keep full gradients or momenta "
+                           "on every rank");
+  const auto buckets =
+      parallel::plan_buckets(model.table(), static_cast<size_t>(config.first_bucket_mb * (1 << 20)),
+                             static_cast<size_t>(config.bucket_mb * (1 << 20)));
+  e->reducer_ = std::make_unique<parallel::GradReducer>(buckets, group);
+  if (config.zero == 1) {
+    e->zero_ = std::make_unique<parallel::ZeroOptimizer>(model.table(), adam, group, buckets);
+  } else if (config.compress == "onebit") {
+    const int warmup =
+        config.onebit_warmup >= 0 ? config.onebit_warmup : std::max(1, total_steps * 15 / 100);
+    e->config_.onebit_warmup = warmup;
+    e->onebit_ =
+        std::make_unique<parallel::OneBitAdam>(model.table(), adam, group, buckets, warmup);
+  } else {
+    e->adam_ = std::make_unique<optim::AdamW>(model.table(), adam);
+    if (config.compress == "none" || config.compress == "bf16") {
+      e->full_ = std::make_unique<parallel::FullReduction>(group, config.compress == "bf16");
+    } else {
+      CANN_ASSIGN_OR_RETURN(double ratio, parse_topk_ratio(config.compress));
+      e->topk_ = std::make_unique<parallel::TopKReduction>(group, buckets, ratio);
+    }
+  }
+  return e;
+}
+
+DataParallelEngine::DataParallelEngine(model::Model& model, comm::Group& group,
+                                       DataParallelConfig config)
+    : model_(model), group_(group), config_(std::move(config)) {}
+
+DataParallelEngine::~DataParallelEngine() = default;
+
+parallel::BucketReduction* DataParallelEngine::reduction() {
+  if (zero_) return zero_->reduction();
+  if (onebit_) return onebit_->reduction();
+  if (topk_) return topk_.get();
+  return full_.get();
+}
+
+Status DataParallelEngine::backward_and_reduce(float grad_scale, parallel::StepComm* stats) {
+  reducer_->begin_step(model_.grads(), reduction());
+  model_.backward(grad_scale, [this](int layer) { reducer_->layer_done(layer); });
+  return reducer_->finish(stats);
+}
+
+StatusOr<double> DataParallelEngine::step(float lr) {
+  if (zero_) return zero_->step(model_.params(), lr);
+  if (onebit_) return onebit_->step(model_.params(), model_.grads(), lr);
+  return adam_->step(model_.params(), model_.grads(), lr);
+}
+
+// Every rank's copy of a per-rank buffer, rank after rank (an all-gather, so any rank could
+// write the checkpoint).
+Status DataParallelEngine::gather_rank_buffers(const std::vector<float>& mine,
+                                               std::vector<float>* all) {
+  all->resize(mine.size() * static_cast<size_t>(group_.size()));
+  return group_.allgather(all->data(), mine.data(), mine.size(), comm::DataType::kFloat32)->wait();
+}
+
+StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot() {
+  OptimizerSnapshot s;
+  nlohmann::json extra = {
+      {"zero", config_.zero}, {"compress", config_.compress}, {"world_size", group_.size()}};
+  const size_t n = model_.num_floats();
+  if (zero_) {
+    snap_m_.resize(n);
+    snap_v_.resize(n);
+    CANN_RETURN_IF_ERROR(zero_->gather_state(snap_m_.data(), snap_v_.data()));
+    s.m = snap_m_.data();
+    s.v = snap_v_.data();
+    s.step = zero_->step_count();
+  } else {
+    optim::AdamW& a = onebit_ ? onebit_->adam() : *adam_;
+    s.m = a.m();
+    s.v = a.v();
+    s.step = a.step_count();
+  }
+  if (onebit_) {
+    std::vector<float> worker(n), server(onebit_->momentum().server_error_floats());
+    onebit_->momentum().export_errors(worker.data(), server.data());
+    CANN_RETURN_IF_ERROR(gather_rank_buffers(worker, &snap_a_));
+    CANN_RETURN_IF_ERROR(gather_rank_buffers(server, &snap_b_));
+    s.extra_sections = {{"onebit_worker_error", snap_a_.data(), snap_a_.size() * sizeof(float)},
+                        {"onebit_server_error", snap_b_.data(), snap_b_.size() * sizeof(float)}};
+    extra["onebit_warmup"] = onebit_->warmup_steps();
+  }
+  if (topk_) {
+    std::vector<float> err(n);
+    topk_->export_error(err.data());
+    CANN_RETURN_IF_ERROR(gather_rank_buffers(err, &snap_a_));
+    s.extra_sections = {{"topk_error", snap_a_.data(), snap_a_.size() * sizeof(float)}};
+  }
+  s.extra_meta_json = extra.dump();
+  return s;
+}
+
+Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) {
+  const size_t n = model_.num_floats();
+  std::vector<float> m(n), v(n);
+  int step = 0;
+  CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, model_, m.data(), v.data(), &step, state));
+  const nlohmann::json extra = nlohmann::json::parse(checkpoint_optimizer_extra(ck));
+  if (zero_) {
+    zero_->scatter_state(m.data(), v.data());
+    zero_->set_step_count(step);
+  } else {
+    optim::AdamW& a = onebit_ ? onebit_->adam() : *adam_;
+    std::memcpy(a.m(), m.data(), n * sizeof(float));
+    std::memcpy(a.v(), v.data(), n * sizeof(float));
+    a.set_step_count(step);
+  }
+  // Per-rank error buffers belong to the world size they were saved with.
+  const int saved_world = extra.value("world_size", 0);
+  const std::string saved_compress = extra.value("compress", std::string("none"));
+  if (saved_compress != config_.compress) {
+    if (onebit_ || topk_)
+      log_warning(ck.path + ": saved with --compress " + saved_compress +
+                  "; the error-feedback buffers start from zero");
+    if (onebit_ && onebit_->compressing())
+      return FailedPrecondition(ck.path +
+                                ": resuming 1-bit Adam past its warmup needs the frozen "
+                                "variance of a run that used --compress onebit; hint: resume "
+                                "with the original --compress");
+    return OkStatus();
+  }
+  if (saved_world != group_.size()) {
+    if (onebit_ || topk_)
+      log_warning(ck.path + ": saved by " + std::to_string(saved_world) + " ranks, resumed by " +
+                  std::to_string(group_.size()) + "; the error-feedback buffers start from zero");
+    return OkStatus();
+  }
+  const size_t r = static_cast<size_t>(group_.rank());
+  if (onebit_) {
+    const ckpt::Section* w = ck.find("onebit_worker_error");
+    const ckpt::Section* sv = ck.find("onebit_server_error");
+    const size_t server = onebit_->momentum().server_error_floats();
+    if (w == nullptr || sv == nullptr || w->data.size() != n * group_.size() * sizeof(float) ||
+        sv->data.size() != server * group_.size() * sizeof(float))
+      return DataLoss(ck.path + ": 1-bit Adam error buffers are missing or of the wrong size");
+    onebit_->momentum().import_errors(reinterpret_cast<const float*>(w->data.data()) + r * n,
+                                      reinterpret_cast<const float*>(sv->data.data()) + r * server);
+  }
+  if (topk_) {
+    const ckpt::Section* e = ck.find("topk_error");
+    if (e == nullptr || e->data.size() != n * group_.size() * sizeof(float))
+      return DataLoss(ck.path + ": top-k error buffers are missing or of the wrong size");
+    topk_->import_error(reinterpret_cast<const float*>(e->data.data()) + r * n);
+  }
+  return OkStatus();
+}
+
+std::string DataParallelEngine::describe() const {
+  std::string s = "zero=" + std::to_string(config_.zero) + ", " +
+                  std::to_string(reducer_->buckets().size()) + " gradient buckets, compress " +
+                  config_.compress;
+  if (onebit_) s += " after " + std::to_string(onebit_->warmup_steps()) + " fp32 warmup steps";
+  return s;
+}
+
+size_t DataParallelEngine::optimizer_state_bytes() const {
+  const size_t n = model_.num_floats() * sizeof(float);
+  if (zero_) return 3 * zero_->shard_floats() * sizeof(float);  // grad shard, m, v
+  size_t bytes = 2 * n;
+  if (onebit_) bytes += n + onebit_->momentum().server_error_floats() * sizeof(float);
+  if (topk_) bytes += n;
+  return bytes;
+}
+
+}  // namespace cann::train

@@ -1,0 +1,84 @@
+// DataParallelEngine: the optimizer side of a data-parallel worker. It owns the gradient
+// reducer (buckets overlapped with backward), the reduction the run asked for, and the
+// optimizer that goes with it:
+//   --zero 0, --compress none|bf16|topk:R   AdamW on averaged gradients (replicated state);
+//   --zero 0, --compress onebit             1-bit Adam (fp32 warmup, then 1-bit momenta);
+//   --zero 1                                AdamW state sharded over the ranks (ZeRO stage 1).
+// Checkpoints see full AdamW moments (gathered from the shards under ZeRO) plus per-rank
+// error-feedback buffers, gathered so rank 0 can write them all.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "comm/group.h"
+#include "model/model.h"
+#include "optim/adamw.h"
+#include "parallel/reducer.h"
+#include "train/train_state.h"
+
+namespace cann::parallel {
+class OneBitAdam;
+class TopKReduction;
+class FullReduction;
+class ZeroOptimizer;
+}  // namespace cann::parallel
+
+namespace cann::train {
+
+struct DataParallelConfig {
+  int zero = 0;
+  std::string compress = "none";  // none | bf16 | onebit | topk:RATIO
+  int onebit_warmup = -1;         // -1: 15% of the run
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+};
+
+class DataParallelEngine {
+ public:
+  static StatusOr<std::unique_ptr<DataParallelEngine>> create(model::Model& model,
+                                                              comm::Group& group,
+                                                              const optim::AdamWConfig& adam,
+                                                              const DataParallelConfig& config,
+                                                              int total_steps);
+  ~DataParallelEngine();
+
+  // The last micro-step's backward, its buckets reduced while it runs.
+  Status backward_and_reduce(float grad_scale, parallel::StepComm* stats);
+  // The optimizer step on the reduced gradients; returns the gradient norm.
+  StatusOr<double> step(float lr);
+
+  // A collective: every rank calls it; the returned snapshot's buffers live until the next call.
+  StatusOr<OptimizerSnapshot> snapshot();
+  // Loads parameters, moments and (when the checkpoint's world size matches) error buffers.
+  Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state);
+
+  // "zero=1, 3 buckets, onebit after 15 warmup steps", for the start-up line.
+  std::string describe() const;
+  // Bytes of optimizer state this rank holds (moments and error buffers).
+  size_t optimizer_state_bytes() const;
+
+ private:
+  DataParallelEngine(model::Model& model, comm::Group& group, DataParallelConfig config);
+  parallel::BucketReduction* reduction();
+  Status gather_rank_buffers(const std::vector<float>& mine, std::vector<float>* all);
+
+  model::Model& model_;
+  comm::Group& group_;
+  DataParallelConfig config_;
+  std::unique_ptr<parallel::GradReducer> reducer_;
+  std::unique_ptr<optim::AdamW> adam_;  // zero=0 without onebit
+  std::unique_ptr<parallel::FullReduction> full_;
+  std::unique_ptr<parallel::TopKReduction> topk_;
+  std::unique_ptr<parallel::OneBitAdam> onebit_;
+  std::unique_ptr<parallel::ZeroOptimizer> zero_;
+  // Snapshot staging (full moments under ZeRO, gathered error buffers).
+  std::vector<float> snap_m_, snap_v_, snap_a_, snap_b_;
+};
+
+// Parses "topk:0.01" into the ratio; error for anything else.
+StatusOr<double> parse_topk_ratio(const std::string& compress);
+
+}  // namespace cann::train
