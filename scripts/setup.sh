@@ -13,6 +13,7 @@ packages=(
   libgloo-dev libopenblas-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libcpp-httplib-dev libhiredis-dev redis-server googletest libgtest-dev
   libbenchmark-dev fortunes iproute2
+  prometheus chromium
 )
 
 missing=()

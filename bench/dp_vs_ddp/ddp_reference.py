@@ -22,6 +22,10 @@ import sys
 import time
 
 sys.dont_write_bytecode = True  # keep the shared reference's folder free of __pycache__
+# torch.set_num_threads(1) alone leaves OpenBLAS its own pool (one thread per core): a "1 thread"
+# rank would use every core. These must be set before torch loads.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_vs_pytorch"))
 
 import torch  # noqa: E402

@@ -126,6 +126,27 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->group(kParallel)
       ->capture_default_str();
 
+  const char* kMonitor = "Monitoring";
+  auto monitor_list = std::make_shared<std::string>("dashboard,prometheus");
+  auto monitor_port = std::make_shared<int>(9999);
+  run->add_option("--monitor", *monitor_list,
+                  "What to serve over HTTP: dashboard, prometheus (/metrics), a comma list, or "
+                  "off")
+      ->group(kMonitor)
+      ->capture_default_str();
+  run->add_option("--monitor-port", *monitor_port,
+                  "HTTP port (default 9999, or the next free one when taken)")
+      ->check(CLI::Range(0, 65535))
+      ->group(kMonitor);
+  run->add_option("--monitor-bind", config->monitor_server.bind,
+                  "Address the HTTP server binds (127.0.0.1: this machine only)")
+      ->group(kMonitor)
+      ->capture_default_str();
+  run->add_option("--monitor-token", config->monitor_server.token,
+                  "Token for endpoints that change anything (POST /api/stop); default: random, "
+                  "printed with the URL")
+      ->group(kMonitor);
+
   const char* kLaunch = "Processes";
   run->add_option("--nproc-per-node", launch->nproc_per_node,
                   "Worker processes on this node (data parallel; each gets --threads or "
@@ -168,7 +189,33 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->group(kLaunch);
 
   auto threads_given = run->get_option("--threads");
-  return [config, launch, comm, threads_given, argv_after_binary]() -> int {
+  auto port_given = run->get_option("--monitor-port");
+  return [config, launch, comm, threads_given, port_given, monitor_list, monitor_port,
+          argv_after_binary]() -> int {
+    // --monitor: which parts of the HTTP server run.
+    config->monitor_server.dashboard = false;
+    config->monitor_server.prometheus = false;
+    size_t start = 0;
+    while (start <= monitor_list->size()) {
+      const size_t comma = monitor_list->find(',', start);
+      const std::string item = monitor_list->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (item == "dashboard") {
+        config->monitor_server.dashboard = true;
+      } else if (item == "prometheus") {
+        config->monitor_server.prometheus = true;
+      } else if (item != "off") {
+        std::fprintf(stderr,
+                     "cann-train run: --monitor: unknown item '%s'; hint: use dashboard, "
+                     "prometheus, a comma list of them, or off\n",
+                     item.c_str());
+        return 2;
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    config->monitor = config->monitor_server.dashboard || config->monitor_server.prometheus;
+    config->monitor_server.port = *monitor_port;
+    config->monitor_server.try_next_ports = port_given->count() == 0;
     auto env = train::detect_dist_env();
     if (!env.ok()) return report(env.status());
     if (!env->has_value() && (launch->nproc_per_node > 1 || launch->nnodes > 1)) {
@@ -182,6 +229,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ac.comm_addr = launch->comm_addr;
       ac.backend = comm->backend;
       ac.worker_args = argv_after_binary;
+      ac.monitor = config->monitor;
+      ac.monitor_server = config->monitor_server;
       auto code = elastic::run_agent(ac);
       if (!code.ok()) return report(code.status());
       return *code;

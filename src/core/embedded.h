@@ -1,5 +1,5 @@
-// Text files compiled into the binary (configs/models, configs/clusters), looked up by their
-// path relative to the repository root, e.g. "configs/models/gpt_tiny.yaml".
+// Text files compiled into the binary (configs/models, configs/clusters, the dashboard in web/),
+// looked up by their path relative to the repository root, e.g. "configs/models/gpt_tiny.yaml".
 #pragma once
 
 #include <optional>

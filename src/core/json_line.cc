@@ -50,7 +50,7 @@ JsonLine& JsonLine::add(std::string_view k, double v) {
     body_ += "null";
   } else {
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.9g", v);
+    std::snprintf(buf, sizeof(buf), "%.15g", v);
     body_ += buf;
   }
   return *this;

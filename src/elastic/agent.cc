@@ -19,6 +19,8 @@
 #include "core/timer.h"
 #include "elastic/output_forwarder.h"
 #include "elastic/rendezvous.h"
+#include "monitor/collector.h"
+#include "monitor/hub.h"
 
 namespace cann::elastic {
 namespace {
@@ -133,6 +135,28 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   const int threads_per_worker = std::max(1, hardware_threads() / P);
   const bool tty = isatty(1) != 0;
 
+  // Node 0 gathers and serves the job's metrics.
+  std::unique_ptr<monitor::Hub> hub;
+  std::unique_ptr<monitor::SnapshotCollector> collector;
+  std::unique_ptr<monitor::MonitorServer> server;
+  if (config.monitor && node.node_rank == 0) {
+    CANN_ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store, comm::open_store(store_url));
+    hub = std::make_unique<monitor::Hub>(node.job_prefix, world);
+    collector = std::make_unique<monitor::SnapshotCollector>(
+        *hub,
+        [store](const std::string& key) -> StatusOr<std::string> {
+          CANN_ASSIGN_OR_RETURN(auto v, store->try_get(key));
+          if (!v) return NotFound(key);
+          return *v;
+        },
+        "cann/" + node.job_prefix + "/monitor", world);
+    server = std::make_unique<monitor::MonitorServer>(*hub, config.monitor_server);
+    CANN_RETURN_IF_ERROR(server->start());
+    collector->start();
+    std::printf("dashboard: %s\n", server->url().c_str());
+    std::fflush(stdout);
+  }
+
   g_agent_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_agent_signal;
@@ -162,6 +186,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
         "CANN_TRAIN_BACKEND=" + config.backend,
         "CANN_TRAIN_DEFAULT_THREADS=" + std::to_string(threads_per_worker),
         "CANN_TRAIN_TTY=" + std::string(tty && w.rank == 0 ? "1" : "0"),
+        "CANN_TRAIN_MONITOR=" + std::string(config.monitor ? "1" : "0"),
     };
     auto pid = spawn(config.worker_args, env, out[1], err[1]);
     close(out[1]);
@@ -214,6 +239,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
         fd = -1;
       }
     }
+    if (server && server->stop_requested() && g_agent_signal == 0) g_agent_signal = SIGTERM;
     if (g_agent_signal != 0 && !interrupted) {
       interrupted = true;
       stop_others(SIGTERM);
@@ -228,6 +254,8 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       w.status = status;
       w.exit_order = exits++;
       failure_seen |= failed(status);
+      if (hub && failed(status))
+        hub->add_event({unix_seconds(), "worker_exited", w.rank, describe_exit(status)});
     }
     // After the first failure, let exits settle for a moment before stopping the rest: the
     // workers that fail on their own (a killed peer's survivors, which fail within
@@ -255,6 +283,9 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     w.out->finish();
     w.err->finish();
   }
+  if (collector) collector->poll_once();  // the final steps, for a last scrape
+  if (collector) collector->stop();
+  if (server) server->stop();
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   if (!temp_dir.empty()) (void)remove_all(temp_dir);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "monitor/server.h"
 
 namespace cann::elastic {
 
@@ -34,6 +35,10 @@ struct AgentConfig {
   double grace_s = 10.0;
   // Rank 0's standard output unprefixed (a benchmark's table); errors stay prefixed.
   bool plain_rank0_stdout = false;
+  // Monitoring: node 0's agent gathers every worker's step snapshots from the store and serves
+  // the dashboard and /metrics; workers publish when CANN_TRAIN_MONITOR=1.
+  bool monitor = false;
+  monitor::ServerConfig monitor_server;
 };
 
 // Runs the workers to completion. Returns the process exit status for the agent: 0 when every

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "monitor/server.h"
+
 namespace cann::train {
 
 struct TrainConfig {
@@ -35,6 +37,9 @@ struct TrainConfig {
   std::string compress = "none";  // none | bf16 | onebit | topk:RATIO
   int onebit_warmup = -1;         // fp32 steps before 1-bit compression; -1: 15% of the run
   double bucket_mb = 25.0;        // gradient bucket size after the first (1 MiB) bucket
+  // Monitoring: who serves the dashboard is decided by Trainer::start_monitoring.
+  bool monitor = true;
+  monitor::ServerConfig monitor_server;
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

@@ -4,7 +4,8 @@
 namespace cann::train {
 
 StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
-                                                        const CommConfig& config) {
+                                                        const CommConfig& config,
+                                                        std::shared_ptr<comm::Store>* store_out) {
   std::string url = env.store_url;
   if (url.empty()) {
     if (env.master_addr.empty() || env.master_port <= 0)
@@ -17,6 +18,7 @@ StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
   }
   const auto timeout = std::chrono::milliseconds(static_cast<long>(config.timeout_s * 1000));
   CANN_ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store, comm::open_store(url, timeout));
+  if (store_out != nullptr) *store_out = store;
   comm::GroupConfig g;
   g.backend = config.backend;
   if (g.backend == "auto")

@@ -18,8 +18,10 @@ struct CommConfig {
   std::string transport = "tcp";  // gloo transport between nodes: tcp | ibverbs
 };
 
-// Opens the store named by the environment and builds the group of all ranks.
-StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
-                                                        const CommConfig& config);
+// Opens the store named by the environment and builds the group of all ranks. The store is
+// also handed back through `store_out` when given (for monitoring snapshots).
+StatusOr<std::unique_ptr<comm::Group>> make_world_group(
+    const DistEnv& env, const CommConfig& config,
+    std::shared_ptr<comm::Store>* store_out = nullptr);
 
 }  // namespace cann::train

@@ -2,6 +2,8 @@
 #include "train/trainer.h"
 
 #include <cmath>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstring>
 
@@ -53,7 +55,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                              " (the global batch) does not divide over " +
                              std::to_string(env->world_size) +
                              " ranks; hint: use a multiple of the world size");
-    CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env, comm));
+    CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env, comm, &store_));
     rank_ = env->rank;
     world_size_ = env->world_size;
   }
@@ -138,6 +140,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     return InvalidArgument("checkpoint is at step " + std::to_string(start_step_) +
                            ", beyond --steps " + std::to_string(config_.steps) +
                            "; hint: raise --steps to continue training");
+  CANN_RETURN_IF_ERROR(start_monitoring(env));
   if (!config_.log_json.empty() && leader()) {
     log_.reset(std::fopen(config_.log_json.c_str(), config_.resume ? "a" : "w"));
     if (!log_)
@@ -145,6 +148,59 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                      ": cannot open the step log for writing: " + std::strerror(errno));
   }
   return OkStatus();
+}
+
+size_t Trainer::memory_bytes() const {
+  const size_t weights = model_->num_floats() * sizeof(float);
+  const size_t optimizer = dp_ ? dp_->optimizer_state_bytes() : 2 * weights;
+  return 2 * weights + optimizer + model_->activation_bytes();
+}
+
+std::string Trainer::host_name() {
+  static const std::string name = [] {
+    char buf[256] = {};
+    gethostname(buf, sizeof(buf) - 1);
+    return std::string(buf);
+  }();
+  return name;
+}
+
+// Who serves the dashboard: a single process itself; under cann-train's agent the agent (it
+// sets CANN_TRAIN_MONITOR=1 and the workers publish their snapshots through the store); under
+// another launcher (torchrun, Slurm, MPI) rank 0, which then also collects from the store.
+Status Trainer::start_monitoring(const DistEnv* env) {
+  if (!config_.monitor) return OkStatus();
+  const char* flag = std::getenv("CANN_TRAIN_MONITOR");
+  const std::string agent_monitors = flag != nullptr ? flag : "";
+  if (env == nullptr) {
+    hub_ = std::make_unique<monitor::Hub>("local", 1);
+  } else {
+    if (agent_monitors == "0" || !store_) return OkStatus();
+    std::shared_ptr<comm::Store> store = store_;
+    const std::string prefix = "cann/" + env->job_id + "/monitor";
+    publisher_ = std::make_unique<monitor::SnapshotPublisher>(
+        [store](const std::string& k, const std::string& v) { return store->set(k, v); }, prefix);
+    if (!agent_monitors.empty() || env->rank != 0) return OkStatus();
+    hub_ = std::make_unique<monitor::Hub>(env->job_id, env->world_size);
+    collector_ = std::make_unique<monitor::SnapshotCollector>(
+        *hub_,
+        [store](const std::string& key) -> StatusOr<std::string> {
+          CANN_ASSIGN_OR_RETURN(auto v, store->try_get(key));
+          if (!v) return NotFound(key);
+          return *v;
+        },
+        prefix, env->world_size);
+    collector_->start();
+  }
+  server_ = std::make_unique<monitor::MonitorServer>(*hub_, config_.monitor_server);
+  CANN_RETURN_IF_ERROR(server_->start());
+  if (!config_.quiet) progress_.line("dashboard: " + server_->url());
+  return OkStatus();
+}
+
+void Trainer::report_step(const monitor::RankSnapshot& snap, bool last) {
+  if (hub_ && !collector_) hub_->update(snap);
+  if (publisher_) publisher_->publish(snap, last);
 }
 
 // The parallel layout of this run from --batch-size, --grad-accum, --strategy and the world
@@ -392,7 +448,7 @@ Status Trainer::run(RunSummary* summary) {
                   "memory per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f "
                   "MiB, activations %.1f MiB, total %.1f MiB",
                   weights * mb, weights * mb, optimizer * mb, acts * mb,
-                  (2 * weights + optimizer + acts) * mb);
+                  static_cast<double>(memory_bytes()) * mb);
     progress_.line(mem);
     if (dp_)
       progress_.line("data parallel: " + std::to_string(world_size_) + " ranks, " +
@@ -439,10 +495,19 @@ Status Trainer::run(RunSummary* summary) {
       } else {
         model_->backward(grad_scale);
       }
+      if (spec_.is_moe()) {
+        if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
+        for (int i = 0; i < model_->num_moe_layers(); ++i) {
+          const auto counts = model_->expert_counts(i);
+          for (size_t e = 0; e < counts.size(); ++e) expert_tokens_total_[e] += counts[e];
+        }
+      }
     }
+    const double compute_s = now_seconds() - t0 - comm_stats.comm_exposed_s;
     // The losses for the log and the stop request are agreed by all ranks (any rank's signal
     // stops all at the same step, so no rank waits in a collective the others never issue).
-    bool stop_requested = g_stop_signal != 0;
+    bool stop_requested =
+        g_stop_signal != 0 || (server_ != nullptr && server_->stop_requested());
     if (world_) {
       float scalars[4] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
                           static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f};
@@ -508,6 +573,7 @@ Status Trainer::run(RunSummary* summary) {
     if ((config_.eval_every > 0 && done % config_.eval_every == 0) || last) {
       CANN_ASSIGN_OR_RETURN(const double val, evaluate());
       summary->last_val_loss = val;
+      last_val_loss_ = val;
       line.add("val_loss", val);
       char buf[96];
       std::snprintf(buf, sizeof(buf), "step %d: val loss %.4f (train loss %.4f)", done, val,
@@ -515,6 +581,30 @@ Status Trainer::run(RunSummary* summary) {
       if (show) progress_.line(buf);
     }
     CANN_RETURN_IF_ERROR(write_log_line(line.str()));
+    if (hub_ || publisher_) {
+      comm_bytes_total_ += static_cast<int64_t>(comm_stats.comm_bytes);
+      monitor::RankSnapshot snap;
+      snap.rank = rank_;
+      snap.host = host_name();
+      snap.time = unix_seconds();
+      snap.step = done;
+      snap.total_steps = config_.steps;
+      snap.samples = static_cast<int64_t>(sampler_->state().consumed);
+      snap.loss = st.loss;
+      snap.val_loss = last_val_loss_;
+      snap.lr = lr;
+      snap.grad_norm = norm;
+      snap.step_time_s = dt;
+      snap.forward_backward_s = compute_s;
+      snap.tokens_per_s = r.tokens_per_s;
+      snap.tflops_per_device = r.gflops / 1e3 / world_size_;
+      snap.comm_time_s = comm_stats.comm_time_s;
+      snap.comm_exposed_s = comm_stats.comm_exposed_s;
+      snap.comm_bytes_total = comm_bytes_total_;
+      snap.memory_bytes = static_cast<int64_t>(memory_bytes());
+      snap.expert_tokens = expert_tokens_total_;
+      report_step(snap, last);
+    }
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
     if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
       CANN_RETURN_IF_ERROR(save_checkpoint(done));
@@ -522,7 +612,7 @@ Status Trainer::run(RunSummary* summary) {
       summary->interrupted = stop_requested;
       if (leader())
         progress_.line(summary->interrupted
-                           ? "stopped by signal after step " + std::to_string(done)
+                           ? "stop requested (signal or /api/stop) after step " + std::to_string(done)
                            : "exit interval reached after step " + std::to_string(done));
       break;
     }

@@ -25,6 +25,9 @@
 #include "model/model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "monitor/collector.h"
+#include "monitor/hub.h"
+#include "monitor/server.h"
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/distributed.h"
@@ -61,6 +64,10 @@ class Trainer {
   bool leader() const { return rank_ == 0; }
   Status check_fits_in_memory() const;
   Status resolve_layout();
+  Status start_monitoring(const DistEnv* env);
+  size_t memory_bytes() const;
+  static std::string host_name();
+  void report_step(const monitor::RankSnapshot& snap, bool last);
   StatusOr<OptimizerSnapshot> optimizer_snapshot();
   void next_batch();
   StatusOr<double> evaluate();
@@ -86,6 +93,16 @@ class Trainer {
   std::vector<int> inputs_, targets_;
   std::vector<uint64_t> sample_ids_;
   std::unique_ptr<comm::Group> world_;
+  std::shared_ptr<comm::Store> store_;
+  // Monitoring: the in-process hub and server of a single process, or the publisher of a
+  // worker under an agent.
+  std::unique_ptr<monitor::Hub> hub_;
+  std::unique_ptr<monitor::MonitorServer> server_;
+  std::unique_ptr<monitor::SnapshotPublisher> publisher_;
+  std::unique_ptr<monitor::SnapshotCollector> collector_;
+  int64_t comm_bytes_total_ = 0;
+  std::vector<int64_t> expert_tokens_total_;
+  double last_val_loss_ = -1.0;
   int rank_ = 0;
   int world_size_ = 1;
   struct CloseFile {

@@ -1,0 +1,245 @@
+// Hub bookkeeping and rendering.
+#include "monitor/hub.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/json_line.h"
+#include "core/timer.h"
+
+namespace cann::monitor {
+namespace {
+
+// One sample line: name{labels} value
+void sample(std::string& out, const char* name, const std::string& labels, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.15g", value);
+  out += name;
+  if (!labels.empty()) out += "{" + labels + "}";
+  out += " ";
+  out += buf;
+  out += "\n";
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += " ";
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += " ";
+  out += type;
+  out += "\n";
+}
+
+// Label values escape backslash, double quote and newline (exposition format 0.0.4).
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+Hub::Hub(std::string job, int world_size, size_t history)
+    : job_(std::move(job)), history_limit_(history), started_(unix_seconds()),
+      world_size_(world_size) {}
+
+void Hub::update(const RankSnapshot& s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = latest_.find(s.rank);
+  if (it != latest_.end() && it->second.step == s.step && it->second.time == s.time) return;
+  latest_[s.rank] = s;
+  auto& h = history_[s.rank];
+  if (!h.empty() && s.step < h.back().step) h.clear();  // restarted from a checkpoint
+  h.push_back(s);
+  while (h.size() > history_limit_) h.pop_front();
+}
+
+void Hub::add_event(Event e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.push_back(std::move(e));
+  while (events_.size() > 1000) events_.pop_front();
+}
+
+void Hub::set_world_size(int n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  world_size_ = n;
+}
+
+void Hub::count_restart() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++restarts_;
+}
+
+std::string Hub::prometheus_text() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  const std::string job = "job=\"" + label_value(job_) + "\"";
+  header(out, "cann_train_up", "gauge", "1 while the job's agent serves metrics.");
+  sample(out, "cann_train_up", job, 1);
+  header(out, "cann_train_world_size", "gauge", "Ranks in the job.");
+  sample(out, "cann_train_world_size", job, world_size_);
+  header(out, "cann_train_restarts_total", "counter", "Worker restarts since the job started.");
+  sample(out, "cann_train_restarts_total", job, restarts_);
+  header(out, "cann_train_start_time_seconds", "gauge", "Unix time the job started.");
+  sample(out, "cann_train_start_time_seconds", job, started_);
+
+  struct Gauge {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const RankSnapshot&);
+  };
+  static const Gauge kGauges[] = {
+      {"cann_train_step", "gauge", "Optimizer steps completed.",
+       [](const RankSnapshot& s) { return static_cast<double>(s.step); }},
+      {"cann_train_samples_total", "counter", "Global samples consumed.",
+       [](const RankSnapshot& s) { return static_cast<double>(s.samples); }},
+      {"cann_train_loss", "gauge", "Training loss of the last step.",
+       [](const RankSnapshot& s) { return s.loss; }},
+      {"cann_train_learning_rate", "gauge", "Learning rate of the last step.",
+       [](const RankSnapshot& s) { return s.lr; }},
+      {"cann_train_grad_norm", "gauge", "Global gradient norm of the last step.",
+       [](const RankSnapshot& s) { return s.grad_norm; }},
+      {"cann_train_step_seconds", "gauge", "Wall time of the last step.",
+       [](const RankSnapshot& s) { return s.step_time_s; }},
+      {"cann_train_compute_seconds", "gauge", "Forward and backward time of the last step.",
+       [](const RankSnapshot& s) { return s.forward_backward_s; }},
+      {"cann_train_tokens_per_second", "gauge", "Tokens per second of the last step (job-wide).",
+       [](const RankSnapshot& s) { return s.tokens_per_s; }},
+      {"cann_train_flops_per_second_per_device", "gauge",
+       "Achieved model FLOP/s per device (PaLM convention).",
+       [](const RankSnapshot& s) { return s.tflops_per_device * 1e12; }},
+      {"cann_train_comm_seconds", "gauge", "Gradient communication time of the last step.",
+       [](const RankSnapshot& s) { return s.comm_time_s; }},
+      {"cann_train_comm_exposed_seconds", "gauge",
+       "Communication the last step waited for (not hidden behind compute).",
+       [](const RankSnapshot& s) { return s.comm_exposed_s; }},
+      {"cann_train_comm_exposed_ratio", "gauge", "Exposed communication over step time.",
+       [](const RankSnapshot& s) { return s.step_time_s > 0 ? s.comm_exposed_s / s.step_time_s : 0; }},
+      {"cann_train_comm_sent_bytes_total", "counter", "Payload bytes sent for gradients.",
+       [](const RankSnapshot& s) { return static_cast<double>(s.comm_bytes_total); }},
+      {"cann_train_memory_bytes", "gauge", "Training memory per rank (parameters, gradients, "
+       "optimizer state, activations).",
+       [](const RankSnapshot& s) { return static_cast<double>(s.memory_bytes); }},
+      {"cann_train_last_step_timestamp_seconds", "gauge", "Unix time the last step finished.",
+       [](const RankSnapshot& s) { return s.time; }},
+  };
+  for (const Gauge& g : kGauges) {
+    header(out, g.name, g.type, g.help);
+    for (const auto& [rank, s] : latest_)
+      sample(out, g.name,
+             job + ",rank=\"" + std::to_string(rank) + "\",host=\"" + label_value(s.host) + "\"",
+             g.get(s));
+  }
+  bool experts = false;
+  for (const auto& [rank, s] : latest_) experts |= !s.expert_tokens.empty();
+  if (experts) {
+    header(out, "cann_train_expert_tokens_total", "counter",
+           "Tokens routed to each expert (summed over MoE layers) in the last step.");
+    for (const auto& [rank, s] : latest_)
+      for (size_t e = 0; e < s.expert_tokens.size(); ++e)
+        sample(out, "cann_train_expert_tokens_total",
+               job + ",rank=\"" + std::to_string(rank) + "\",expert=\"" + std::to_string(e) + "\"",
+               static_cast<double>(s.expert_tokens[e]));
+  }
+  header(out, "cann_train_events_total", "counter", "Events (failures, alerts, scaling) seen.");
+  std::map<std::string, int> kinds;
+  for (const Event& e : events_) kinds[e.kind]++;
+  for (const auto& [kind, n] : kinds)
+    sample(out, "cann_train_events_total", job + ",kind=\"" + label_value(kind) + "\"", n);
+  return out;
+}
+
+std::string Hub::status_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string ranks = "[";
+  for (const auto& [rank, s] : latest_) {
+    if (ranks.size() > 1) ranks += ",";
+    ranks += s.to_json();
+  }
+  ranks += "]";
+  JsonLine j;
+  j.add("job", job_)
+      .add("world_size", world_size_)
+      .add("started", started_)
+      .add("now", unix_seconds())
+      .add("restarts", restarts_)
+      .add_raw("ranks", ranks);
+  return j.str();
+}
+
+std::string Hub::series_json(int rank, int64_t since) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto points = [&](const std::deque<RankSnapshot>& h) {
+    std::string p = "[";
+    for (const RankSnapshot& s : h) {
+      if (s.step <= since) continue;
+      JsonLine j;
+      j.add("step", s.step)
+          .add("time", s.time)
+          .add("loss", s.loss)
+          .add("val_loss", s.val_loss)
+          .add("grad_norm", s.grad_norm)
+          .add("lr", s.lr)
+          .add("step_time_s", s.step_time_s)
+          .add("forward_backward_s", s.forward_backward_s)
+          .add("tokens_per_s", s.tokens_per_s)
+          .add("comm_time_s", s.comm_time_s)
+          .add("comm_exposed_s", s.comm_exposed_s)
+          .add("memory_bytes", s.memory_bytes)
+          .add("expert_tokens", s.expert_tokens);
+      if (p.size() > 1) p += ",";
+      p += j.str();
+    }
+    return p + "]";
+  };
+  std::string out = "{\"ranks\":[";
+  bool first = true;
+  for (const auto& [r, h] : history_) {
+    if (rank >= 0 && r != rank) continue;
+    if (!first) out += ",";
+    out += "{\"rank\":" + std::to_string(r) + ",\"points\":" + points(h) + "}";
+    first = false;
+  }
+  return out + "]}";
+}
+
+std::string Hub::events_json(size_t last) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out = "[";
+  const size_t start = events_.size() > last ? events_.size() - last : 0;
+  for (size_t i = start; i < events_.size(); ++i) {
+    const Event& e = events_[i];
+    JsonLine j;
+    j.add("time", e.time).add("event", e.kind).add("rank", e.rank).add("detail", e.detail);
+    if (i > start) out += ",";
+    out += j.str();
+  }
+  return out + "]";
+}
+
+std::vector<RankSnapshot> Hub::latest() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<RankSnapshot> out;
+  for (const auto& [r, s] : latest_) out.push_back(s);
+  return out;
+}
+
+std::vector<RankSnapshot> Hub::history(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = history_.find(rank);
+  if (it == history_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+}  // namespace cann::monitor

@@ -1,0 +1,67 @@
+// RankSnapshot <-> JSON.
+#include "monitor/snapshot.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/json_line.h"
+
+namespace cann::monitor {
+
+std::string RankSnapshot::to_json() const {
+  JsonLine j;
+  j.add("rank", rank)
+      .add("host", host)
+      .add("time", time)
+      .add("step", step)
+      .add("total_steps", total_steps)
+      .add("samples", samples)
+      .add("loss", loss)
+      .add("val_loss", val_loss)
+      .add("lr", lr)
+      .add("grad_norm", grad_norm)
+      .add("step_time_s", step_time_s)
+      .add("forward_backward_s", forward_backward_s)
+      .add("tokens_per_s", tokens_per_s)
+      .add("tflops_per_device", tflops_per_device)
+      .add("comm_time_s", comm_time_s)
+      .add("comm_exposed_s", comm_exposed_s)
+      .add("comm_bytes_total", comm_bytes_total)
+      .add("memory_bytes", memory_bytes)
+      .add("expert_tokens", expert_tokens);
+  return j.str();
+}
+
+StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
+  RankSnapshot s;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    s.rank = j.at("rank").get<int>();
+    s.host = j.value("host", std::string());
+    s.time = j.value("time", 0.0);
+    s.step = j.value("step", int64_t{0});
+    s.total_steps = j.value("total_steps", int64_t{0});
+    s.samples = j.value("samples", int64_t{0});
+    // Non-finite numbers were written as null.
+    auto num = [&](const char* k, double fallback) {
+      return j.contains(k) && j[k].is_number() ? j[k].get<double>() : fallback;
+    };
+    s.loss = num("loss", 0.0);
+    s.val_loss = num("val_loss", -1.0);
+    s.lr = num("lr", 0.0);
+    s.grad_norm = num("grad_norm", 0.0);
+    s.step_time_s = num("step_time_s", 0.0);
+    s.forward_backward_s = num("forward_backward_s", 0.0);
+    s.tokens_per_s = num("tokens_per_s", 0.0);
+    s.tflops_per_device = num("tflops_per_device", 0.0);
+    s.comm_time_s = num("comm_time_s", 0.0);
+    s.comm_exposed_s = num("comm_exposed_s", 0.0);
+    s.comm_bytes_total = j.value("comm_bytes_total", int64_t{0});
+    s.memory_bytes = j.value("memory_bytes", int64_t{0});
+    if (j.contains("expert_tokens")) s.expert_tokens = j["expert_tokens"].get<std::vector<int64_t>>();
+  } catch (const std::exception& e) {
+    return DataLoss(std::string("malformed rank snapshot: ") + e.what());
+  }
+  return s;
+}
+
+}  // namespace cann::monitor

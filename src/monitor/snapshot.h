@@ -1,0 +1,40 @@
+// RankSnapshot: what one worker reports after a step. Workers publish it (as JSON) under
+// "cann/<job>/monitor/rank<r>" in the job's store at most a few times a second; the hub at the
+// rank-0 agent reads every rank's key. Going through the store means one mechanism for ranks on
+// this machine and on others, with no connection from workers to the agent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace cann::monitor {
+
+struct RankSnapshot {
+  int rank = 0;
+  std::string host;
+  double time = 0.0;  // Unix seconds when the step finished
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  int64_t samples = 0;  // global samples consumed
+  double loss = 0.0;
+  double val_loss = -1.0;  // last validation loss, -1 when none yet
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double step_time_s = 0.0;
+  double forward_backward_s = 0.0;  // compute part of the step
+  double tokens_per_s = 0.0;
+  double tflops_per_device = 0.0;
+  double comm_time_s = 0.0;
+  double comm_exposed_s = 0.0;
+  int64_t comm_bytes_total = 0;  // since the start of the run
+  int64_t memory_bytes = 0;
+  std::vector<int64_t> expert_tokens;  // tokens routed per expert (summed over MoE layers)
+
+  std::string to_json() const;
+  static StatusOr<RankSnapshot> from_json(const std::string& text);
+};
+
+}  // namespace cann::monitor
