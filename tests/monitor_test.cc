@@ -76,14 +76,16 @@ TEST(MonitorTest, PrometheusExpositionIsValid) {
   if (!have("promtool")) GTEST_SKIP() << "promtool (Debian package prometheus) not installed";
   test::TempDir dir;
   test::write_text(dir.file("metrics.txt"), text);
-  const auto r = test::run_command({"/bin/sh", "-c", "promtool check metrics < " + dir.file("metrics.txt")});
+  const auto r =
+      test::run_command({"/bin/sh", "-c", "promtool check metrics < " + dir.file("metrics.txt")});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(MonitorTest, AlertRulesAreValid) {
   if (!have("promtool")) GTEST_SKIP() << "promtool (Debian package prometheus) not installed";
   const auto r = test::run_command(
-      {"/bin/sh", "-c", std::string("promtool check rules ") + CANN_SOURCE_DIR + "/configs/prometheus/alerts.yml"});
+      {"/bin/sh", "-c",
+       std::string("promtool check rules ") + CANN_SOURCE_DIR + "/configs/prometheus/alerts.yml"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("SUCCESS: 5 rules found"), std::string::npos) << r.output;
 }
@@ -143,11 +145,11 @@ TEST(MultiProcMonitorTest, AgentGathersEveryRank) {
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
   const int port = 21000 + getpid() % 20000;
   auto run = std::async(std::launch::async, [&] {
-    return test::run_cann({"run", "--model", dir.file("m.yaml"), "--steps", "100000",
-                           "--batch-size", "8", "--seq-len", "16", "--quiet", "--sample-tokens",
-                           "0", "--nproc-per-node", "2", "--monitor-port", std::to_string(port),
-                           "--monitor-token", "t0k"},
-                          120);
+    return test::run_cann(
+        {"run", "--model", dir.file("m.yaml"), "--steps", "100000", "--batch-size", "8",
+         "--seq-len", "16", "--quiet", "--sample-tokens", "0", "--nproc-per-node", "2",
+         "--monitor-port", std::to_string(port), "--monitor-token", "t0k"},
+        120);
   });
   httplib::Client client("127.0.0.1", port);
   nlohmann::json status;
@@ -182,10 +184,26 @@ TEST(MultiProcMonitorTest, DashboardShowsALiveJobInChromium) {
                    "num_local_experts: 4\nnum_experts_per_tok: 2\n");
   const int port = 23000 + getpid() % 20000;
   auto run = std::async(std::launch::async, [&] {
-    return test::run_cann({"run", "--model", dir.file("m.yaml"), "--steps", "100000",
-                           "--batch-size", "8", "--seq-len", "32", "--quiet", "--sample-tokens",
-                           "0", "--eval-every", "10", "--nproc-per-node", "2", "--monitor-port",
-                           std::to_string(port), "--monitor-token", "t0k"},
+    return test::run_cann({"run",
+                           "--model",
+                           dir.file("m.yaml"),
+                           "--steps",
+                           "100000",
+                           "--batch-size",
+                           "8",
+                           "--seq-len",
+                           "32",
+                           "--quiet",
+                           "--sample-tokens",
+                           "0",
+                           "--eval-every",
+                           "10",
+                           "--nproc-per-node",
+                           "2",
+                           "--monitor-port",
+                           std::to_string(port),
+                           "--monitor-token",
+                           "t0k"},
                           180);
   });
   httplib::Client client("127.0.0.1", port);
@@ -197,11 +215,20 @@ TEST(MultiProcMonitorTest, DashboardShowsALiveJobInChromium) {
     if (status["ranks"].size() == 2 && status["ranks"][0]["step"].get<int>() >= 12) break;
   }
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/";
-  const std::vector<std::string> chromium = {
-      "/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-      "--no-first-run", "--disable-background-networking", "--disable-component-update",
-      "--disable-sync", "--user-data-dir=" + dir.file("profile"), "--window-size=1400,1100",
-      "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0"};
+  const std::vector<std::string> chromium = {"/usr/bin/chromium",
+                                             "--headless",
+                                             "--no-sandbox",
+                                             "--disable-gpu",
+                                             "--disable-quic",
+                                             "--no-first-run",
+                                             "--disable-background-networking",
+                                             "--disable-component-update",
+                                             "--disable-sync",
+                                             "--user-data-dir=" + dir.file("profile"),
+                                             "--window-size=1400,1100",
+                                             "--virtual-time-budget=5000",
+                                             "--enable-logging=stderr",
+                                             "--v=0"};
   auto dom_args = chromium;
   dom_args.insert(dom_args.end(), {"--dump-dom", url});
   const auto dom = test::run_command(dom_args, 90);

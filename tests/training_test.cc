@@ -35,6 +35,7 @@ TrainConfig small_config(const std::string& model_path) {
   c.eval_every = 0;
   c.eval_batches = 2;
   c.sample_tokens = 0;
+  c.monitor = false;
   return c;
 }
 

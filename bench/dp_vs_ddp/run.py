@@ -308,7 +308,8 @@ class Bench:
     def record(self, engine, link_name, compress, steps, rows=None, skip=SKIP, pending=None,
                error=None):
         r = {"engine": engine, "link": link_name, "compress": compress, "steps": steps,
-             "skip": skip, "pending": pending, "error": error}
+             "skip": skip, "pending": pending, "error": error,
+             "load_after": None if pending else os.getloadavg()[0]}
         if rows is not None:
             r["rows"] = rows
             r.update(summarize(rows, skip))
@@ -397,6 +398,9 @@ def main():
     except KeyboardInterrupt:
         log("dp_vs_ddp: interrupted; cleaning up")
         return 130
+    except subprocess.CalledProcessError as e:
+        log(f"dp_vs_ddp: `{' '.join(e.cmd)}` failed: {(e.stderr or '').strip()}")
+        return 1
     finally:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)
@@ -592,8 +596,10 @@ def bench(a, links, link):
     for f in failures:
         print("FAIL:", f)
     print(f"validation: {'ok' if not failures else 'FAILED'}")
-    print(f"wall time {time.monotonic() - t_start:.0f} s; load average at start {load_start:.2f}, "
-          f"at end {os.getloadavg()[0]:.2f} (other work on the cores skews the timings)")
+    loads = [r["load_after"] for r in b.results if r["load_after"] is not None]
+    print(f"wall time {time.monotonic() - t_start:.0f} s; 1-minute load average {load_start:.2f} at "
+          f"start, at most {max(loads, default=0):.2f} after a run ({os.cpu_count()} cores; more "
+          f"than the ranks' {RANKS} means other work shared the cores and skewed the timings)")
     with open(os.path.join(a.log_dir, "summary.json"), "w") as f:
         json.dump({"links": {k: {"probe_bps": v} for k, v in probes.items()},
                    "grad_bytes": grad_bytes, "failures": failures,

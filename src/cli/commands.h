@@ -18,6 +18,9 @@ using CommandMain = std::function<int()>;
 // (which re-run the binary with `argv_after_binary`).
 CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary);
 
+// `cann-train debug hang`: diagnose a running job.
+CommandMain add_debug_command(CLI::App& app);
+
 // `cann-train bench comm ...`: benchmarks that launch their own worker processes.
 CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after_binary);
 

@@ -198,7 +198,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     size_t start = 0;
     while (start <= monitor_list->size()) {
       const size_t comma = monitor_list->find(',', start);
-      const std::string item = monitor_list->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const std::string item = monitor_list->substr(
+          start, comma == std::string::npos ? std::string::npos : comma - start);
       if (item == "dashboard") {
         config->monitor_server.dashboard = true;
       } else if (item == "prometheus") {

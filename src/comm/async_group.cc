@@ -75,7 +75,16 @@ int64_t total(std::span<const size_t> counts) {
 }  // namespace
 
 AsyncGroup::AsyncGroup(int rank, int size, bool debug_checks)
-    : rank_(rank), size_(size), debug_checks_(debug_checks) {}
+    : rank_(rank), size_(size), debug_checks_(debug_checks) {
+  recorder_.set_group("group", rank, size);
+}
+
+// Calls that keep the default timeout get the group's (the job's --comm-timeout).
+Options AsyncGroup::resolve(const Options& given) const {
+  Options o = given;
+  if (o.timeout == kDefaultTimeout) o.timeout = default_timeout_.load();
+  return o;
+}
 
 AsyncGroup::~AsyncGroup() {
   stop();
@@ -128,6 +137,9 @@ std::shared_ptr<Work> AsyncGroup::enqueue(Lane lane, OpDescriptor desc, const Op
       work->complete(FailedPrecondition(what + ": group is shut down"));
       return work;
     }
+    recorder_.enqueued(
+        seq, op_name(desc.op), opts.tag,
+        static_cast<uint64_t>(desc.count) * dtype_size(static_cast<DataType>(desc.dtype)));
     LaneState& ls = lanes_[lane];
     ls.queue.push_back(Queued{work, desc, lane == kCollectiveLane, opts, std::move(run)});
     if (!ls.thread.joinable()) ls.thread = std::thread([this, lane] { thread_main(lane); });
@@ -157,8 +169,10 @@ void AsyncGroup::thread_main(Lane lane) {
     } else {
       const double t0 = now_seconds();
       t_current_sequence = q.work->sequence();
+      recorder_.started(q.work->sequence());
       if (debug_checks_ && q.collective) s = check_agreement(q.work->sequence(), q.desc, q.opts);
       if (s.ok()) s = q.run();
+      recorder_.completed(q.work->sequence(), s.ok());
       t_current_sequence = 0;
       const double dt = now_seconds() - t0;
       std::lock_guard<std::mutex> lock(mutex_);
@@ -200,7 +214,8 @@ Status AsyncGroup::check_agreement(uint64_t seq, const OpDescriptor& d, const Op
 }
 
 std::shared_ptr<Work> AsyncGroup::allreduce(void* data, size_t count, DataType type, ReduceOp op,
-                                            const Options& opts) {
+                                            const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kCollectiveLane,
                  {kAllreduce, static_cast<int64_t>(count), static_cast<int64_t>(type),
                   static_cast<int64_t>(op)},
@@ -208,7 +223,8 @@ std::shared_ptr<Work> AsyncGroup::allreduce(void* data, size_t count, DataType t
 }
 
 std::shared_ptr<Work> AsyncGroup::reduce_scatter(void* out, const void* in, size_t count,
-                                                 DataType type, ReduceOp op, const Options& opts) {
+                                                 DataType type, ReduceOp op, const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kCollectiveLane,
                  {kReduceScatter, static_cast<int64_t>(count), static_cast<int64_t>(type),
                   static_cast<int64_t>(op)},
@@ -216,7 +232,8 @@ std::shared_ptr<Work> AsyncGroup::reduce_scatter(void* out, const void* in, size
 }
 
 std::shared_ptr<Work> AsyncGroup::allgather(void* out, const void* in, size_t count, DataType type,
-                                            const Options& opts) {
+                                            const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kCollectiveLane,
                  {kAllgather, static_cast<int64_t>(count), static_cast<int64_t>(type), -1}, opts,
                  [=, this] { return run_allgather(out, in, count, type, opts); });
@@ -224,21 +241,24 @@ std::shared_ptr<Work> AsyncGroup::allgather(void* out, const void* in, size_t co
 
 std::shared_ptr<Work> AsyncGroup::allgatherv(void* out, const void* in,
                                              std::span<const size_t> counts, DataType type,
-                                             const Options& opts) {
+                                             const Options& given) {
+  const Options opts = resolve(given);
   auto owned = std::make_shared<std::vector<size_t>>(counts.begin(), counts.end());
   return enqueue(kCollectiveLane, {kAllgatherv, total(counts), static_cast<int64_t>(type), -1},
                  opts, [=, this] { return run_allgatherv(out, in, *owned, type, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::broadcast(void* data, size_t count, DataType type, int root,
-                                            const Options& opts) {
+                                            const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kCollectiveLane,
                  {kBroadcast, static_cast<int64_t>(count), static_cast<int64_t>(type), root}, opts,
                  [=, this] { return run_broadcast(data, count, type, root, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::alltoall(void* out, const void* in, size_t count, DataType type,
-                                           const Options& opts) {
+                                           const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kCollectiveLane,
                  {kAlltoall, static_cast<int64_t>(count), static_cast<int64_t>(type), -1}, opts,
                  [=, this] { return run_alltoall(out, in, count, type, opts); });
@@ -246,7 +266,8 @@ std::shared_ptr<Work> AsyncGroup::alltoall(void* out, const void* in, size_t cou
 
 std::shared_ptr<Work> AsyncGroup::alltoallv(void* out, std::span<const size_t> out_counts,
                                             const void* in, std::span<const size_t> in_counts,
-                                            DataType type, const Options& opts) {
+                                            DataType type, const Options& given) {
+  const Options opts = resolve(given);
   auto oc = std::make_shared<std::vector<size_t>>(out_counts.begin(), out_counts.end());
   auto ic = std::make_shared<std::vector<size_t>>(in_counts.begin(), in_counts.end());
   // Per-rank counts legitimately differ; the agreement check covers op and type only.
@@ -255,18 +276,21 @@ std::shared_ptr<Work> AsyncGroup::alltoallv(void* out, std::span<const size_t> o
 }
 
 std::shared_ptr<Work> AsyncGroup::send(const void* data, size_t count, DataType type, int dst,
-                                       uint32_t tag, const Options& opts) {
+                                       uint32_t tag, const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kSendLane, {kSend, static_cast<int64_t>(count), static_cast<int64_t>(type), dst},
                  opts, [=, this] { return run_send(data, count, type, dst, tag, opts); });
 }
 
 std::shared_ptr<Work> AsyncGroup::recv(void* data, size_t count, DataType type, int src,
-                                       uint32_t tag, const Options& opts) {
+                                       uint32_t tag, const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kRecvLane, {kRecv, static_cast<int64_t>(count), static_cast<int64_t>(type), src},
                  opts, [=, this] { return run_recv(data, count, type, src, tag, opts); });
 }
 
-std::shared_ptr<Work> AsyncGroup::barrier(const Options& opts) {
+std::shared_ptr<Work> AsyncGroup::barrier(const Options& given) {
+  const Options opts = resolve(given);
   return enqueue(kCollectiveLane, {kBarrier, 0, 0, -1}, opts,
                  [=, this] { return run_barrier(opts); });
 }

@@ -13,6 +13,7 @@
 // backend's destructor must call stop() first, so no lane runs into a half-destroyed object.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -52,6 +53,11 @@ class AsyncGroup : public Group {
   std::shared_ptr<Work> barrier(const Options& opts = {}) override;
 
   GroupStats stats() const override;
+  void set_name(const std::string& name) override { recorder_.set_group(name, rank_, size_); }
+  const FlightRecorder& flight_recorder() const override { return recorder_; }
+  void set_default_timeout(std::chrono::milliseconds timeout) override {
+    default_timeout_ = timeout;
+  }
 
  protected:
   AsyncGroup(int rank, int size, bool debug_checks);
@@ -109,6 +115,7 @@ class AsyncGroup : public Group {
   std::shared_ptr<Work> enqueue(Lane lane, OpDescriptor desc, const Options& opts,
                                 std::function<Status()> run);
   void thread_main(Lane lane);
+  Options resolve(const Options& given) const;
   Status check_agreement(uint64_t seq, const OpDescriptor& desc, const Options& opts);
 
   const int rank_;
@@ -123,6 +130,8 @@ class AsyncGroup : public Group {
   uint64_t next_seq_ = 1;
   Status broken_;  // first failure; later calls fail with it
   GroupStats stats_;
+  FlightRecorder recorder_;  // thread-safe on its own
+  std::atomic<std::chrono::milliseconds> default_timeout_{kDefaultTimeout};
 };
 
 }  // namespace cann::comm

@@ -25,11 +25,22 @@ StatusOr<std::unique_ptr<Group>> create_group(const GroupConfig& config) {
     return InvalidArgument("create_group needs a fresh key prefix (Gloo keys are write-once)");
   GroupConfig c = config;
   if (c.host_id.empty()) c.host_id = default_host_id();
-  if (c.backend == "gloo") return make_gloo_group(c);
-  if (c.backend == "shm") return make_shm_group(c);
-  if (c.backend == "hierarchical") return make_hierarchical_group(c);
-  return InvalidArgument("unknown communication backend '" + c.backend +
-                         "'; hint: use gloo, shm or hierarchical");
+  StatusOr<std::unique_ptr<Group>> group = InvalidArgument("");
+  if (c.backend == "gloo") {
+    group = make_gloo_group(c);
+  } else if (c.backend == "shm") {
+    group = make_shm_group(c);
+  } else if (c.backend == "hierarchical") {
+    group = make_hierarchical_group(c);
+  } else {
+    return InvalidArgument("unknown communication backend '" + c.backend +
+                           "'; hint: use gloo, shm or hierarchical");
+  }
+  if (group.ok()) {
+    (*group)->set_name(c.name);
+    (*group)->set_default_timeout(c.timeout);
+  }
+  return group;
 }
 
 }  // namespace cann::comm

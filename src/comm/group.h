@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/flight_recorder.h"
 #include "comm/store.h"
 #include "comm/types.h"
 #include "core/status.h"
@@ -99,10 +100,19 @@ class Group {
                                                         const std::string& name) = 0;
 
   virtual GroupStats stats() const = 0;
+
+  // The group's name in diagnostics ("world", "dp", "tp0"...).
+  virtual void set_name(const std::string& name) = 0;
+  // The timeout of calls whose Options keep the default (kDefaultTimeout): the job's
+  // --comm-timeout, set by create_group from GroupConfig::timeout.
+  virtual void set_default_timeout(std::chrono::milliseconds timeout) = 0;
+  // The last operations of this group (see flight_recorder.h).
+  virtual const FlightRecorder& flight_recorder() const = 0;
 };
 
 struct GroupConfig {
   std::string backend = "gloo";  // gloo | shm | hierarchical
+  std::string name = "world";    // in diagnostics and the flight recorder
   std::shared_ptr<Store> store;  // rendezvous
   std::string prefix;            // fresh for every group ("job/<id>/gen/<n>/world")
   int rank = 0;

@@ -17,6 +17,7 @@
 #include "core/fs.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "debug/job_registry.h"
 #include "elastic/output_forwarder.h"
 #include "elastic/rendezvous.h"
 #include "monitor/collector.h"
@@ -156,6 +157,15 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     std::printf("dashboard: %s\n", server->url().c_str());
     std::fflush(stdout);
   }
+
+  // Let `cann-train debug hang --job ID` find this job's store.
+  const std::string job_id = job;
+  (void)debug::register_job(
+      {job_id, store_url, node.job_prefix, world, static_cast<int>(getpid())});
+  struct Unregister {
+    std::string id;
+    ~Unregister() { debug::unregister_job(id); }
+  } unregister{job_id};
 
   g_agent_signal = 0;
   struct sigaction sa {};

@@ -21,13 +21,16 @@ void SnapshotPublisher::publish(const RankSnapshot& s, bool force) {
 SnapshotCollector::SnapshotCollector(Hub& hub, StoreGet get, std::string prefix, int world_size)
     : hub_(hub), get_(std::move(get)), prefix_(std::move(prefix)), world_size_(world_size) {}
 
-SnapshotCollector::~SnapshotCollector() { stop(); }
+SnapshotCollector::~SnapshotCollector() {
+  stop();
+}
 
 void SnapshotCollector::start() {
   thread_ = std::thread([this] {
     while (!stop_) {
       poll_once();
-      for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 5 && !stop_; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
 }

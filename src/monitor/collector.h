@@ -19,7 +19,8 @@
 namespace cann::monitor {
 
 using StoreSet = std::function<Status(const std::string& key, const std::string& value)>;
-using StoreGet = std::function<StatusOr<std::string>(const std::string& key)>;  // NotFound if absent
+using StoreGet =
+    std::function<StatusOr<std::string>(const std::string& key)>;  // NotFound if absent
 
 class SnapshotPublisher {
  public:

@@ -50,7 +50,9 @@ std::string label_value(const std::string& v) {
 }  // namespace
 
 Hub::Hub(std::string job, int world_size, size_t history)
-    : job_(std::move(job)), history_limit_(history), started_(unix_seconds()),
+    : job_(std::move(job)),
+      history_limit_(history),
+      started_(unix_seconds()),
       world_size_(world_size) {}
 
 void Hub::update(const RankSnapshot& s) {
@@ -125,10 +127,13 @@ std::string Hub::prometheus_text() const {
        "Communication the last step waited for (not hidden behind compute).",
        [](const RankSnapshot& s) { return s.comm_exposed_s; }},
       {"cann_train_comm_exposed_ratio", "gauge", "Exposed communication over step time.",
-       [](const RankSnapshot& s) { return s.step_time_s > 0 ? s.comm_exposed_s / s.step_time_s : 0; }},
+       [](const RankSnapshot& s) {
+         return s.step_time_s > 0 ? s.comm_exposed_s / s.step_time_s : 0;
+       }},
       {"cann_train_comm_sent_bytes_total", "counter", "Payload bytes sent for gradients.",
        [](const RankSnapshot& s) { return static_cast<double>(s.comm_bytes_total); }},
-      {"cann_train_memory_bytes", "gauge", "Training memory per rank (parameters, gradients, "
+      {"cann_train_memory_bytes", "gauge",
+       "Training memory per rank (parameters, gradients, "
        "optimizer state, activations).",
        [](const RankSnapshot& s) { return static_cast<double>(s.memory_bytes); }},
       {"cann_train_last_step_timestamp_seconds", "gauge", "Unix time the last step finished.",

@@ -34,7 +34,9 @@ MonitorServer::MonitorServer(Hub& hub, ServerConfig config)
   if (config_.token.empty()) config_.token = random_token();
 }
 
-MonitorServer::~MonitorServer() { stop(); }
+MonitorServer::~MonitorServer() {
+  stop();
+}
 
 std::string MonitorServer::url() const {
   return "http://" + config_.bind + ":" + std::to_string(port_) + "/";
@@ -64,9 +66,9 @@ Status MonitorServer::start() {
       res.set_content(hub_.series_json(rank, since), "application/json");
     });
     s.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) {
-      const size_t last =
-          req.has_param("last") ? std::strtoul(req.get_param_value("last").c_str(), nullptr, 10)
-                                : 200;
+      const size_t last = req.has_param("last")
+                              ? std::strtoul(req.get_param_value("last").c_str(), nullptr, 10)
+                              : 200;
       res.set_content(hub_.events_json(last), "application/json");
     });
     s.Post("/api/stop", [this](const httplib::Request& req, httplib::Response& res) {

@@ -28,11 +28,11 @@ namespace cann::monitor {
 
 struct ServerConfig {
   std::string bind = "127.0.0.1";
-  int port = 9999;        // 0 picks a free port
+  int port = 9999;  // 0 picks a free port
   // When `port` is taken, try the next ones (up to 100): two jobs on one machine both get a
   // dashboard. An explicitly chosen port should fail instead.
   bool try_next_ports = false;
-  bool dashboard = true;  // serve / and the JSON API
+  bool dashboard = true;   // serve / and the JSON API
   bool prometheus = true;  // serve /metrics
   std::string token;       // for endpoints that change anything; empty: a random one
 };

@@ -57,7 +57,8 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
     s.comm_exposed_s = num("comm_exposed_s", 0.0);
     s.comm_bytes_total = j.value("comm_bytes_total", int64_t{0});
     s.memory_bytes = j.value("memory_bytes", int64_t{0});
-    if (j.contains("expert_tokens")) s.expert_tokens = j["expert_tokens"].get<std::vector<int64_t>>();
+    if (j.contains("expert_tokens"))
+      s.expert_tokens = j["expert_tokens"].get<std::vector<int64_t>>();
   } catch (const std::exception& e) {
     return DataLoss(std::string("malformed rank snapshot: ") + e.what());
   }

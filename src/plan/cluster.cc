@@ -2,7 +2,9 @@
 // do, as the model spec parser does; unknown keys are errors so a typo cannot silently fall
 // back to a default.
 #include "plan/cluster.h"
+
 #include <cstdlib>
+#include "core/paths.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -215,9 +217,7 @@ std::vector<std::string> shipped_cluster_names() {
 }
 
 std::string calibrated_cluster_dir() {
-  if (const char* h = std::getenv("CANN_TRAIN_HOME"); h && *h) return std::string(h) + "/clusters";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : ".") + "/.cann-train/clusters";
+  return cann_home() + "/clusters";
 }
 
 StatusOr<ClusterSpec> load_cluster_spec(const std::string& name_or_path) {

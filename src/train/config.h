@@ -39,7 +39,11 @@ struct TrainConfig {
   double bucket_mb = 25.0;        // gradient bucket size after the first (1 MiB) bucket
   // Monitoring: who serves the dashboard is decided by Trainer::start_monitoring.
   bool monitor = true;
-  monitor::ServerConfig monitor_server;
+  monitor::ServerConfig monitor_server = [] {
+    monitor::ServerConfig c;
+    c.try_next_ports = true;  // the default port is a preference; an explicit one is not
+    return c;
+  }();
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

@@ -1,8 +1,8 @@
 // The training loop.
 #include "train/trainer.h"
 
-#include <cmath>
 #include <unistd.h>
+#include <cmath>
 
 #include <csignal>
 #include <cstring>
@@ -13,6 +13,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
+#include "debug/hang_analysis.h"
 #include "model/flops.h"
 #include "model/param_table.h"
 #include "plan/strategy.h"
@@ -58,6 +59,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env, comm, &store_));
     rank_ = env->rank;
     world_size_ = env->world_size;
+    job_id_ = env->job_id;
+    start_beacon(*env);
   }
   CANN_RETURN_IF_ERROR(resolve_layout());
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
@@ -322,8 +325,56 @@ Status Trainer::average_over_ranks(float* values, size_t count, const char* what
   opts.tag = what;
   Status s = world_->allreduce(values, count, comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)
                  ->wait(std::chrono::hours(24));
-  if (!s.ok()) return Status(s.code(), "rank " + std::to_string(rank_) + ": " + s.message());
+  if (!s.ok()) return comm_failure(s);
   return OkStatus();
+}
+
+Trainer::~Trainer() {
+  beacon_stop_ = true;
+  if (beacon_.joinable()) beacon_.join();
+}
+
+void Trainer::start_beacon(const DistEnv& env) {
+  if (!store_) return;
+  std::shared_ptr<comm::Store> store = store_;
+  const std::string key = "cann/" + env.job_id + "/flight/rank" + std::to_string(env.rank);
+  const comm::Group* group = world_.get();
+  beacon_ = std::thread([this, store, key, group] {
+    const std::string host = host_name();
+    while (!beacon_stop_) {
+      std::string groups = "[";
+      groups += group->flight_recorder().summary_json();
+      groups += "]";
+      JsonLine j;
+      j.add("rank", rank_)
+          .add("host", host)
+          .add("pid", static_cast<int64_t>(getpid()))
+          .add("time", unix_seconds())
+          .add("step", current_step_.load())
+          .add_raw("groups", groups);
+      (void)store->set(key, j.str());  // diagnostics never stop training
+      for (int i = 0; i < 10 && !beacon_stop_; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+}
+
+void Trainer::explain_stall() {
+  if (!store_) return;
+  std::vector<std::optional<debug::RankBeacon>> beacons(world_size_);
+  for (int r = 0; r < world_size_; ++r) {
+    auto text = store_->try_get("cann/" + job_id_ + "/flight/rank" + std::to_string(r));
+    if (!text.ok() || !text->has_value()) continue;
+    auto b = debug::parse_beacon(**text);
+    if (b.ok()) beacons[r] = *b;
+  }
+  for (const std::string& line : debug::analyze_hang(beacons, unix_seconds()))
+    log_warning("rank " + std::to_string(rank_) + ": hang analysis: " + line);
+}
+
+Status Trainer::comm_failure(const Status& s) {
+  explain_stall();
+  return Status(s.code(), "rank " + std::to_string(rank_) + ": " + s.message());
 }
 
 // Mean loss over the first eval_batches * batch_size windows of the validation stream (the same
@@ -472,6 +523,7 @@ Status Trainer::run(RunSummary* summary) {
   double time_sum = 0.0;
   int timed_steps = 0;
   for (int step = start_step_; step < config_.steps; ++step) {
+    current_step_ = step;
     const double t0 = now_seconds();
     model_->zero_grads();
     // Micro-steps: each rank's share of the global batch in accum_steps_ forward/backward
@@ -491,7 +543,7 @@ Status Trainer::run(RunSummary* summary) {
       st.aux_loss += micro.aux_loss / accum_steps_;
       if (dp_ && k == accum_steps_ - 1) {
         Status s = dp_->backward_and_reduce(grad_scale, &comm_stats);
-        if (!s.ok()) return Status(s.code(), "rank " + std::to_string(rank_) + ": " + s.message());
+        if (!s.ok()) return comm_failure(s);
       } else {
         model_->backward(grad_scale);
       }
@@ -506,8 +558,7 @@ Status Trainer::run(RunSummary* summary) {
     const double compute_s = now_seconds() - t0 - comm_stats.comm_exposed_s;
     // The losses for the log and the stop request are agreed by all ranks (any rank's signal
     // stops all at the same step, so no rank waits in a collective the others never issue).
-    bool stop_requested =
-        g_stop_signal != 0 || (server_ != nullptr && server_->stop_requested());
+    bool stop_requested = g_stop_signal != 0 || (server_ != nullptr && server_->stop_requested());
     if (world_) {
       float scalars[4] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
                           static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f};
@@ -520,7 +571,9 @@ Status Trainer::run(RunSummary* summary) {
     const float lr = schedule_.at(step);
     double norm = 0.0;
     if (dp_) {
-      CANN_ASSIGN_OR_RETURN(norm, dp_->step(lr));
+      auto stepped = dp_->step(lr);
+      if (!stepped.ok()) return comm_failure(stepped.status());
+      norm = *stepped;
     } else {
       norm = opt_->step(model_->params(), model_->grads(), lr);
     }
@@ -612,7 +665,8 @@ Status Trainer::run(RunSummary* summary) {
       summary->interrupted = stop_requested;
       if (leader())
         progress_.line(summary->interrupted
-                           ? "stop requested (signal or /api/stop) after step " + std::to_string(done)
+                           ? "stop requested (signal or /api/stop) after step " +
+                                 std::to_string(done)
                            : "exit interval reached after step " + std::to_string(done));
       break;
     }

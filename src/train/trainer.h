@@ -12,9 +12,11 @@
 // prints progress, writes the step log, checkpoints (parameters are replicated) and samples.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/group.h"
@@ -23,11 +25,11 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "model/model.h"
-#include "optim/adamw.h"
-#include "optim/lr_schedule.h"
 #include "monitor/collector.h"
 #include "monitor/hub.h"
 #include "monitor/server.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/distributed.h"
@@ -47,6 +49,7 @@ struct RunSummary {
 
 class Trainer {
  public:
+  ~Trainer();
   // env == nullptr: a plain single process.
   static StatusOr<std::unique_ptr<Trainer>> create(const TrainConfig& config,
                                                    const DistEnv* env = nullptr,
@@ -65,6 +68,12 @@ class Trainer {
   Status check_fits_in_memory() const;
   Status resolve_layout();
   Status start_monitoring(const DistEnv* env);
+  // Publishes this rank's flight-recorder beacon to the store about once a second.
+  void start_beacon(const DistEnv& env);
+  // After a failed collective: reads every rank's beacon and logs who is stuck where.
+  void explain_stall();
+  // Wraps a collective's failure with the rank and the hang analysis.
+  Status comm_failure(const Status& s);
   size_t memory_bytes() const;
   static std::string host_name();
   void report_step(const monitor::RankSnapshot& snap, bool last);
@@ -100,6 +109,10 @@ class Trainer {
   std::unique_ptr<monitor::MonitorServer> server_;
   std::unique_ptr<monitor::SnapshotPublisher> publisher_;
   std::unique_ptr<monitor::SnapshotCollector> collector_;
+  std::string job_id_;
+  std::thread beacon_;
+  std::atomic<bool> beacon_stop_{false};
+  std::atomic<int64_t> current_step_{0};
   int64_t comm_bytes_total_ = 0;
   std::vector<int64_t> expert_tokens_total_;
   double last_val_loss_ = -1.0;
