@@ -130,8 +130,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto monitor_list = std::make_shared<std::string>("dashboard,prometheus");
   auto monitor_port = std::make_shared<int>(9999);
   run->add_option("--monitor", *monitor_list,
-                  "What to serve over HTTP: dashboard, prometheus (/metrics), a comma list, or "
-                  "off")
+                  "Any of dashboard (HTTP), prometheus (/metrics), tensorboard (event files in "
+                  "--tensorboard-dir), as a comma list, or off")
       ->group(kMonitor)
       ->capture_default_str();
   run->add_option("--monitor-port", *monitor_port,
@@ -142,6 +142,19 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "Address the HTTP server binds (127.0.0.1: this machine only)")
       ->group(kMonitor)
       ->capture_default_str();
+  auto tensorboard_dir = std::make_shared<std::string>("runs");
+  run->add_option("--tensorboard-dir", *tensorboard_dir,
+                  "Where --monitor tensorboard writes events.out.tfevents.* files")
+      ->group(kMonitor)
+      ->capture_default_str();
+  run->add_option("--alert-sensitivity", config->alerts.sensitivity,
+                  "Anomaly detectors' sensitivity, 0 (fewest alerts) to 1 (most)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(kMonitor)
+      ->capture_default_str();
+  run->add_option("--alert-webhook", config->alerts.webhook,
+                  "POST every alert as JSON to this http:// URL")
+      ->group(kMonitor);
   run->add_option("--monitor-token", config->monitor_server.token,
                   "Token for endpoints that change anything (POST /api/stop); default: random, "
                   "printed with the URL")
@@ -191,7 +204,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto threads_given = run->get_option("--threads");
   auto port_given = run->get_option("--monitor-port");
   return [config, launch, comm, threads_given, port_given, monitor_list, monitor_port,
-          argv_after_binary]() -> int {
+          tensorboard_dir, argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
     config->monitor_server.prometheus = false;
@@ -204,10 +217,12 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
         config->monitor_server.dashboard = true;
       } else if (item == "prometheus") {
         config->monitor_server.prometheus = true;
+      } else if (item == "tensorboard") {
+        config->tensorboard_dir = *tensorboard_dir;
       } else if (item != "off") {
         std::fprintf(stderr,
                      "cann-train run: --monitor: unknown item '%s'; hint: use dashboard, "
-                     "prometheus, a comma list of them, or off\n",
+                     "prometheus, tensorboard, a comma list of them, or off\n",
                      item.c_str());
         return 2;
       }
@@ -215,6 +230,13 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       start = comma + 1;
     }
     config->monitor = config->monitor_server.dashboard || config->monitor_server.prometheus;
+    if (!config->alerts.webhook.empty() && config->alerts.webhook.rfind("http://", 0) != 0) {
+      std::fprintf(stderr,
+                   "cann-train run: --alert-webhook '%s': expected an http://HOST[:PORT]/PATH "
+                   "URL (https is not supported)\n",
+                   config->alerts.webhook.c_str());
+      return 2;
+    }
     config->monitor_server.port = *monitor_port;
     config->monitor_server.try_next_ports = port_given->count() == 0;
     auto env = train::detect_dist_env();
@@ -232,6 +254,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ac.worker_args = argv_after_binary;
       ac.monitor = config->monitor;
       ac.monitor_server = config->monitor_server;
+      ac.alerts = config->alerts;
       auto code = elastic::run_agent(ac);
       if (!code.ok()) return report(code.status());
       return *code;

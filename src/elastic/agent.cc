@@ -20,6 +20,7 @@
 #include "debug/job_registry.h"
 #include "elastic/output_forwarder.h"
 #include "elastic/rendezvous.h"
+#include "monitor/alerts.h"
 #include "monitor/collector.h"
 #include "monitor/hub.h"
 
@@ -137,7 +138,10 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   const bool tty = isatty(1) != 0;
 
   // Node 0 gathers and serves the job's metrics.
+  // Declared so that destruction stops the collector (which calls the alerts through the hub)
+  // before the alerts and the hub go.
   std::unique_ptr<monitor::Hub> hub;
+  std::unique_ptr<monitor::AlertEngine> alerts;
   std::unique_ptr<monitor::SnapshotCollector> collector;
   std::unique_ptr<monitor::MonitorServer> server;
   if (config.monitor && node.node_rank == 0) {
@@ -151,6 +155,9 @@ StatusOr<int> run_agent(const AgentConfig& config) {
           return *v;
         },
         "cann/" + node.job_prefix + "/monitor", world);
+    alerts = std::make_unique<monitor::AlertEngine>(*hub, node.job_prefix, config.alerts);
+    monitor::AlertEngine* a = alerts.get();
+    hub->set_observer([a](const monitor::RankSnapshot& s) { a->observe(s); });
     server = std::make_unique<monitor::MonitorServer>(*hub, config.monitor_server);
     CANN_RETURN_IF_ERROR(server->start());
     collector->start();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "monitor/alerts.h"
 #include "monitor/server.h"
 
 namespace cann::elastic {
@@ -39,6 +40,7 @@ struct AgentConfig {
   // the dashboard and /metrics; workers publish when CANN_TRAIN_MONITOR=1.
   bool monitor = false;
   monitor::ServerConfig monitor_server;
+  monitor::AlertConfig alerts;
 };
 
 // Runs the workers to completion. Returns the process exit status for the agent: 0 when every

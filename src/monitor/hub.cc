@@ -56,14 +56,24 @@ Hub::Hub(std::string job, int world_size, size_t history)
       world_size_(world_size) {}
 
 void Hub::update(const RankSnapshot& s) {
+  std::function<void(const RankSnapshot&)> observer;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = latest_.find(s.rank);
+    if (it != latest_.end() && it->second.step == s.step && it->second.time == s.time) return;
+    latest_[s.rank] = s;
+    auto& h = history_[s.rank];
+    if (!h.empty() && s.step < h.back().step) h.clear();  // restarted from a checkpoint
+    h.push_back(s);
+    while (h.size() > history_limit_) h.pop_front();
+    observer = observer_;
+  }
+  if (observer) observer(s);
+}
+
+void Hub::set_observer(std::function<void(const RankSnapshot&)> observer) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = latest_.find(s.rank);
-  if (it != latest_.end() && it->second.step == s.step && it->second.time == s.time) return;
-  latest_[s.rank] = s;
-  auto& h = history_[s.rank];
-  if (!h.empty() && s.step < h.back().step) h.clear();  // restarted from a checkpoint
-  h.push_back(s);
-  while (h.size() > history_limit_) h.pop_front();
+  observer_ = std::move(observer);
 }
 
 void Hub::add_event(Event e) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,6 +30,8 @@ class Hub {
   explicit Hub(std::string job, int world_size, size_t history = 4096);
 
   void update(const RankSnapshot& s);
+  // Called after every update that added a snapshot (outside the Hub's lock): the detectors.
+  void set_observer(std::function<void(const RankSnapshot&)> observer);
   void add_event(Event e);
   void set_world_size(int n);
   void count_restart();
@@ -56,6 +59,7 @@ class Hub {
   std::map<int, RankSnapshot> latest_;
   std::map<int, std::deque<RankSnapshot>> history_;
   std::deque<Event> events_;
+  std::function<void(const RankSnapshot&)> observer_;
 };
 
 }  // namespace cann::monitor

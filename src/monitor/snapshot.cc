@@ -21,6 +21,8 @@ std::string RankSnapshot::to_json() const {
       .add("grad_norm", grad_norm)
       .add("step_time_s", step_time_s)
       .add("forward_backward_s", forward_backward_s)
+      .add("forward_s", forward_s)
+      .add("backward_s", backward_s)
       .add("tokens_per_s", tokens_per_s)
       .add("tflops_per_device", tflops_per_device)
       .add("comm_time_s", comm_time_s)
@@ -51,6 +53,8 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
     s.grad_norm = num("grad_norm", 0.0);
     s.step_time_s = num("step_time_s", 0.0);
     s.forward_backward_s = num("forward_backward_s", 0.0);
+    s.forward_s = num("forward_s", 0.0);
+    s.backward_s = num("backward_s", 0.0);
     s.tokens_per_s = num("tokens_per_s", 0.0);
     s.tflops_per_device = num("tflops_per_device", 0.0);
     s.comm_time_s = num("comm_time_s", 0.0);

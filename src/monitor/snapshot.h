@@ -25,6 +25,8 @@ struct RankSnapshot {
   double grad_norm = 0.0;
   double step_time_s = 0.0;
   double forward_backward_s = 0.0;  // compute part of the step
+  double forward_s = 0.0;           // forward passes of the step (all micro-steps)
+  double backward_s = 0.0;          // backward passes, without waiting for communication
   double tokens_per_s = 0.0;
   double tflops_per_device = 0.0;
   double comm_time_s = 0.0;

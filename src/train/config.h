@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "monitor/alerts.h"
 #include "monitor/server.h"
 
 namespace cann::train {
@@ -44,6 +45,8 @@ struct TrainConfig {
     c.try_next_ports = true;  // the default port is a preference; an explicit one is not
     return c;
   }();
+  monitor::AlertConfig alerts;
+  std::string tensorboard_dir;  // rank 0 writes TensorBoard scalars here; empty: none
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

@@ -144,6 +144,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            ", beyond --steps " + std::to_string(config_.steps) +
                            "; hint: raise --steps to continue training");
   CANN_RETURN_IF_ERROR(start_monitoring(env));
+  if (!config_.tensorboard_dir.empty() && leader()) {
+    CANN_ASSIGN_OR_RETURN(tensorboard_, monitor::TensorBoardWriter::open(config_.tensorboard_dir));
+  }
   if (!config_.log_json.empty() && leader()) {
     log_.reset(std::fopen(config_.log_json.c_str(), config_.resume ? "a" : "w"));
     if (!log_)
@@ -195,6 +198,10 @@ Status Trainer::start_monitoring(const DistEnv* env) {
         prefix, env->world_size);
     collector_->start();
   }
+  alerts_ =
+      std::make_unique<monitor::AlertEngine>(*hub_, env ? env->job_id : "local", config_.alerts);
+  monitor::AlertEngine* alerts = alerts_.get();
+  hub_->set_observer([alerts](const monitor::RankSnapshot& s) { alerts->observe(s); });
   server_ = std::make_unique<monitor::MonitorServer>(*hub_, config_.monitor_server);
   CANN_RETURN_IF_ERROR(server_->start());
   if (!config_.quiet) progress_.line("dashboard: " + server_->url());
@@ -531,9 +538,13 @@ Status Trainer::run(RunSummary* summary) {
     model::ForwardStats st;
     parallel::StepComm comm_stats;
     const float grad_scale = 1.0f / static_cast<float>(accum_steps_);
+    double forward_s = 0.0, backward_s = 0.0;
     for (int k = 0; k < accum_steps_; ++k) {
       next_batch();
+      const double tf = now_seconds();
       const model::ForwardStats micro = model_->forward(inputs_.data(), targets_.data(), B, T);
+      forward_s += now_seconds() - tf;
+      const double tb = now_seconds();
       if (!std::isfinite(micro.loss))
         return FailedPrecondition("loss is " + std::to_string(micro.loss) + " at step " +
                                   std::to_string(step + 1) + " on rank " + std::to_string(rank_) +
@@ -547,6 +558,7 @@ Status Trainer::run(RunSummary* summary) {
       } else {
         model_->backward(grad_scale);
       }
+      backward_s += now_seconds() - tb;
       if (spec_.is_moe()) {
         if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
         for (int i = 0; i < model_->num_moe_layers(); ++i) {
@@ -634,6 +646,22 @@ Status Trainer::run(RunSummary* summary) {
       if (show) progress_.line(buf);
     }
     CANN_RETURN_IF_ERROR(write_log_line(line.str()));
+    if (tensorboard_) {
+      const double wall = unix_seconds();
+      Status tb = tensorboard_->add_scalar("train/loss", st.loss, done, wall);
+      if (tb.ok()) tb = tensorboard_->add_scalar("train/learning_rate", lr, done, wall);
+      if (tb.ok()) tb = tensorboard_->add_scalar("train/grad_norm", norm, done, wall);
+      if (tb.ok()) tb = tensorboard_->add_scalar("perf/step_seconds", dt, done, wall);
+      if (tb.ok())
+        tb = tensorboard_->add_scalar("perf/tokens_per_second", r.tokens_per_s, done, wall);
+      if (tb.ok() && dp_)
+        tb = tensorboard_->add_scalar("perf/comm_exposed_ratio", comm_stats.comm_exposed_s / dt,
+                                      done, wall);
+      if (tb.ok() && last_val_loss_ >= 0 && line.str().find("val_loss") != std::string::npos)
+        tb = tensorboard_->add_scalar("eval/loss", last_val_loss_, done, wall);
+      if (tb.ok() && last) tb = tensorboard_->flush();
+      if (!tb.ok()) return tb;
+    }
     if (hub_ || publisher_) {
       comm_bytes_total_ += static_cast<int64_t>(comm_stats.comm_bytes);
       monitor::RankSnapshot snap;
@@ -649,6 +677,8 @@ Status Trainer::run(RunSummary* summary) {
       snap.grad_norm = norm;
       snap.step_time_s = dt;
       snap.forward_backward_s = compute_s;
+      snap.forward_s = forward_s;
+      snap.backward_s = backward_s - comm_stats.comm_exposed_s;
       snap.tokens_per_s = r.tokens_per_s;
       snap.tflops_per_device = r.gflops / 1e3 / world_size_;
       snap.comm_time_s = comm_stats.comm_time_s;

@@ -25,9 +25,11 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "model/model.h"
+#include "monitor/alerts.h"
 #include "monitor/collector.h"
 #include "monitor/hub.h"
 #include "monitor/server.h"
+#include "monitor/tensorboard.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "train/config.h"
@@ -108,7 +110,9 @@ class Trainer {
   std::unique_ptr<monitor::Hub> hub_;
   std::unique_ptr<monitor::MonitorServer> server_;
   std::unique_ptr<monitor::SnapshotPublisher> publisher_;
+  std::unique_ptr<monitor::AlertEngine> alerts_;  // before collector_: destroyed after it
   std::unique_ptr<monitor::SnapshotCollector> collector_;
+  std::unique_ptr<monitor::TensorBoardWriter> tensorboard_;
   std::string job_id_;
   std::thread beacon_;
   std::atomic<bool> beacon_stop_{false};

@@ -1,0 +1,152 @@
+// Alert evaluation and delivery.
+#include "monitor/alerts.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+
+#include "core/json_line.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "monitor/stragglers.h"
+
+namespace cann::monitor {
+namespace {
+
+constexpr int64_t kQuietSteps = 50;
+constexpr size_t kStragglerWindow = 20;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+SeriesMonitor::Options series_options(double sensitivity) {
+  SeriesMonitor::Options o;
+  o.loss_sensitivity = o.grad_norm_sensitivity = o.step_time_sensitivity = sensitivity;
+  return o;
+}
+
+}  // namespace
+
+AlertEngine::AlertEngine(Hub& hub, std::string job, AlertConfig config)
+    : hub_(hub),
+      job_(std::move(job)),
+      config_(std::move(config)),
+      series_(series_options(config_.sensitivity)),
+      last_straggler_check_(now_seconds()) {
+  if (!config_.webhook.empty()) webhook_thread_ = std::thread([this] { webhook_main(); });
+}
+
+AlertEngine::~AlertEngine() {
+  {
+    std::lock_guard<std::mutex> lock(webhook_mutex_);
+    stopping_ = true;
+  }
+  webhook_cv_.notify_all();
+  if (webhook_thread_.joinable()) webhook_thread_.join();
+}
+
+void AlertEngine::observe(const RankSnapshot& s) {
+  std::vector<Alarm> alarms;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (s.rank == 0 && s.step > last_rank0_step_) {
+      last_rank0_step_ = s.step;
+      for (Alarm& a : series_.observe_step(s.step, s.loss, s.grad_norm, s.step_time_s)) {
+        if (s.step < quiet_until_[a.series]) continue;
+        quiet_until_[a.series] = s.step + kQuietSteps;
+        alarms.push_back(std::move(a));
+      }
+    }
+  }
+  for (const Alarm& a : alarms) raise(a.message, 0);
+  bool check = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (now_seconds() - last_straggler_check_ >= config_.straggler_interval_s) {
+      last_straggler_check_ = now_seconds();
+      check = true;
+    }
+  }
+  if (check) check_stragglers();
+}
+
+void AlertEngine::check_stragglers() {
+  const std::vector<RankSnapshot> latest = hub_.latest();
+  if (latest.size() < 2) return;
+  std::vector<std::vector<double>> rows;
+  std::vector<int> ranks;
+  std::vector<std::string> hosts;
+  for (const RankSnapshot& s : latest) {
+    const std::vector<RankSnapshot> h = hub_.history(s.rank);
+    const size_t from = h.size() > kStragglerWindow ? h.size() - kStragglerWindow : 0;
+    std::vector<double> fwd, bwd, comm;
+    for (size_t i = from; i < h.size(); ++i) {
+      fwd.push_back(h[i].forward_s);
+      bwd.push_back(h[i].backward_s);
+      comm.push_back(h[i].comm_exposed_s);
+    }
+    rows.push_back({median(fwd), median(bwd), median(comm)});
+    ranks.push_back(s.rank);
+    hosts.push_back(s.host);
+  }
+  auto found =
+      find_stragglers(rows, {"forward", "backward", "exposed communication"}, ranks, hosts);
+  if (!found.ok()) return;
+  std::set<int> now_flagged;
+  std::vector<Straggler> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Straggler& s : *found) {
+      now_flagged.insert(s.rank);
+      if (!flagged_.count(s.rank)) fresh.push_back(s);
+    }
+    flagged_ = now_flagged;
+  }
+  for (const Straggler& s : fresh) raise("straggler: " + s.message, s.rank);
+}
+
+void AlertEngine::raise(const std::string& message, int rank) {
+  log_warning("alert: " + message);
+  hub_.add_event({unix_seconds(), "alert", rank, message});
+  if (config_.webhook.empty()) return;
+  JsonLine j;
+  j.add("alert", message).add("rank", rank).add("time", unix_seconds()).add("job", job_);
+  {
+    std::lock_guard<std::mutex> lock(webhook_mutex_);
+    if (webhook_queue_.size() < 100) webhook_queue_.push_back(j.str());
+  }
+  webhook_cv_.notify_all();
+}
+
+// POSTs queued alerts, one at a time, with short timeouts; failures are logged, not retried.
+void AlertEngine::webhook_main() {
+  const std::string& url = config_.webhook;
+  const std::string scheme = "http://";
+  std::string rest = url.rfind(scheme, 0) == 0 ? url.substr(scheme.size()) : url;
+  const size_t slash = rest.find('/');
+  const std::string host_port = rest.substr(0, slash);
+  const std::string path = slash == std::string::npos ? "/" : rest.substr(slash);
+  httplib::Client client(scheme + host_port);
+  client.set_connection_timeout(2, 0);
+  client.set_read_timeout(2, 0);
+  client.set_write_timeout(2, 0);
+  while (true) {
+    std::string body;
+    {
+      std::unique_lock<std::mutex> lock(webhook_mutex_);
+      webhook_cv_.wait(lock, [&] { return stopping_ || !webhook_queue_.empty(); });
+      if (webhook_queue_.empty()) return;
+      body = std::move(webhook_queue_.front());
+      webhook_queue_.pop_front();
+    }
+    auto res = client.Post(path, body, "application/json");
+    if (!res || res->status >= 300)
+      log_warning("alert webhook " + url + ": " +
+                  (res ? "HTTP " + std::to_string(res->status) : std::string("no response")));
+  }
+}
+
+}  // namespace cann::monitor

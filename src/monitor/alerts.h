@@ -1,0 +1,67 @@
+// AlertEngine: runs the detectors on what the Hub receives and raises alerts.
+//
+//   - loss, gradient norm and step time of rank 0: rolling z-score and EWMA (SeriesMonitor),
+//     increases only; a series that alarmed stays quiet for the next 50 steps, so a level shift
+//     is one alert, not fifty;
+//   - stragglers: every `straggler_interval_s`, each rank's median forward, backward and exposed
+//     communication time over its last 20 steps go to find_stragglers (isolation forest plus the
+//     1.3x-the-median rule): "rank 3 on host h2: backward 1.8x the median"; a rank is named
+//     again only after it was not a straggler for one round.
+// An alert is a warning line on stderr ("alert: ..."), an "alert" event in the Hub (the
+// dashboard's timeline, /api/events, cann_train_events_total), and optionally a JSON POST to a
+// webhook ({"alert", "rank", "time", "job"}), sent from a thread of its own so a slow receiver
+// never delays training.
+//
+// Thread safety: observe() may be called from any thread; mutex_ guards the detector state.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "monitor/detectors.h"
+#include "monitor/hub.h"
+
+namespace cann::monitor {
+
+struct AlertConfig {
+  double sensitivity = 0.5;  // 0..1 (see sensitivity_factor)
+  std::string webhook;       // http://HOST[:PORT]/PATH; empty: none
+  double straggler_interval_s = 10.0;
+};
+
+class AlertEngine {
+ public:
+  AlertEngine(Hub& hub, std::string job, AlertConfig config);
+  ~AlertEngine();
+
+  void observe(const RankSnapshot& s);
+  // Runs the straggler check now (observe() runs it on its interval).
+  void check_stragglers();
+
+ private:
+  void raise(const std::string& message, int rank);
+  void webhook_main();
+
+  Hub& hub_;
+  const std::string job_;
+  const AlertConfig config_;
+  std::mutex mutex_;
+  SeriesMonitor series_;
+  std::map<std::string, int64_t> quiet_until_;  // per series: no alarm before this step
+  int64_t last_rank0_step_ = -1;
+  double last_straggler_check_ = 0.0;
+  std::set<int> flagged_;  // ranks named in the last straggler round
+  // Webhook queue (its own mutex so raise() never waits on the network).
+  std::mutex webhook_mutex_;
+  std::condition_variable webhook_cv_;
+  std::deque<std::string> webhook_queue_;
+  bool stopping_ = false;
+  std::thread webhook_thread_;
+};
+
+}  // namespace cann::monitor
