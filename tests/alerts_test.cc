@@ -21,7 +21,7 @@ namespace {
 RankSnapshot step_of(int rank, int64_t step, double loss, double backward) {
   RankSnapshot s;
   s.rank = rank;
-  s.host = "h" + std::to_string(rank / 8);
+  s.host = std::string("h").append(std::to_string(rank / 8));
   s.step = step;
   s.time = 1796230000.0 + step;
   s.loss = loss;
