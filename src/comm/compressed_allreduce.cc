@@ -17,11 +17,19 @@ void compress_chunk(uint32_t* words, float* out, const float* v, size_t len, siz
   const float scale = len > 0 ? static_cast<float>(std::sqrt(sq / static_cast<double>(len))) : 0.0f;
   std::memcpy(&words[0], &scale, 4);
   std::fill(words + 1, words + nwords, 0u);
-  for (size_t i = 0; i < len; ++i) {
-    const bool positive = v[i] >= 0.0f;
-    if (positive) words[1 + i / 32] |= 1u << (i % 32);
-    if (out) out[i] = positive ? scale : -scale;
+  // Whole words first (32 signs each, a loop GCC turns into vector compares and a mask), then
+  // the tail.
+  const size_t full = len / 32;
+  for (size_t w = 0; w < full; ++w) {
+    const float* x = v + w * 32;
+    uint32_t bits = 0;
+    for (uint32_t b = 0; b < 32; ++b) bits |= static_cast<uint32_t>(x[b] >= 0.0f) << b;
+    words[1 + w] = bits;
   }
+  for (size_t i = full * 32; i < len; ++i)
+    if (v[i] >= 0.0f) words[1 + i / 32] |= 1u << (i % 32);
+  if (out != nullptr)
+    for (size_t i = 0; i < len; ++i) out[i] = v[i] >= 0.0f ? scale : -scale;
 }
 
 // Adds weight * decompress(words) to acc (len).
@@ -29,7 +37,13 @@ void accumulate_chunk(float* acc, const uint32_t* words, size_t len, float weigh
   float scale;
   std::memcpy(&scale, &words[0], 4);
   const float s = scale * weight;
-  for (size_t i = 0; i < len; ++i) acc[i] += (words[1 + i / 32] >> (i % 32)) & 1u ? s : -s;
+  const size_t full = len / 32;
+  for (size_t w = 0; w < full; ++w) {
+    const uint32_t bits = words[1 + w];
+    float* a = acc + w * 32;
+    for (uint32_t b = 0; b < 32; ++b) a[b] += ((bits >> b) & 1u) ? s : -s;
+  }
+  for (size_t i = full * 32; i < len; ++i) acc[i] += (words[1 + i / 32] >> (i % 32)) & 1u ? s : -s;
 }
 
 }  // namespace
@@ -53,11 +67,13 @@ Status OneBitAllreduce::run(float* data, const Options& opts) {
   for (size_t j = 0; j < P; ++j) {
     const size_t begin = std::min(count_, j * chunk_);
     const size_t len = std::min(count_, begin + chunk_) - begin;
+    // c = x + e; e = c - decompress(compress(c)), with the error buffer reused for the
+    // decompressed values.
     float* c = scratch_.data() + begin;
-    for (size_t i = 0; i < len; ++i) c[i] = data[begin + i] + worker_error_[begin + i];
-    std::vector<float> decompressed(len);
-    compress_chunk(&send_[j * words_], decompressed.data(), c, len, words_);
-    for (size_t i = 0; i < len; ++i) worker_error_[begin + i] = c[i] - decompressed[i];
+    float* e = worker_error_.data() + begin;
+    for (size_t i = 0; i < len; ++i) c[i] = data[begin + i] + e[i];
+    compress_chunk(&send_[j * words_], e, c, len, words_);
+    for (size_t i = 0; i < len; ++i) e[i] = c[i] - e[i];
   }
   CANN_RETURN_IF_ERROR(group_.alltoall(recv_.data(), send_.data(), words_, DataType::kInt32, opts)
                            ->wait(opts.timeout));
