@@ -28,6 +28,7 @@ import json
 import math
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import statistics
@@ -296,7 +297,7 @@ class Bench:
             argv = [self.binary, "run", "--nnodes", str(RANKS), "--nproc-per-node", "1",
                     "--rdzv", self.link.redis_url(), "--rdzv-id", f"dpddp-{os.getpid()}-{self.count}",
                     "--rdzv-timeout", "60", "--batch-size", str(RANKS * PER_RANK),
-                    "--log-json", logs[n]] + self.cann_common(steps) + extra
+                    "--log-json", logs[n]] + self.cann_common(steps) + extra + shlex.split(self.a.cann_args)
             procs.append(self.link.spawn(n, argv, outs[n]))
         wait_all(procs, 120 + 15 * steps, f"cann-train at {link_name} ({compress})", outs)
         # Rank 0 (whichever node drew the first rendezvous ticket) writes the step log.
@@ -358,6 +359,8 @@ def main():
                    help="steps of the runs whose final loss is compared (1-bit Adam runs, and "
                         "every run on the fastest link)")
     p.add_argument("--no-extras", action="store_true", help="skip the bf16 and top-k rows")
+    p.add_argument("--cann-args", default="",
+                   help="extra flags for every multi-rank cann-train run, e.g. '--bucket-size-mb 4'")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--log-dir", default=None, help="step logs (default BUILD/bench_dp_vs_ddp)")
     a = p.parse_args()

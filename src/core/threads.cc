@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_corename(void);
 
 namespace cann {
 namespace {
@@ -26,5 +27,7 @@ void set_num_threads(int n) {
 int num_threads() {
   return g_threads > 0 ? g_threads : hardware_threads();
 }
+
+const char* blas_core_name() { return openblas_get_corename(); }
 
 }  // namespace cann

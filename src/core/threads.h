@@ -10,4 +10,7 @@ int hardware_threads();
 void set_num_threads(int n);
 int num_threads();
 
+// The kernel family OpenBLAS uses ("SkylakeX", "Haswell", ...).
+const char* blas_core_name();
+
 }  // namespace cann

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -46,8 +47,16 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
   if (config.zero == 1) {
     e->zero_ = std::make_unique<parallel::ZeroOptimizer>(model.table(), adam, group, buckets);
   } else if (config.compress == "onebit") {
-    const int warmup =
-        config.onebit_warmup >= 0 ? config.onebit_warmup : std::max(1, total_steps * 15 / 100);
+    // Default: 15% of the run, but at least one variance window of Adam (1 / (1 - beta2) = 20
+    // steps at beta2 = 0.95): a variance frozen after a handful of steps is mostly the first
+    // gradients' noise, and the compressed stage then diverges.
+    const int window = static_cast<int>(std::lround(1.0 / (1.0 - adam.beta2)));
+    const int warmup = config.onebit_warmup >= 0 ? config.onebit_warmup
+                                                 : std::max(window, total_steps * 15 / 100);
+    if (warmup < window)
+      log_warning("--onebit-warmup " + std::to_string(warmup) +
+                  " is shorter than Adam's variance window (" + std::to_string(window) +
+                  " steps): the frozen variance is noisy and 1-bit Adam may diverge");
     e->config_.onebit_warmup = warmup;
     e->onebit_ =
         std::make_unique<parallel::OneBitAdam>(model.table(), adam, group, buckets, warmup);

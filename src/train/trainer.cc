@@ -484,7 +484,7 @@ Status Trainer::run(RunSummary* summary) {
   char header[512];
   std::snprintf(header, sizeof(header),
                 "model %s: %s, %d layers, hidden %d, %d heads%s, %s parameters | batch %d x %d "
-                "tokens | %d rank%s x %d threads | steps %d..%d",
+                "tokens | %d rank%s x %d threads (BLAS %s) | steps %d..%d",
                 spec_.name.c_str(),
                 std::string(model::architecture_name(spec_.architecture)).c_str(),
                 spec_.num_hidden_layers, spec_.hidden_size, spec_.num_attention_heads,
@@ -493,7 +493,8 @@ Status Trainer::run(RunSummary* summary) {
                                      .c_str()
                                : "",
                 human_count(params).c_str(), config_.batch_size, T, world_size_,
-                world_size_ == 1 ? "" : "s", num_threads(), start_step_ + 1, config_.steps);
+                world_size_ == 1 ? "" : "s", num_threads(), blas_core_name(), start_step_ + 1,
+                config_.steps);
   if (show) {
     progress_.line(header);
     progress_.line("data " + data_.description);
