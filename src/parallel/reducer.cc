@@ -28,6 +28,7 @@ void GradReducer::begin_step(float* grads, BucketReduction* reduction) {
   pending_layers_.clear();
   for (const Bucket& b : buckets_) pending_layers_.push_back(static_cast<int>(b.layers.size()));
   next_launch_ = 0;
+  held_s_ = 0.0;
   completed_ = 0;
   busy_s_ = 0.0;
   error_ = OkStatus();
@@ -43,15 +44,20 @@ void GradReducer::layer_done(int layer) {
 }
 
 void GradReducer::launch_ready() {
+  std::unique_lock<std::mutex> lock(mutex_);
   bool launched = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    while (next_launch_ < buckets_.size() && pending_layers_[next_launch_] <= 0) {
-      queue_.push_back(next_launch_++);
-      launched = true;
-    }
+  while (next_launch_ < buckets_.size() && pending_layers_[next_launch_] <= 0) {
+    queue_.push_back(next_launch_++);
+    launched = true;
   }
-  if (launched) cv_.notify_all();
+  if (!launched) return;
+  cv_.notify_all();
+  if (queue_.size() <= max_queued_) return;
+  // The communication thread pops a bucket before reducing it and notifies, and on an error it
+  // keeps draining the queue, so this wait ends. The wait is exposed communication.
+  const double t0 = now_seconds();
+  cv_.wait(lock, [&] { return queue_.size() <= max_queued_; });
+  held_s_ += now_seconds() - t0;
 }
 
 Status GradReducer::finish(StepComm* stats) {
@@ -61,7 +67,7 @@ Status GradReducer::finish(StepComm* stats) {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return completed_ == buckets_.size(); });
   if (stats != nullptr) {
-    stats->comm_exposed_s = now_seconds() - t0;
+    stats->comm_exposed_s = now_seconds() - t0 + held_s_;
     stats->comm_time_s = busy_s_;
     stats->comm_bytes = group_.stats().bytes_sent - bytes_before_;
   }
@@ -84,6 +90,7 @@ void GradReducer::thread_main() {
       reduction = reduction_;
       skip = !error_.ok();  // after a failure the remaining buckets only count as done
     }
+    cv_.notify_all();  // a training thread held back by set_max_queued may go on
     const double t0 = now_seconds();
     Status s = skip ? OkStatus() : reduction->reduce(buckets_[index], index, grads);
     const double dt = now_seconds() - t0;

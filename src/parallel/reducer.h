@@ -53,6 +53,11 @@ class GradReducer {
   void layer_done(int layer);
   // Launches what is left, waits for every bucket, returns the first error.
   Status finish(StepComm* stats);
+  // Back-pressure: layer_done does not return while more than n handed-over buckets wait for
+  // the communication thread to start them (default: no limit). ZeRO stage 2 sets 1, which
+  // bounds the gradient memory a rank holds to about two buckets when communication is slower
+  // than backward.
+  void set_max_queued(size_t n) { max_queued_ = n; }
 
  private:
   void launch_ready();
@@ -66,10 +71,12 @@ class GradReducer {
   float* grads_ = nullptr;
   BucketReduction* reduction_ = nullptr;
   uint64_t bytes_before_ = 0;
+  double held_s_ = 0.0;  // back-pressure waits in layer_done (training thread; under mutex_)
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<size_t> queue_;  // buckets handed over, not yet reduced
+  std::deque<size_t> queue_;  // buckets handed over, not yet started
+  size_t max_queued_ = static_cast<size_t>(-1);
   size_t completed_ = 0;
   double busy_s_ = 0.0;
   Status error_;

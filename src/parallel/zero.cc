@@ -1,10 +1,12 @@
-// ZeRO stage 1: shard layout, reduce-scatter reduction, sharded AdamW, parameter all-gather.
+// ZeRO stages 1 and 2: shard layout, reduce-scatter reduction, sharded AdamW, parameter all-gather.
 #include "parallel/zero.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "core/check.h"
+#include "core/pages.h"
 #include "kernels/cpu/grad_norm.h"
 
 namespace cann::parallel {
@@ -25,7 +27,8 @@ std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int ran
 }
 
 // Runs on the reducer's thread: the bucket, zero-padded to P pieces, reduce-scattered (average)
-// into this rank's gradient shard.
+// into this rank's gradient shard (stage 1), or added to it after the bucket's range of the
+// gradient buffer was released (stage 2, every micro-step).
 class ZeroOptimizer::ShardReduction : public BucketReduction {
  public:
   ShardReduction(ZeroOptimizer& z) : z_(z) {}
@@ -36,20 +39,31 @@ class ZeroOptimizer::ShardReduction : public BucketReduction {
     std::memcpy(padded_.data(), grads + bucket.begin, bucket.size() * sizeof(float));
     comm::Options opts;
     opts.tag = "grad_bucket_reduce_scatter";
-    return z_.group_
-        .reduce_scatter(z_.grad_shard_.data() + p.shard_offset, padded_.data(), p.padded,
-                        comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)
-        ->wait(opts.timeout);
+    float* shard = z_.grad_shard_.data() + p.shard_offset;
+    if (z_.stage_ == 1)
+      return z_.group_
+          .reduce_scatter(shard, padded_.data(), p.padded, comm::DataType::kFloat32,
+                          comm::ReduceOp::kAvg, opts)
+          ->wait(opts.timeout);
+    zero_and_release(grads + bucket.begin, bucket.size() * sizeof(float));
+    received_.resize(p.padded);
+    CANN_RETURN_IF_ERROR(z_.group_
+                             .reduce_scatter(received_.data(), padded_.data(), p.padded,
+                                             comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)
+                             ->wait(opts.timeout));
+    for (size_t i = 0; i < p.padded; ++i) shard[i] += received_[i];
+    return OkStatus();
   }
 
  private:
   ZeroOptimizer& z_;
-  std::vector<float> padded_;  // reducer thread only
+  std::vector<float> padded_, received_;  // reducer thread only
 };
 
 ZeroOptimizer::ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config,
-                             comm::Group& group, const std::vector<Bucket>& buckets)
-    : table_(table), config_(config), group_(group), buckets_(buckets) {
+                             comm::Group& group, const std::vector<Bucket>& buckets, int stage)
+    : table_(table), config_(config), group_(group), buckets_(buckets), stage_(stage) {
+  CANN_CHECK(stage == 1 || stage == 2) << "ZeRO stage " << stage;
   pieces_ = shard_pieces(buckets_, group.rank(), group.size());
   for (const ShardPiece& p : pieces_) shard_floats_ += p.padded;
   grad_shard_.resize(shard_floats_);
@@ -62,6 +76,12 @@ ZeroOptimizer::~ZeroOptimizer() = default;
 
 BucketReduction* ZeroOptimizer::reduction() {
   return reduction_.get();
+}
+
+size_t ZeroOptimizer::staging_floats() const {
+  size_t most = 0;
+  for (const ShardPiece& p : pieces_) most = std::max(most, p.padded);
+  return most * static_cast<size_t>(group_.size()) + (stage_ == 2 ? most : 0);
 }
 
 StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
@@ -83,6 +103,8 @@ StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
                               v_.data() + p.shard_offset, grad_shard_.data() + p.shard_offset,
                               p.flat_begin, p.len, lr, step_, scale);
   }
+  // Stage 2 accumulates the micro-steps' reductions into the shard: start the next step at 0.
+  if (stage_ == 2) grad_shard_.zero();
   // All-gather the updated pieces back into every rank's parameters, bucket by bucket.
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const ShardPiece& p = pieces_[i];

@@ -11,6 +11,14 @@
 //
 // Memory per rank: parameters and gradients in full (4N + 4N bytes), AdamW moments for N/P
 // parameters (8N/P bytes), plus one bucket of staging.
+//
+// ZeRO stage 2 shards the gradients as well. Every micro-step's backward reduce-scatters its
+// buckets (not only the last one's), each rank adding its piece into its gradient shard; once a
+// bucket has been copied out for the reduce-scatter, its range of the flat gradient buffer is
+// zeroed and its pages released (core/pages.h). The model keeps writing gradients at their
+// offsets, so a rank's resident gradients are its shard (4N/P bytes) and the buckets between
+// backward and reduction, not 4N. Gradient accumulation then costs one reduce-scatter per
+// micro-step, as in DeepSpeed's stage 2.
 #pragma once
 
 #include <memory>
@@ -35,8 +43,9 @@ std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int ran
 
 class ZeroOptimizer {
  public:
+  // stage is 1 or 2.
   ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config, comm::Group& group,
-                const std::vector<Bucket>& buckets);
+                const std::vector<Bucket>& buckets, int stage);
   ~ZeroOptimizer();
 
   // The reduction to give the GradReducer: reduce-scatter into this rank's gradient shard.
@@ -52,6 +61,11 @@ class ZeroOptimizer {
   // Takes this rank's pieces of full moments (loading a checkpoint, any world size).
   void scatter_state(const float* m_full, const float* v_full);
   size_t shard_floats() const { return shard_floats_; }
+  // This rank's reduced gradient pieces (bucket after bucket, as shard_pieces lays them out).
+  const float* grad_shard() const { return grad_shard_.data(); }
+  int stage() const { return stage_; }
+  // Floats of staging the reduction holds per bucket in flight (the largest padded bucket).
+  size_t staging_floats() const;
 
  private:
   class ShardReduction;
@@ -61,6 +75,7 @@ class ZeroOptimizer {
   const optim::AdamWConfig config_;
   comm::Group& group_;
   const std::vector<Bucket> buckets_;
+  const int stage_;
   std::vector<ShardPiece> pieces_;
   size_t shard_floats_ = 0;
   AlignedBuffer<float> grad_shard_, m_, v_;

@@ -3,11 +3,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/log.h"
+#include "core/pages.h"
 #include "parallel/buckets.h"
 #include "parallel/onebit_adam.h"
 #include "parallel/reductions.h"
@@ -32,10 +34,11 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
     model::Model& model, comm::Group& group, const optim::AdamWConfig& adam,
     const DataParallelConfig& config, int total_steps) {
   std::unique_ptr<DataParallelEngine> e(new DataParallelEngine(model, group, config));
-  if (config.zero < 0 || config.zero > 1)
+  if (config.zero < 0 || config.zero > 2)
     return InvalidArgument("zero=" + std::to_string(config.zero) +
-                           ": `run` shards optimizer state (zero=1) or nothing (zero=0); stages "
-                           "2 and 3 are not available in this build; hint: use zero=1");
+                           ": `run` shards optimizer state (zero=1), optimizer state and "
+                           "gradients (zero=2) or nothing (zero=0); stage 3 (sharded parameters) "
+                           "is not available in this build; hint: use zero=2");
   if (config.zero > 0 && config.compress != "none")
     return InvalidArgument("--compress " + config.compress +
                            " needs zero=0: compressed reductions keep full gradients or momenta "
@@ -44,8 +47,13 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
       parallel::plan_buckets(model.table(), static_cast<size_t>(config.first_bucket_mb * (1 << 20)),
                              static_cast<size_t>(config.bucket_mb * (1 << 20)));
   e->reducer_ = std::make_unique<parallel::GradReducer>(buckets, group);
-  if (config.zero == 1) {
-    e->zero_ = std::make_unique<parallel::ZeroOptimizer>(model.table(), adam, group, buckets);
+  if (config.zero >= 1) {
+    e->zero_ =
+        std::make_unique<parallel::ZeroOptimizer>(model.table(), adam, group, buckets, config.zero);
+    if (config.zero == 2) {
+      e->reducer_->set_max_queued(1);
+      zero_and_release(model.grads(), model.num_floats() * sizeof(float));
+    }
   } else if (config.compress == "onebit") {
     // Default: 15% of the run, but at least one variance window of Adam (1 / (1 - beta2) = 20
     // steps at beta2 = 0.95): a variance frozen after a handful of steps is mostly the first
@@ -89,6 +97,11 @@ Status DataParallelEngine::backward_and_reduce(float grad_scale, parallel::StepC
   reducer_->begin_step(model_.grads(), reduction());
   model_.backward(grad_scale, [this](int layer) { reducer_->layer_done(layer); });
   return reducer_->finish(stats);
+}
+
+void DataParallelEngine::zero_grads() {
+  // Under stage 2 every bucket was zeroed and released when its reduction took it.
+  if (config_.zero < 2) model_.zero_grads();
 }
 
 StatusOr<double> DataParallelEngine::step(float lr) {
@@ -205,9 +218,21 @@ std::string DataParallelEngine::describe() const {
   return s;
 }
 
+size_t DataParallelEngine::gradient_bytes() const {
+  const size_t n = model_.num_floats() * sizeof(float);
+  if (!zero_) return n;
+  const size_t shard = zero_->shard_floats() * sizeof(float);
+  if (config_.zero == 1) return n + shard;
+  // Stage 2: the shard, the bucket backward is filling and at most one waiting for the
+  // communication thread (GradReducer::set_max_queued).
+  size_t largest = 0;
+  for (const parallel::Bucket& b : reducer_->buckets()) largest = std::max(largest, b.size());
+  return shard + std::min(n, 2 * largest * sizeof(float));
+}
+
 size_t DataParallelEngine::optimizer_state_bytes() const {
   const size_t n = model_.num_floats() * sizeof(float);
-  if (zero_) return 3 * zero_->shard_floats() * sizeof(float);  // grad shard, m, v
+  if (zero_) return (2 * zero_->shard_floats() + zero_->staging_floats()) * sizeof(float);
   size_t bytes = 2 * n;
   if (onebit_) bytes += n + onebit_->momentum().server_error_floats() * sizeof(float);
   if (topk_) bytes += n;

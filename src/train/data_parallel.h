@@ -3,7 +3,8 @@
 // optimizer that goes with it:
 //   --zero 0, --compress none|bf16|topk:R   AdamW on averaged gradients (replicated state);
 //   --zero 0, --compress onebit             1-bit Adam (fp32 warmup, then 1-bit momenta);
-//   --zero 1                                AdamW state sharded over the ranks (ZeRO stage 1).
+//   --zero 1                                AdamW state sharded over the ranks (ZeRO stage 1);
+//   --zero 2                                gradients sharded too (ZeRO stage 2).
 // Checkpoints see full AdamW moments (gathered from the shards under ZeRO) plus per-rank
 // error-feedback buffers, gathered so rank 0 can write them all.
 #pragma once
@@ -45,8 +46,12 @@ class DataParallelEngine {
                                                               int total_steps);
   ~DataParallelEngine();
 
-  // The last micro-step's backward, its buckets reduced while it runs.
+  // A micro-step's backward, its buckets reduced while it runs: the last micro-step's only, or
+  // every micro-step's when reduces_every_micro_step() (ZeRO stage 2).
   Status backward_and_reduce(float grad_scale, parallel::StepComm* stats);
+  bool reduces_every_micro_step() const { return config_.zero >= 2; }
+  // Clears the gradients before a step (nothing to do under stage 2: the reductions did).
+  void zero_grads();
   // The optimizer step on the reduced gradients; returns the gradient norm.
   StatusOr<double> step(float lr);
 
@@ -57,8 +62,11 @@ class DataParallelEngine {
 
   // "zero=1, 3 buckets, onebit after 15 warmup steps", for the start-up line.
   std::string describe() const;
-  // Bytes of optimizer state this rank holds (moments and error buffers).
+  // Bytes of optimizer state this rank holds (moments, error buffers, ZeRO staging).
   size_t optimizer_state_bytes() const;
+  // Bytes of gradients this rank holds at most: the full buffer, plus the reduced shard under
+  // stage 1; under stage 2 the shard and the buckets between backward and their reduction.
+  size_t gradient_bytes() const;
 
  private:
   DataParallelEngine(model::Model& model, comm::Group& group, DataParallelConfig config);

@@ -159,7 +159,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
 size_t Trainer::memory_bytes() const {
   const size_t weights = model_->num_floats() * sizeof(float);
   const size_t optimizer = dp_ ? dp_->optimizer_state_bytes() : 2 * weights;
-  return 2 * weights + optimizer + model_->activation_bytes();
+  const size_t grads = dp_ ? dp_->gradient_bytes() : weights;
+  return weights + grads + optimizer + model_->activation_bytes();
 }
 
 std::string Trainer::host_name() {
@@ -501,12 +502,13 @@ Status Trainer::run(RunSummary* summary) {
     const double mb = 1.0 / (1 << 20);
     const double weights = static_cast<double>(model_->num_floats()) * sizeof(float);
     const double optimizer = dp_ ? static_cast<double>(dp_->optimizer_state_bytes()) : 2 * weights;
+    const double grads = dp_ ? static_cast<double>(dp_->gradient_bytes()) : weights;
     const double acts = static_cast<double>(model_->activation_bytes());
     char mem[256];
     std::snprintf(mem, sizeof(mem),
                   "memory per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f "
                   "MiB, activations %.1f MiB, total %.1f MiB",
-                  weights * mb, weights * mb, optimizer * mb, acts * mb,
+                  weights * mb, grads * mb, optimizer * mb, acts * mb,
                   static_cast<double>(memory_bytes()) * mb);
     progress_.line(mem);
     if (dp_)
@@ -533,9 +535,13 @@ Status Trainer::run(RunSummary* summary) {
   for (int step = start_step_; step < config_.steps; ++step) {
     current_step_ = step;
     const double t0 = now_seconds();
-    model_->zero_grads();
+    if (dp_)
+      dp_->zero_grads();
+    else
+      model_->zero_grads();
     // Micro-steps: each rank's share of the global batch in accum_steps_ forward/backward
-    // passes whose gradients accumulate; only the last one's backward communicates.
+    // passes whose gradients accumulate; only the last one's backward communicates (every
+    // one's under ZeRO stage 2, which keeps no full gradient between micro-steps).
     model::ForwardStats st;
     parallel::StepComm comm_stats;
     const float grad_scale = 1.0f / static_cast<float>(accum_steps_);
@@ -553,9 +559,13 @@ Status Trainer::run(RunSummary* summary) {
       st.loss += micro.loss / accum_steps_;
       st.lm_loss += micro.lm_loss / accum_steps_;
       st.aux_loss += micro.aux_loss / accum_steps_;
-      if (dp_ && k == accum_steps_ - 1) {
-        Status s = dp_->backward_and_reduce(grad_scale, &comm_stats);
+      if (dp_ && (k == accum_steps_ - 1 || dp_->reduces_every_micro_step())) {
+        parallel::StepComm micro_comm;
+        Status s = dp_->backward_and_reduce(grad_scale, &micro_comm);
         if (!s.ok()) return comm_failure(s);
+        comm_stats.comm_time_s += micro_comm.comm_time_s;
+        comm_stats.comm_exposed_s += micro_comm.comm_exposed_s;
+        comm_stats.comm_bytes += micro_comm.comm_bytes;
       } else {
         model_->backward(grad_scale);
       }
