@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "elastic/agent.h"
 #include "train/dist_env.h"
+#include "train/model_parallel.h"
 #include "train/trainer.h"
 
 namespace cann::cli {
@@ -243,6 +244,10 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     if (!env.ok()) return report(env.status());
     if (!env->has_value() && (launch->nproc_per_node > 1 || launch->nnodes > 1)) {
       // This process is the agent: launch the workers with the same arguments.
+      if (Status st = train::check_strategy_for_launch(
+              config->strategy, config->model, launch->nproc_per_node * launch->nnodes);
+          !st.ok())
+        return report(st);
       elastic::AgentConfig ac;
       ac.nproc_per_node = launch->nproc_per_node;
       ac.nnodes = launch->nnodes;

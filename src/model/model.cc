@@ -15,14 +15,27 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/residual.h"
+#include "kernels/cpu/vocab_parallel_ce.h"
 
 namespace cann::model {
 
 using namespace cann::kernels;
 
-Model::Model(ModelSpec spec) : spec_(std::move(spec)), table_(build_param_table(spec_)) {}
+Model::Model(ModelSpec spec, const TensorParallel& tp)
+    : spec_(std::move(spec)), tp_(tp), table_(build_param_table(spec_, tp.size)) {
+  const int t = tp_.size;
+  nh_ = spec_.num_attention_heads / t;
+  kvh_ = spec_.num_key_value_heads / t;
+  attn_c_ = nh_ * spec_.head_size();
+  qkv_ = (nh_ + 2 * kvh_) * spec_.head_size();
+  ff_ = spec_.intermediate_size / t;
+  vocab_ = (spec_.vocab_size + t - 1) / t;
+  vocab_begin_ = std::min(spec_.vocab_size, tp_.rank * vocab_);
+  vocab_valid_ = std::min(vocab_, spec_.vocab_size - vocab_begin_);
+}
 
-StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_batch, int max_seq) {
+StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_batch, int max_seq,
+                                               const TensorParallel& tp) {
   if (spec.architecture == Architecture::kVit)
     return InvalidArgument(spec.source +
                            ": the trainer runs gpt and bert models; vit specs are for planning "
@@ -33,7 +46,17 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
     return InvalidArgument("sequence length " + std::to_string(max_seq) + " exceeds the model's " +
                            "seq_length " + std::to_string(spec.seq_length) + " (" + spec.source +
                            "); hint: lower --seq-len");
-  std::unique_ptr<Model> m(new Model(spec));
+  if (tp.size > 1) {
+    CANN_RETURN_IF_ERROR(check_tp_divides(spec, tp.size));
+    if (tp.comm == nullptr || tp.rank < 0 || tp.rank >= tp.size)
+      return InvalidArgument("tensor parallelism needs a communicator and a rank in [0, tp)");
+    if (tp.sequence_parallel && spec.is_moe())
+      return InvalidArgument("model '" + spec.name +
+                             "' has MoE layers: sequence parallelism would route each rank's "
+                             "tokens against a different expert capacity; hint: use sp=off "
+                             "(tensor parallelism alone works with MoE models)");
+  }
+  std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}));
   m->max_batch_ = max_batch;
   m->max_seq_ = max_seq;
   m->params_.resize(m->table_.total_floats());
@@ -77,8 +100,8 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
 void Model::layout_activations() {
   const ModelSpec& s = spec_;
   const size_t N = static_cast<size_t>(max_batch_) * max_seq_;
-  const size_t C = s.hidden_size, V = s.vocab_size, QKV = s.qkv_size(), F = s.intermediate_size;
-  const size_t att = static_cast<size_t>(max_batch_) * s.num_attention_heads * max_seq_ * max_seq_;
+  const size_t C = s.hidden_size, V = vocab_, QKV = qkv_, F = ff_, AC = attn_c_;
+  const size_t att = static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_;
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
   const size_t cap = s.is_moe() ? moe_capacity(static_cast<int>(N), static_cast<int>(E),
                                                static_cast<int>(K), s.capacity_factor)
@@ -107,7 +130,7 @@ void Model::layout_activations() {
       a.ln1_rstd = take(N);
       a.qkv = take(N * QKV);
       a.att = take(att);
-      a.atty = take(N * C);
+      a.atty = take(N * AC);
       a.resid_attn = take(N * C);
       a.ln2 = take(N * C);
       a.ln2_mean = take(N);
@@ -142,7 +165,7 @@ void Model::layout_activations() {
     d_resid_ = take(N * C);
     d_branch_ = take(N * C);
     d_ln_ = take(N * C);
-    d_atty_ = take(N * C);
+    d_atty_ = take(N * AC);
     d_qkv_ = take(N * QKV);
     d_fch_ = take(N * F);
     if (s.is_moe()) {
@@ -151,6 +174,13 @@ void Model::layout_activations() {
       moe_scratch_.d_ye = take(E * cap * C);
       moe_scratch_.d_gate = take(N * K);
       moe_scratch_.d_router = take(N * E);
+    }
+    if (tp_.size > 1) {
+      tp_full_ = take(N * C);
+      tp_rowmax_ = take(N);
+      tp_sums_ = take(2 * N);
+      tp_shift_ = take(N);
+      tp_lngrad_ = take(2 * C);
     }
     inputs_ = itake(N);
     targets_ = itake(N);
@@ -165,12 +195,20 @@ size_t Model::activation_bytes() const {
   return acts_.bytes() + ints_.bytes();
 }
 
+// Under tp the full model is initialized exactly as on one process and each tensor's shard is
+// copied out, so every split of the model starts from the same numbers.
 void Model::init_params(uint64_t seed) {
   Rng rng(seed);
   const float residual_scale = 1.0f / std::sqrt(2.0f * spec_.num_hidden_layers);
+  const ParamTable full_table = tp_.size > 1 ? build_param_table(spec_) : ParamTable{};
+  const ParamTable& table = tp_.size > 1 ? full_table : table_;
+  AlignedBuffer<float> full_params;
+  if (tp_.size > 1) full_params.resize(table.total_floats());
+  float* const base = tp_.size > 1 ? full_params.data() : params_.data();
   params_.zero();
-  for (const TensorInfo& t : table_.tensors()) {
-    float* p = params_.data() + t.offset;
+  if (tp_.size > 1) full_params.zero();
+  for (const TensorInfo& t : table.tensors()) {
+    float* p = base + t.offset;
     const std::string& n = t.name;
     const bool is_norm_gain = n.ends_with("ln1.w") || n.ends_with("ln2.w") || n == "lnf.w";
     if (is_norm_gain) {
@@ -182,6 +220,12 @@ void Model::init_params(uint64_t seed) {
       for (size_t i = 0; i < t.numel; ++i) p[i] = std * rng.normal();
     }
     // Biases and norm shifts stay zero.
+  }
+  if (tp_.size == 1) return;
+  for (size_t i = 0; i < table_.tensors().size(); ++i) {
+    const TensorInfo& shard = table_.at(i);
+    copy_tp_shard(shard, base + table.at(i).offset, params_.data() + shard.offset, tp_.rank,
+                  tp_.size);
   }
 }
 
@@ -204,53 +248,86 @@ long Model::dropped_assignments() const {
   return dropped;
 }
 
+// Under tensor parallelism the residual stream has R rows on this rank: all N tokens, or with
+// sequence parallelism the N/tp tokens [rank*R, (rank+1)*R). Layernorm outputs, which feed the
+// column-parallel linears, are written at their place in an (N,C) buffer and all-gathered.
 ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T) {
   CANN_CHECK(B > 0 && B <= max_batch_ && T > 0 && T <= max_seq_)
       << "batch " << B << "x" << T << " exceeds the model's buffers " << max_batch_ << "x"
       << max_seq_;
   const ModelSpec& s = spec_;
-  const int N = B * T, C = s.hidden_size, V = s.vocab_size, QKV = s.qkv_size();
-  const int F = s.intermediate_size;
+  const int N = B * T, C = s.hidden_size, V = vocab_, QKV = qkv_, AC = attn_c_;
+  const int F = ff_;
+  const bool tp = tp_.size > 1, sp = tp && tp_.sequence_parallel;
+  CANN_CHECK(!sp || N % tp_.size == 0)
+      << "sequence parallelism needs B*T = " << N << " divisible by tp = " << tp_.size;
+  const int R = sp ? N / tp_.size : N;
+  const size_t mine = sp ? static_cast<size_t>(tp_.rank) * R * C : 0;  // my rows in (N,C)
+  const bool first_rank = tp_.rank == 0;
   B_ = B;
   T_ = T;
   have_targets_ = targets != nullptr;
   std::memcpy(inputs_, inputs, sizeof(int) * N);
   const float* P = params_.data();
-  const AttentionShape ash{
-      B, T, s.num_attention_heads, s.num_key_value_heads, s.head_size(), s.causal()};
+  const AttentionShape ash{B, T, nh_, kvh_, s.head_size(), s.causal()};
   const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
                    s.capacity_factor};
 
-  embedding_forward(encoded_, inputs_, P + wte_, P + wpe_, B, T, C);
+  if (!tp) {
+    embedding_forward(encoded_, inputs_, P + wte_, P + wpe_, B, T, C);
+  } else {
+    // Vocabulary-parallel embedding: each rank looks up the tokens it holds, one rank adds the
+    // positions, and the partial sums are reduced (scattered by rows under sp).
+    float* partial = sp ? tp_full_ : encoded_;
+    embedding_forward_vocab_range(partial, inputs_, P + wte_, first_rank ? P + wpe_ : nullptr, B,
+                                  T, C, vocab_begin_, vocab_begin_ + vocab_valid_);
+    tp_row_parallel_out(encoded_, partial, N);
+  }
   const float* x = encoded_;
   double aux_total = 0.0;
   for (int l = 0; l < s.num_hidden_layers; ++l) {
     const LayerOffsets& o = offsets_[l];
     LayerActs& a = layers_[l];
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, N, C);
+    // Row-parallel biases are added by one rank so that the reduced sum holds them once.
+    const bool add_bias = !tp || first_rank;
+    layernorm_forward(a.ln1 + mine, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
+    if (sp) tp_allgather(a.ln1, R, C);
     linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, QKV);
     attention_forward(a.atty, a.att, a.qkv, ash);
-    linear_forward(a.resid_attn, a.atty, P + o.projw, P + o.projb, N, C, C);
-    residual_forward(a.resid_attn, a.resid_attn, x, static_cast<size_t>(N) * C);
-    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b, N, C);
+    float* attn_out = sp ? tp_full_ : a.resid_attn;
+    linear_forward(attn_out, a.atty, P + o.projw, add_bias ? P + o.projb : nullptr, N, AC, C);
+    if (tp) tp_row_parallel_out(a.resid_attn, attn_out, N);
+    residual_forward(a.resid_attn, a.resid_attn, x, static_cast<size_t>(R) * C);
+    layernorm_forward(a.ln2 + mine, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b,
+                      R, C);
+    if (sp) tp_allgather(a.ln2, R, C);
     if (a.moe_index >= 0) {
+      // Experts are whole on every tp rank (sp is refused with MoE): the same computation on
+      // the same input everywhere.
       aux_total += moe_forward(a.out, a.ln2, P, o.moe, moe_layers_[a.moe_index], md, N);
     } else {
       linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, F);
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * F);
-      linear_forward(a.out, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, F, C);
+      float* mlp_out = sp ? tp_full_ : a.out;
+      linear_forward(mlp_out, a.fch_gelu, P + o.fcprojw, add_bias ? P + o.fcprojb : nullptr, N, F,
+                     C);
+      if (tp) tp_row_parallel_out(a.out, mlp_out, N);
     }
-    residual_forward(a.out, a.out, a.resid_attn, static_cast<size_t>(N) * C);
+    residual_forward(a.out, a.out, a.resid_attn, static_cast<size_t>(R) * C);
     x = a.out;
   }
-  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, N, C);
+  layernorm_forward(lnf_ + mine, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
+  if (sp) tp_allgather(lnf_, R, C);
   linear_forward(logits_, lnf_, P + wte_, nullptr, N, C, V);
 
   ForwardStats st;
   st.aux_loss = aux_total;
   if (!have_targets_) return st;
   std::memcpy(targets_, targets, sizeof(int) * N);
-  softmax_crossentropy_forward(losses_, logits_, targets_, N, V);
+  if (tp)
+    vocab_parallel_loss(N);
+  else
+    softmax_crossentropy_forward(losses_, logits_, targets_, N, V);
   double sum = 0.0;
   int scored = 0;
   for (int i = 0; i < N; ++i) {
@@ -271,24 +348,38 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   };
   CANN_CHECK(have_targets_) << "backward() needs a forward() with targets";
   const ModelSpec& s = spec_;
-  const int B = B_, T = T_, N = B * T, C = s.hidden_size, V = s.vocab_size, QKV = s.qkv_size();
-  const int F = s.intermediate_size;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const int B = B_, T = T_, N = B * T, C = s.hidden_size, V = vocab_, QKV = qkv_, AC = attn_c_;
+  const int F = ff_;
+  const bool tp = tp_.size > 1, sp = tp && tp_.sequence_parallel;
+  const int R = sp ? N / tp_.size : N;
+  const size_t RC = static_cast<size_t>(R) * C;
   const float* P = params_.data();
   float* G = grads_.data();
-  const AttentionShape ash{
-      B, T, s.num_attention_heads, s.num_key_value_heads, s.head_size(), s.causal()};
+  const AttentionShape ash{B, T, nh_, kvh_, s.head_size(), s.causal()};
   const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
                    s.capacity_factor};
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);
+  // The gradient of a row-parallel linear's output, whole: d_resid_ itself, or under sp its
+  // rows gathered from every rank (the backward of the forward's reduce-scatter).
+  auto full_dout = [&]() -> const float* {
+    if (!sp) return d_resid_;
+    std::memcpy(tp_full_ + static_cast<size_t>(tp_.rank) * RC, d_resid_, RC * sizeof(float));
+    tp_allgather(tp_full_, R, C);
+    return tp_full_;
+  };
 
   // Head: the logits buffer becomes its own gradient (fused softmax cross-entropy).
   const float logit_scale = scored_ > 0 ? grad_scale / scored_ : 0.0f;
-  softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
+  if (tp)
+    vocab_ce_backward(logits_, logits_, tp_shift_, targets_, logit_scale, N, V, vocab_valid_,
+                      vocab_begin_);
+  else
+    softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
   linear_backward(d_ln_, G + wte_, nullptr, logits_, lnf_, P + wte_, N, C, V);
   const float* x_last = s.num_hidden_layers > 0 ? layers_.back().out : encoded_;
-  layernorm_backward(d_resid_, G + lnfw_, G + lnfb_, d_ln_, x_last, P + lnfw_, lnf_mean_, lnf_rstd_,
-                     N, C);
+  const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
+  layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
+                        lnf_rstd_, R, C);
   done(s.num_hidden_layers);
 
   // d_resid_ carries the gradient of the residual stream down through the layers.
@@ -297,28 +388,38 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     const LayerActs& a = layers_[l];
     const float* x_in = l == 0 ? encoded_ : layers_[l - 1].out;
     // Feed-forward branch: out = resid_attn + mlp(ln2(resid_attn)).
+    const float* d_ln2 = d_ln_;
     if (a.moe_index >= 0) {
       moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, moe_layers_[a.moe_index], moe_scratch_, md,
                    aux_grad, d_branch_);
     } else {
-      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, d_resid_, a.fch_gelu, P + o.fcprojw, N,
-                      F, C);
+      const float* dy = full_dout();
+      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F,
+                      C);
       gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
       linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, a.ln2, P + o.fcw, N, C, F);
+      if (tp) d_ln2 = tp_column_parallel_dinput(d_ln_, N);
     }
-    layernorm_backward(d_branch_, G + o.ln2w, G + o.ln2b, d_ln_, a.resid_attn, P + o.ln2w,
-                       a.ln2_mean, a.ln2_rstd, N, C);
-    residual_backward(d_resid_, d_branch_, NC);
+    layernorm_backward_tp(d_branch_, G + o.ln2w, G + o.ln2b, d_ln2, a.resid_attn, P + o.ln2w,
+                          a.ln2_mean, a.ln2_rstd, R, C);
+    residual_backward(d_resid_, d_branch_, RC);
     // Attention branch: resid_attn = x_in + proj(attention(ln1(x_in))).
-    linear_backward(d_atty_, G + o.projw, G + o.projb, d_resid_, a.atty, P + o.projw, N, C, C);
+    const float* dy = full_dout();
+    linear_backward(d_atty_, G + o.projw, G + o.projb, dy, a.atty, P + o.projw, N, AC, C);
     attention_backward(d_qkv_, d_atty_, a.qkv, a.att, ash);
     linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, a.ln1, P + o.qkvw, N, C, QKV);
-    layernorm_backward(d_branch_, G + o.ln1w, G + o.ln1b, d_ln_, x_in, P + o.ln1w, a.ln1_mean,
-                       a.ln1_rstd, N, C);
-    residual_backward(d_resid_, d_branch_, NC);
+    const float* d_ln1 = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
+    layernorm_backward_tp(d_branch_, G + o.ln1w, G + o.ln1b, d_ln1, x_in, P + o.ln1w, a.ln1_mean,
+                          a.ln1_rstd, R, C);
+    residual_backward(d_resid_, d_branch_, RC);
     done(l);
   }
-  embedding_backward(G + wte_, G + wpe_, d_resid_, inputs_, B, T, C);
+  if (!tp) {
+    embedding_backward(G + wte_, G + wpe_, d_resid_, inputs_, B, T, C);
+  } else {
+    embedding_backward_vocab_range(G + wte_, G + wpe_, full_dout(), inputs_, B, T, C, vocab_begin_,
+                                   vocab_begin_ + vocab_valid_);
+  }
   done(-1);
 }
 

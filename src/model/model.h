@@ -3,6 +3,12 @@
 // what backward needs in one activation arena sized at creation; backward walks the same line
 // in reverse and accumulates into the flat gradient buffer.
 //
+// Under tensor parallelism (see tensor_parallel.h) a Model is one rank's part: its ParamTable,
+// flat buffers and activations hold only this rank's heads, MLP units and vocabulary slice,
+// forward and backward are collectives over the tp group (every tp rank calls them with the
+// same batch), and logits() is this rank's vocabulary slice. With tp = 1 no collective and no
+// extra buffer exists.
+//
 // Thread safety: none; one thread drives a Model (the kernels use the shared thread pool).
 #pragma once
 
@@ -17,6 +23,7 @@
 #include "model/moe_layer.h"
 #include "model/param_table.h"
 #include "model/spec.h"
+#include "model/tensor_parallel.h"
 
 namespace cann::model {
 
@@ -30,7 +37,8 @@ struct ForwardStats {
 class Model {
  public:
   // Sizes every buffer for batches up to max_batch sequences of up to max_seq tokens.
-  static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch, int max_seq);
+  static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch, int max_seq,
+                                                 const TensorParallel& tp = {});
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }
@@ -44,13 +52,20 @@ class Model {
   // Bytes of the activation arena plus backward scratch.
   size_t activation_bytes() const;
 
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  // The first failure of a tensor-parallel collective since creation (OK with tp = 1). After a
+  // failure forward and backward skip the remaining collectives, so their results are garbage:
+  // check this after each of them.
+  const Status& tp_status() const { return tp_status_; }
+
   // GPT-2 initialization: N(0, 0.02) for matrices and wte, N(0, 0.01) for wpe, residual output
   // projections scaled by 1/sqrt(2 * layers), zeros for biases, ones for norm gains.
   void init_params(uint64_t seed);
   void zero_grads() { grads_.zero(); }
 
   // inputs and targets are (B,T) token ids; a target < 0 is not scored; targets may be null
-  // (inference: logits only). Requires B <= max_batch, T <= max_seq, ids < vocab_size.
+  // (inference: logits only). Requires B <= max_batch, T <= max_seq, ids < vocab_size, and
+  // with sequence parallelism B*T divisible by tp.
   ForwardStats forward(const int* inputs, const int* targets, int B, int T);
   // Backward of the last forward (which must have had targets): grads += grad_scale * d(loss).
   // layer_done(l) is called as soon as the gradients of every tensor of layer l (ParamTable's
@@ -80,10 +95,31 @@ class Model {
     int moe_index = -1;  // into moe_layers_
   };
 
-  explicit Model(ModelSpec spec);
+  Model(ModelSpec spec, const TensorParallel& tp);
   void layout_activations();
+  // Tensor-parallel plumbing; each records the first failure in tp_status_ and then does nothing.
+  void tp_allreduce(float* data, size_t count);
+  void tp_allgather(float* full, size_t rows_per_rank, int width);
+  void tp_reduce_scatter(float* out, const float* full, size_t rows_per_rank, int width);
+  // Row-parallel output: partial (N,C) summed over ranks into out (all of it, or this rank's
+  // rows under sp). Without sp out must be partial.
+  void tp_row_parallel_out(float* out, float* partial, int N);
+  // Gradient into a column-parallel linear's input: d (N,C) partial, summed; returns where the
+  // result for this rank's rows lies (d itself, or tp_full_ under sp).
+  float* tp_column_parallel_dinput(float* d, int N);
+  // Layernorm backward whose weight gradients are partial under sp (each rank saw its rows):
+  // computed into scratch, summed over the ranks, then accumulated.
+  void layernorm_backward_tp(float* dx, float* dw, float* db, const float* dy, const float* x,
+                             const float* w, const float* mean, const float* rstd, int rows, int C);
+  void vocab_parallel_loss(int N);
 
   ModelSpec spec_;
+  TensorParallel tp_;
+  Status tp_status_;
+  // This rank's widths: heads, kv heads, attention output (heads * head size), fused QKV,
+  // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
+  int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;
+  int vocab_begin_ = 0;
   ParamTable table_;
   int max_batch_ = 0, max_seq_ = 0;
   AlignedBuffer<float> params_, grads_;
@@ -99,6 +135,11 @@ class Model {
   float *d_resid_ = nullptr, *d_branch_ = nullptr, *d_ln_ = nullptr, *d_atty_ = nullptr;
   float *d_qkv_ = nullptr, *d_fch_ = nullptr;
   MoeScratch moe_scratch_;
+  // Tensor parallelism only (null with tp = 1): a full (N,C) staging buffer for partial sums and
+  // gathered gradients; per-row max, sums and shift of the vocabulary-parallel loss; layernorm
+  // weight-gradient scratch under sp.
+  float *tp_full_ = nullptr, *tp_rowmax_ = nullptr, *tp_sums_ = nullptr, *tp_shift_ = nullptr;
+  float* tp_lngrad_ = nullptr;
   int *inputs_ = nullptr, *targets_ = nullptr;
   // Shape of the last forward.
   int B_ = 0, T_ = 0, scored_ = 0;

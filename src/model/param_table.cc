@@ -17,9 +17,27 @@ size_t ParamTable::add(std::string name, std::vector<int64_t> shape, int layer, 
   t.tp_split = split;
   t.weight_decay = decay;
   t.expert = expert;
+  t.full_shape = t.shape;
   total_ = t.offset + t.numel;
   tensors_.push_back(std::move(t));
   return tensors_.size() - 1;
+}
+
+size_t ParamTable::add_sharded(std::string name, std::vector<int64_t> full, int layer,
+                               TpSplit split, bool decay, int tp, std::vector<int64_t> parts) {
+  std::vector<int64_t> shape = full;
+  if (tp > 1 && split == TpSplit::kRow) {
+    shape.back() /= tp;
+  } else if (tp > 1 && (split == TpSplit::kColumn || split == TpSplit::kVocab)) {
+    if (parts.empty()) parts = {full[0]};
+    shape[0] = 0;
+    for (int64_t p : parts) shape[0] += (p + tp - 1) / tp;
+  }
+  const size_t i = add(std::move(name), std::move(shape), layer, split, decay);
+  tensors_[i].full_shape = std::move(full);
+  if (tp > 1 && (split == TpSplit::kColumn || split == TpSplit::kVocab))
+    tensors_[i].tp_parts = std::move(parts);
+  return i;
 }
 
 StatusOr<size_t> ParamTable::find(const std::string& name) const {
@@ -60,33 +78,103 @@ uint64_t ParamTable::fingerprint() const {
   return h;
 }
 
-ParamTable build_param_table(const ModelSpec& s) {
+Status check_tp_divides(const ModelSpec& s, int tp) {
+  if (tp < 1) return InvalidArgument("tp=" + std::to_string(tp) + ": must be at least 1");
+  auto refuse = [&](const char* what, int n) {
+    return InvalidArgument("tp=" + std::to_string(tp) + " does not divide " + what + " " +
+                           std::to_string(n) + " of model '" + s.name +
+                           "'; hint: pick a tp that divides the attention heads, the kv heads "
+                           "and the intermediate size");
+  };
+  if (s.num_attention_heads % tp != 0) return refuse("num_attention_heads", s.num_attention_heads);
+  if (s.num_key_value_heads % tp != 0) return refuse("num_key_value_heads", s.num_key_value_heads);
+  if (s.hidden_size % tp != 0) return refuse("hidden_size", s.hidden_size);
+  if (s.intermediate_size % tp != 0) return refuse("intermediate_size", s.intermediate_size);
+  return OkStatus();
+}
+
+namespace {
+
+// Calls fn(shard_offset, full_offset, len) for each contiguous run of the shard, in shard
+// order; a run with full_offset == SIZE_MAX is padding. Worked example: qkv.w of a model with
+// 4 heads, 2 kv heads, head size 8, C = 32 has full shape (128, 32) and parts {32, 16, 16};
+// over tp = 2, rank 1's shard has rows 16..31 (its 2 q heads), 40..47 (its k head) and
+// 56..63 (its v head): three runs of 16*32, 8*32 and 8*32 floats.
+template <typename Fn>
+void for_each_shard_run(const TensorInfo& t, int rank, int tp, Fn fn) {
+  constexpr size_t kPad = static_cast<size_t>(-1);
+  if (tp == 1 || t.tp_split == TpSplit::kReplicated) {
+    fn(size_t{0}, size_t{0}, t.numel);
+    return;
+  }
+  const auto& full = t.full_shape;
+  if (t.tp_split == TpSplit::kRow) {
+    const size_t cols = static_cast<size_t>(full.back()), local = cols / tp;
+    const size_t rows = t.numel / local;
+    for (size_t r = 0; r < rows; ++r) fn(r * local, r * cols + rank * local, local);
+    return;
+  }
+  const size_t inner = t.numel / static_cast<size_t>(t.shape[0]);
+  size_t shard_row = 0, part_begin = 0;
+  for (int64_t p : t.tp_parts) {
+    const size_t part = static_cast<size_t>(p), local = (part + tp - 1) / tp;
+    const size_t first = rank * local;
+    const size_t valid = first >= part ? 0 : std::min(local, part - first);
+    if (valid > 0) fn(shard_row * inner, (part_begin + first) * inner, valid * inner);
+    if (valid < local) fn((shard_row + valid) * inner, kPad, (local - valid) * inner);
+    shard_row += local;
+    part_begin += part;
+  }
+}
+
+}  // namespace
+
+void copy_tp_shard(const TensorInfo& t, const float* full, float* shard, int rank, int tp) {
+  for_each_shard_run(t, rank, tp, [&](size_t s, size_t f, size_t n) {
+    if (f == static_cast<size_t>(-1))
+      std::fill(shard + s, shard + s + n, 0.0f);
+    else
+      std::copy(full + f, full + f + n, shard + s);
+  });
+}
+
+void place_tp_shard(const TensorInfo& t, const float* shard, float* full, int rank, int tp) {
+  for_each_shard_run(t, rank, tp, [&](size_t s, size_t f, size_t n) {
+    if (f != static_cast<size_t>(-1)) std::copy(shard + s, shard + s + n, full + f);
+  });
+}
+
+ParamTable build_param_table(const ModelSpec& s, int tp) {
   ParamTable table;
   const int64_t C = s.hidden_size, V = s.vocab_size, T = s.seq_length;
   const int64_t QKV = s.qkv_size(), F = s.intermediate_size;
-  table.add("wte", {V, C}, -1, TpSplit::kVocab, true);
+  const int64_t Q = static_cast<int64_t>(s.num_attention_heads) * s.head_size();
+  const int64_t KV = static_cast<int64_t>(s.num_key_value_heads) * s.head_size();
+  table.add_sharded("wte", {V, C}, -1, TpSplit::kVocab, true, tp);
   table.add("wpe", {T, C}, -1, TpSplit::kReplicated, false);
   for (int l = 0; l < s.num_hidden_layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     table.add(p + "ln1.w", {C}, l, TpSplit::kReplicated, false);
     table.add(p + "ln1.b", {C}, l, TpSplit::kReplicated, false);
-    table.add(p + "attn.qkv.w", {QKV, C}, l, TpSplit::kColumn, true);
-    table.add(p + "attn.qkv.b", {QKV}, l, TpSplit::kColumn, false);
-    table.add(p + "attn.proj.w", {C, C}, l, TpSplit::kRow, true);
+    table.add_sharded(p + "attn.qkv.w", {QKV, C}, l, TpSplit::kColumn, true, tp, {Q, KV, KV});
+    table.add_sharded(p + "attn.qkv.b", {QKV}, l, TpSplit::kColumn, false, tp, {Q, KV, KV});
+    table.add_sharded(p + "attn.proj.w", {C, Q}, l, TpSplit::kRow, true, tp);
     table.add(p + "attn.proj.b", {C}, l, TpSplit::kReplicated, false);
     table.add(p + "ln2.w", {C}, l, TpSplit::kReplicated, false);
     table.add(p + "ln2.b", {C}, l, TpSplit::kReplicated, false);
     if (s.is_moe_layer(l)) {
       const int64_t E = s.num_local_experts, FM = s.moe_intermediate_size;
+      // Experts are sharded by expert parallelism, not by tp: every tensor-parallel rank holds
+      // them whole and computes the MoE block on the full (all-reduced) input.
       table.add(p + "moe.router.w", {E, C}, l, TpSplit::kReplicated, true);
-      table.add(p + "moe.fc.w", {E, FM, C}, l, TpSplit::kColumn, true, true);
-      table.add(p + "moe.fc.b", {E, FM}, l, TpSplit::kColumn, false, true);
-      table.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kRow, true, true);
+      table.add(p + "moe.fc.w", {E, FM, C}, l, TpSplit::kReplicated, true, true);
+      table.add(p + "moe.fc.b", {E, FM}, l, TpSplit::kReplicated, false, true);
+      table.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kReplicated, true, true);
       table.add(p + "moe.proj.b", {E, C}, l, TpSplit::kReplicated, false, true);
     } else {
-      table.add(p + "mlp.fc.w", {F, C}, l, TpSplit::kColumn, true);
-      table.add(p + "mlp.fc.b", {F}, l, TpSplit::kColumn, false);
-      table.add(p + "mlp.proj.w", {C, F}, l, TpSplit::kRow, true);
+      table.add_sharded(p + "mlp.fc.w", {F, C}, l, TpSplit::kColumn, true, tp);
+      table.add_sharded(p + "mlp.fc.b", {F}, l, TpSplit::kColumn, false, tp);
+      table.add_sharded(p + "mlp.proj.w", {C, F}, l, TpSplit::kRow, true, tp);
       table.add(p + "mlp.proj.b", {C}, l, TpSplit::kReplicated, false);
     }
   }

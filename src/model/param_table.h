@@ -13,9 +13,11 @@
 
 namespace cann::model {
 
-// How a tensor is split under tensor parallelism (Megatron-LM's layout).
+// How a tensor is split under tensor parallelism (Megatron-LM's layout, Shoeybi et al. 2019).
+// Under tp ranks, rank r's table holds only its shard of each split tensor, so its flat buffer
+// is about 1/tp of the model; copy_tp_shard / place_tp_shard map a shard to the full tensor.
 enum class TpSplit {
-  kReplicated,  // layernorm parameters, row-parallel biases
+  kReplicated,  // layernorm parameters, row-parallel biases, position table, MoE experts
   kColumn,      // split along output features (QKV, first MLP projection): rows of (OC,C)
   kRow,         // split along input features (attention output, second MLP projection)
   kVocab,       // split along the vocabulary (token embedding / tied output head)
@@ -30,6 +32,13 @@ struct TensorInfo {
   TpSplit tp_split = TpSplit::kReplicated;
   bool weight_decay = false;  // matrices decay; biases, norms and position tables do not
   bool expert = false;        // one slice per expert along dim 0
+  // Tensor parallelism: the unsplit shape, and for dim-0 splits (kColumn, kVocab) the parts of
+  // dim 0 that are each split over the ranks. The fused QKV weight has three parts (q, k, v
+  // heads) so that a rank's shard holds its own heads' q, k and v rows; every other dim-0
+  // split has one part. A kVocab part that tp does not divide is padded: every rank holds
+  // ceil(V/tp) rows and the last rank's extra rows are zero and never scored.
+  std::vector<int64_t> full_shape;
+  std::vector<int64_t> tp_parts;
 };
 
 class ParamTable {
@@ -37,6 +46,10 @@ class ParamTable {
   // Appends a tensor at the next offset aligned to kAlign floats and returns its index.
   size_t add(std::string name, std::vector<int64_t> shape, int layer, TpSplit split, bool decay,
              bool expert = false);
+  // Adds rank `tp_rank`'s shard of a tensor of full shape `full` split over `tp` ranks (parts:
+  // see TensorInfo::tp_parts; empty means one part). tp == 1 adds the full tensor.
+  size_t add_sharded(std::string name, std::vector<int64_t> full, int layer, TpSplit split,
+                     bool decay, int tp, std::vector<int64_t> parts = {});
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo& at(size_t i) const { return tensors_[i]; }
   // Index of a tensor by name, or an error naming it.
@@ -59,6 +72,18 @@ class ParamTable {
 
 // The parameter layout of a gpt or bert model (with MoE layers where the spec says). Layer l's
 // tensors are named "h.<l>.<part>"; "wte" is tied to the output head.
-ParamTable build_param_table(const ModelSpec& spec);
+// With tp > 1: the table of one tensor-parallel rank (every rank's table has the same names,
+// shapes and offsets; only the data differs). Requires tp to divide the heads, the kv heads and
+// the intermediate size (check_tp_divides says which does not).
+ParamTable build_param_table(const ModelSpec& spec, int tp = 1);
+
+// Whether the model can be split over tp ranks; the error names the dimension and the fix.
+Status check_tp_divides(const ModelSpec& spec, int tp);
+
+// shard <- rank's part of the full tensor (shard is laid out as `info`, a tensor of a table
+// built for `tp` ranks; full is the unsplit tensor, row-major). Padding rows become 0.
+void copy_tp_shard(const TensorInfo& info, const float* full, float* shard, int rank, int tp);
+// The inverse: writes rank's shard into its place in the full tensor (padding is skipped).
+void place_tp_shard(const TensorInfo& info, const float* shard, float* full, int rank, int tp);
 
 }  // namespace cann::model

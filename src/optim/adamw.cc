@@ -34,7 +34,8 @@ AdamW::AdamW(const model::ParamTable& table, AdamWConfig config)
     : table_(table), config_(config), m_(table.total_floats()), v_(table.total_floats()) {}
 
 double AdamW::step(float* params, const float* grads, float lr) {
-  const double norm = std::sqrt(kernels::sum_of_squares(grads, table_.total_floats()));
+  const double norm = std::sqrt(sum_of_squares_ ? sum_of_squares_(grads)
+                                                : kernels::sum_of_squares(grads, table_.total_floats()));
   ++step_;
   adamw_update_range(table_, config_, params, m_.data(), v_.data(), grads, 0, table_.total_floats(),
                      lr, step_, kernels::clip_coefficient(norm, config_.grad_clip));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "core/aligned_buffer.h"
 #include "model/param_table.h"
@@ -33,6 +34,10 @@ class AdamW {
   // norm before clipping. Increments step().
   double step(float* params, const float* grads, float lr);
 
+  // Replaces the local sum of squares behind the global norm, for a model whose gradients are
+  // spread over several ranks (tensor parallelism): fn(grads) returns the whole model's sum.
+  void set_sum_of_squares(std::function<double(const float*)> fn) { sum_of_squares_ = std::move(fn); }
+
   int step_count() const { return step_; }
   void set_step_count(int s) { step_ = s; }
   float* m() { return m_.data(); }
@@ -46,6 +51,7 @@ class AdamW {
   const model::ParamTable& table_;
   AdamWConfig config_;
   AlignedBuffer<float> m_, v_;
+  std::function<double(const float*)> sum_of_squares_;
   int step_ = 0;
 };
 

@@ -39,6 +39,11 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
                            ": `run` shards optimizer state (zero=1), optimizer state and "
                            "gradients (zero=2) or nothing (zero=0); stage 3 (sharded parameters) "
                            "is not available in this build; hint: use zero=2");
+  if (config.grad_sum_of_squares && (config.zero > 0 || config.compress == "onebit"))
+    return InvalidArgument("zero=" + std::to_string(config.zero) + " and --compress " +
+                           config.compress +
+                           ": with tensor parallelism only zero=0 without 1-bit Adam is "
+                           "available in this build");
   if (config.zero > 0 && config.compress != "none")
     return InvalidArgument("--compress " + config.compress +
                            " needs zero=0: compressed reductions keep full gradients or momenta "
@@ -70,6 +75,7 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
         std::make_unique<parallel::OneBitAdam>(model.table(), adam, group, buckets, warmup);
   } else {
     e->adam_ = std::make_unique<optim::AdamW>(model.table(), adam);
+    if (config.grad_sum_of_squares) e->adam_->set_sum_of_squares(config.grad_sum_of_squares);
     if (config.compress == "none" || config.compress == "bf16") {
       e->full_ = std::make_unique<parallel::FullReduction>(group, config.compress == "bf16");
     } else {

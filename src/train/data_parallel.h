@@ -9,6 +9,7 @@
 // error-feedback buffers, gathered so rank 0 can write them all.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct DataParallelConfig {
   int onebit_warmup = -1;         // -1: 15% of the run
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
+  // Tensor parallelism: the whole model's gradient sum of squares from this rank's shards
+  // (empty: the local buffer is the whole model). Needs zero=0 and no 1-bit Adam.
+  std::function<double(const float*)> grad_sum_of_squares;
 };
 
 class DataParallelEngine {

@@ -51,11 +51,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, co
 Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   set_num_threads(config_.threads);
   if (env != nullptr && env->world_size > 1) {
-    if (config_.batch_size % env->world_size != 0)
-      return InvalidArgument("--batch-size " + std::to_string(config_.batch_size) +
-                             " (the global batch) does not divide over " +
-                             std::to_string(env->world_size) +
-                             " ranks; hint: use a multiple of the world size");
+    // (The global batch is checked against the data-parallel ranks in resolve_layout.)
     CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env, comm, &store_));
     rank_ = env->rank;
     world_size_ = env->world_size;
@@ -81,7 +77,10 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            "' accepts ids below " + std::to_string(id_limit) +
                            (bert ? " (the last id is [MASK])" : "") +
                            "; hint: pick a model whose vocab_size covers the data");
-  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, micro_batch_, seq_len_));
+  CANN_RETURN_IF_ERROR(setup_model_parallel());
+  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, micro_batch_, seq_len_,
+                                                     mp_ ? mp_->tensor_parallel()
+                                                         : model::TensorParallel{}));
   optim::AdamWConfig oc;
   oc.weight_decay = config_.weight_decay;
   oc.grad_clip = config_.grad_clip;
@@ -91,7 +90,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     dc.compress = config_.compress;
     dc.onebit_warmup = config_.onebit_warmup;
     dc.bucket_mb = config_.bucket_mb;
-    CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, *world_, oc, dc, config_.steps));
+    if (mp_) dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
+    CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, mp_ ? mp_->dp_group() : *world_,
+                                                          oc, dc, config_.steps));
   } else {
     if (config_.compress != "none" || zero_stage_ != 0)
       return InvalidArgument(std::string(config_.compress != "none" ? "--compress" : "zero>0") +
@@ -214,6 +215,28 @@ void Trainer::report_step(const monitor::RankSnapshot& snap, bool last) {
   if (publisher_) publisher_->publish(snap, last);
 }
 
+// Tensor parallelism (tp > 1): checks the model and the batch against the split, then builds
+// the process mesh (a collective over the world group).
+Status Trainer::setup_model_parallel() {
+  if (layout_.tp == 1) return OkStatus();
+  const std::string where = "--strategy " + config_.strategy + ": ";
+  Status fits = model::check_tp_divides(spec_, layout_.tp);
+  if (!fits.ok()) return InvalidArgument(where + fits.message());
+  if (layout_.sp && spec_.is_moe())
+    return InvalidArgument(where + "sp=on with MoE model '" + spec_.name +
+                           "' is not available (each rank would route its own tokens against "
+                           "its own expert capacity); hint: use sp=off");
+  if (layout_.sp && (micro_batch_ * seq_len_) % layout_.tp != 0)
+    return InvalidArgument(where + "sp=on splits the " + std::to_string(micro_batch_ * seq_len_) +
+                           " tokens of a micro-batch over tp=" + std::to_string(layout_.tp) +
+                           " ranks; hint: pick mbs or --seq-len so that tp divides mbs*seq_len");
+  if (!config_.checkpoint_dir.empty() || config_.resume)
+    return InvalidArgument(where + "checkpoints of tensor-parallel runs are not available in this "
+                           "build; hint: drop --checkpoint-dir/--resume or use tp=1");
+  CANN_ASSIGN_OR_RETURN(mp_, ModelParallel::create(*world_, layout_));
+  return OkStatus();
+}
+
 // The parallel layout of this run from --batch-size, --grad-accum, --strategy and the world
 // size: local_batch_ sequences per rank and step, in accum_steps_ micro-steps of micro_batch_.
 Status Trainer::resolve_layout() {
@@ -222,27 +245,21 @@ Status Trainer::resolve_layout() {
   int gbs = config_.batch_size, mbs = 0;
   if (!config_.strategy.empty()) {
     CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(config_.strategy));
-    if (st.tp != 1 || st.pp != 1 || st.ep != 1 || st.cp != 1 || st.sp || st.vpp != 1 ||
-        st.recompute != plan::Recompute::kNone)
-      return InvalidArgument("--strategy " + config_.strategy +
-                             ": `run` trains data-parallel layouts (dp, zero, mbs, gbs); tensor, "
-                             "pipeline, expert and context parallelism, sequence parallelism, "
-                             "recomputation and vpp are planner-only in this build");
-    if (st.dp != 0 && st.dp != world_size_)
-      return InvalidArgument("--strategy dp=" + std::to_string(st.dp) + " but " +
-                             std::to_string(world_size_) +
-                             " processes were started; hint: launch with --nproc-per-node " +
-                             std::to_string(st.dp) + " (times --nnodes)");
+    CANN_ASSIGN_OR_RETURN(layout_, parallel_layout(st, config_.strategy, world_size_));
     if (st.gbs != 0) gbs = st.gbs;
     mbs = st.mbs;
     zero_stage_ = st.zero;
   }
-  if (gbs % world_size_ != 0)
+  // Each data-parallel replica (tp ranks together) takes gbs / dp sequences.
+  if (layout_.tp == 1) layout_.dp = world_size_;
+  data_world_ = layout_.dp;
+  data_rank_ = rank_ / layout_.tp;
+  if (gbs % data_world_ != 0)
     return InvalidArgument("global batch " + std::to_string(gbs) + " does not divide over " +
-                           std::to_string(world_size_) +
-                           " ranks; hint: use a multiple of the world size");
+                           std::to_string(data_world_) + " data-parallel ranks; hint: use a " +
+                           "multiple of " + std::to_string(data_world_));
   config_.batch_size = gbs;
-  local_batch_ = gbs / world_size_;
+  local_batch_ = gbs / data_world_;
   accum_steps_ = config_.grad_accum > 0 ? config_.grad_accum : 1;
   if (config_.grad_accum == 0 && mbs > 0) {
     if (local_batch_ % mbs != 0)
@@ -309,8 +326,8 @@ Status Trainer::check_fits_in_memory() const {
 }
 
 void Trainer::next_batch() {
-  sampler_->next_batch(data_.train, micro_batch_, inputs_.data(), targets_.data(), rank_,
-                       world_size_, sample_ids_.data());
+  sampler_->next_batch(data_.train, micro_batch_, inputs_.data(), targets_.data(), data_rank_,
+                       data_world_, sample_ids_.data());
   mask_batch(inputs_.data(), targets_.data(), sample_ids_.data(), micro_batch_);
 }
 
@@ -397,8 +414,8 @@ StatusOr<double> Trainer::evaluate() {
   for (int b = 0; b < config_.eval_batches; ++b) {
     for (int k = 0; k < accum_steps_; ++k) {
       for (int i = 0; i < B; ++i) {
-        const uint64_t sample = static_cast<uint64_t>(b) * config_.batch_size + rank_ +
-                                static_cast<uint64_t>(k * B + i) * world_size_;
+        const uint64_t sample = static_cast<uint64_t>(b) * config_.batch_size + data_rank_ +
+                                static_cast<uint64_t>(k * B + i) * data_world_;
         const size_t w = sample % windows;
         ids[i] = ~sample;  // a key space apart from the training samples'
         std::memcpy(&in[static_cast<size_t>(i) * T], &data_.val[w * T], sizeof(int) * T);
@@ -406,6 +423,7 @@ StatusOr<double> Trainer::evaluate() {
       }
       mask_batch(in.data(), tg.data(), ids.data(), B);
       sum += static_cast<float>(model_->forward(in.data(), tg.data(), B, T).lm_loss);
+      if (!model_->tp_status().ok()) return comm_failure(model_->tp_status());
     }
   }
   sum /= static_cast<float>(config_.eval_batches * accum_steps_);
@@ -481,7 +499,9 @@ Status Trainer::run(RunSummary* summary) {
   const int B = micro_batch_, T = seq_len_;
   const bool show = leader() && !config_.quiet;
   const double flops_per_token = model::train_flops_per_token(spec_, T);
-  const double params = static_cast<double>(model_->table().num_parameters());
+  // The whole model's count (a tensor-parallel rank's table holds only its shards).
+  const double params = static_cast<double>(
+      mp_ ? model::build_param_table(spec_).num_parameters() : model_->table().num_parameters());
   char header[512];
   std::snprintf(header, sizeof(header),
                 "model %s: %s, %d layers, hidden %d, %d heads%s, %s parameters | batch %d x %d "
@@ -511,8 +531,9 @@ Status Trainer::run(RunSummary* summary) {
                   weights * mb, grads * mb, optimizer * mb, acts * mb,
                   static_cast<double>(memory_bytes()) * mb);
     progress_.line(mem);
+    if (mp_) progress_.line("process mesh: " + mp_->describe() + "\n" + mp_->rank_table());
     if (dp_)
-      progress_.line("data parallel: " + std::to_string(world_size_) + " ranks, " +
+      progress_.line("data parallel: " + std::to_string(data_world_) + " ranks, " +
                      std::to_string(accum_steps_) + " micro-step" + (accum_steps_ == 1 ? "" : "s") +
                      " of " + std::to_string(micro_batch_) + " per rank, " + dp_->describe());
   }
@@ -569,6 +590,7 @@ Status Trainer::run(RunSummary* summary) {
       } else {
         model_->backward(grad_scale);
       }
+      if (!model_->tp_status().ok()) return comm_failure(model_->tp_status());
       backward_s += now_seconds() - tb;
       if (spec_.is_moe()) {
         if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
@@ -597,6 +619,7 @@ Status Trainer::run(RunSummary* summary) {
       auto stepped = dp_->step(lr);
       if (!stepped.ok()) return comm_failure(stepped.status());
       norm = *stepped;
+      if (mp_ && !mp_->status().ok()) return comm_failure(mp_->status());
     } else {
       norm = opt_->step(model_->params(), model_->grads(), lr);
     }
@@ -714,8 +737,9 @@ Status Trainer::run(RunSummary* summary) {
   }
   progress_.finish();
   log_.reset();
+  // (A tensor-parallel model's forward is a collective, so rank 0 cannot sample alone.)
   if (spec_.architecture == model::Architecture::kGpt && config_.sample_tokens > 0 &&
-      summary->last_step == config_.steps && show) {
+      summary->last_step == config_.steps && show && !mp_) {
     progress_.line("sample:\n" + generate_sample());
   }
   return OkStatus();

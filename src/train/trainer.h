@@ -35,6 +35,7 @@
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/distributed.h"
+#include "train/model_parallel.h"
 #include "train/progress.h"
 #include "train/train_state.h"
 
@@ -69,6 +70,7 @@ class Trainer {
   bool leader() const { return rank_ == 0; }
   Status check_fits_in_memory() const;
   Status resolve_layout();
+  Status setup_model_parallel();
   Status start_monitoring(const DistEnv* env);
   // Publishes this rank's flight-recorder beacon to the store about once a second.
   void start_beacon(const DistEnv& env);
@@ -122,6 +124,12 @@ class Trainer {
   double last_val_loss_ = -1.0;
   int rank_ = 0;
   int world_size_ = 1;
+  // Model parallelism (strategy tp/sp): the layout, and for tp > 1 the mesh and its groups.
+  // Data ranks are the data-parallel coordinates: the tp ranks of one replica read one batch.
+  ParallelLayout layout_;
+  std::unique_ptr<ModelParallel> mp_;
+  int data_rank_ = 0;
+  int data_world_ = 1;
   struct CloseFile {
     void operator()(FILE* f) const { std::fclose(f); }
   };

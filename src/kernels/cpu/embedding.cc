@@ -45,4 +45,50 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
   }
 }
 
+void embedding_forward_vocab_range(float* out, const int* tokens, const float* wte_shard,
+                                   const float* wpe, int B, int T, int C, int v_begin, int v_end) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; ++bt) {
+    const int tok = tokens[bt];
+    const bool mine = tok >= v_begin && tok < v_end;
+    const float* te = wte_shard + static_cast<size_t>(mine ? tok - v_begin : 0) * C;
+    const float* pe = wpe + static_cast<size_t>(bt % T) * C;
+    float* o = out + static_cast<size_t>(bt) * C;
+    if (mine && wpe != nullptr) {
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+    } else if (mine) {
+      std::copy(te, te + C, o);
+    } else if (wpe != nullptr) {
+      std::copy(pe, pe + C, o);
+    } else {
+      std::fill(o, o + C, 0.0f);
+    }
+  }
+}
+
+void embedding_backward_vocab_range(float* dwte_shard, float* dwpe, const float* dout,
+                                    const int* tokens, int B, int T, int C, int v_begin,
+                                    int v_end) {
+#pragma omp parallel
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+    const int chunks = (C + 15) / 16;
+    const int c0 = std::min(C, chunks * tid / nth * 16);
+    const int c1 = std::min(C, chunks * (tid + 1) / nth * 16);
+    for (int bt = 0; bt < B * T; ++bt) {
+      const float* d = dout + static_cast<size_t>(bt) * C;
+      float* pe = dwpe + static_cast<size_t>(bt % T) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) pe[c] += d[c];
+      const int tok = tokens[bt];
+      if (tok < v_begin || tok >= v_end) continue;
+      float* te = dwte_shard + static_cast<size_t>(tok - v_begin) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) te[c] += d[c];
+    }
+  }
+}
+
 }  // namespace cann::kernels

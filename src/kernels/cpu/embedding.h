@@ -10,4 +10,14 @@ void embedding_forward(float* out, const int* tokens, const float* wte, const fl
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
                         int T, int C);
 
+// Vocabulary-parallel form (Megatron's tensor-parallel embedding): wte_shard holds the rows of
+// tokens [v_begin, v_end) only; out gets wte_shard[token - v_begin] for tokens in the range and
+// 0 for the others, plus wpe when wpe is not null (one rank adds it, so the sum over the ranks'
+// partial outputs is the full embedding).
+void embedding_forward_vocab_range(float* out, const int* tokens, const float* wte_shard,
+                                   const float* wpe, int B, int T, int C, int v_begin, int v_end);
+// dwte_shard accumulates the rows of tokens in [v_begin, v_end); dwpe (maxT,C) accumulates all.
+void embedding_backward_vocab_range(float* dwte_shard, float* dwpe, const float* dout,
+                                    const int* tokens, int B, int T, int C, int v_begin, int v_end);
+
 }  // namespace cann::kernels

@@ -1,0 +1,40 @@
+// What the model needs from its tensor-parallel group: four float collectives over the tp ranks
+// (implemented over comm::Group in parallel/, so the model itself stays free of communication
+// code), plus the rank's place in the group and whether sequence parallelism is on.
+//
+// Tensor parallelism (Shoeybi et al. 2019): the attention heads and the MLP's hidden units are
+// split over the ranks; column-parallel linears (QKV, first MLP projection) need their input
+// whole on every rank, row-parallel ones (attention output, second MLP projection) produce a
+// partial sum that is all-reduced (Megatron's g operator; its backward, f, all-reduces the
+// input gradient of the column-parallel linear). Sequence parallelism (Korthikanti et al. 2022)
+// keeps the residual stream, layernorms and dropout sharded along the tokens between those
+// linears: all-gather before the column-parallel linear, reduce-scatter after the row-parallel
+// one, and the reverse in backward.
+#pragma once
+
+#include <cstddef>
+
+#include "core/status.h"
+
+namespace cann::model {
+
+class TensorParallelComm {
+ public:
+  virtual ~TensorParallelComm() = default;
+  // In place over the tp ranks.
+  virtual Status allreduce_sum(float* data, size_t count) = 0;
+  virtual Status allreduce_max(float* data, size_t count) = 0;
+  // in (count) -> out (tp * count), rank order; in may be out's own block.
+  virtual Status allgather(float* out, const float* in, size_t count) = 0;
+  // in (tp * count) summed over ranks -> out (count): block `rank`.
+  virtual Status reduce_scatter(float* out, const float* in, size_t count) = 0;
+};
+
+struct TensorParallel {
+  int rank = 0;
+  int size = 1;
+  bool sequence_parallel = false;
+  TensorParallelComm* comm = nullptr;  // required when size > 1; outlives the model
+};
+
+}  // namespace cann::model

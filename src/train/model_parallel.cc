@@ -1,0 +1,125 @@
+// Strategy -> trainable layout, and the tensor-parallel wiring of a worker.
+#include "train/model_parallel.h"
+
+#include "comm/group.h"
+#include "kernels/cpu/grad_norm.h"
+#include "model/param_table.h"
+#include "model/spec.h"
+#include "parallel/mesh.h"
+#include "parallel/tp_comm.h"
+#include "plan/strategy.h"
+
+namespace cann::train {
+
+StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::string& text,
+                                         int world) {
+  auto refuse = [&](const std::string& what) {
+    return InvalidArgument("--strategy " + text + ": " + what);
+  };
+  const char* later = " is planner-only in this build; hint: drop it (`run` trains dp, tp, sp, "
+                      "zero, mbs and gbs)";
+  if (s.pp != 1) return refuse("pipeline parallelism (pp=" + std::to_string(s.pp) + ")" + later);
+  if (s.ep != 1) return refuse("expert parallelism (ep=" + std::to_string(s.ep) + ")" + later);
+  if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
+  if (s.vpp != 1) return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
+  if (s.recompute != plan::Recompute::kNone)
+    return refuse("recompute=" + std::string(plan::recompute_name(s.recompute)) + later);
+  if (s.sp && s.tp == 1)
+    return refuse("sp=on shards the sequence inside the tensor-parallel group, so it needs tp > 1; "
+                  "hint: add tp=2 or drop sp");
+  ParallelLayout l;
+  l.tp = s.tp;
+  l.sp = s.sp;
+  if (world % s.tp != 0)
+    return refuse("tp=" + std::to_string(s.tp) + " needs a multiple of " + std::to_string(s.tp) +
+                  " processes, but " + std::to_string(world) +
+                  " were started; hint: launch with --nproc-per-node " +
+                  std::to_string(s.dp > 0 ? s.dp * s.tp : s.tp) + " (times --nnodes)");
+  l.dp = world / s.tp;
+  if (s.dp != 0 && s.dp != l.dp)
+    return refuse("dp*tp = " + std::to_string(s.dp) + "*" + std::to_string(s.tp) + " = " +
+                  std::to_string(s.dp * s.tp) + ", but " + std::to_string(world) +
+                  " processes were started; hint: launch with --nproc-per-node " +
+                  std::to_string(s.dp * s.tp) + " (times --nnodes)");
+  if (s.tp > 1 && s.zero != 0)
+    return refuse("zero=" + std::to_string(s.zero) +
+                  " with tp > 1 is not available in this build; hint: use zero=0 with tensor "
+                  "parallelism");
+  return l;
+}
+
+Status check_strategy_for_launch(const std::string& strategy, const std::string& model_name,
+                                 int world) {
+  if (strategy.empty()) return OkStatus();
+  CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(strategy));
+  CANN_ASSIGN_OR_RETURN(ParallelLayout layout, parallel_layout(st, strategy, world));
+  if (layout.tp == 1) return OkStatus();
+  auto spec = model::load_model_spec(model_name);
+  if (!spec.ok()) return OkStatus();  // the workers report a bad model with its own message
+  Status fits = model::check_tp_divides(*spec, layout.tp);
+  if (!fits.ok()) return InvalidArgument("--strategy " + strategy + ": " + fits.message());
+  if (layout.sp && spec->is_moe())
+    return InvalidArgument("--strategy " + strategy + ": sp=on with MoE model '" + spec->name +
+                           "' is not available (each rank would route its own tokens against "
+                           "its own expert capacity); hint: use sp=off");
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<ModelParallel>> ModelParallel::create(comm::Group& world,
+                                                               const ParallelLayout& layout) {
+  std::unique_ptr<ModelParallel> mp(new ModelParallel());
+  mp->layout_ = layout;
+  parallel::MeshShape shape;
+  shape.dp = layout.dp;
+  shape.tp = layout.tp;
+  CANN_ASSIGN_OR_RETURN(mp->mesh_, parallel::ProcessMesh::build(world, shape));
+  mp->tp_comm_ = std::make_unique<parallel::GroupTensorParallelComm>(mp->mesh_->tp());
+  return mp;
+}
+
+ModelParallel::~ModelParallel() = default;
+
+model::TensorParallel ModelParallel::tensor_parallel() const {
+  model::TensorParallel t;
+  t.rank = mesh_->coords().tp;
+  t.size = layout_.tp;
+  t.sequence_parallel = layout_.sp;
+  t.comm = tp_comm_.get();
+  return t;
+}
+
+comm::Group& ModelParallel::dp_group() {
+  return mesh_->dp();
+}
+
+int ModelParallel::dp_rank() const {
+  return mesh_->coords().dp;
+}
+
+std::function<double(const float*)> ModelParallel::grad_sum_of_squares(
+    const model::ParamTable& table) {
+  return [this, &table](const float* grads) {
+    const bool count_replicated = mesh_->coords().tp == 0;
+    double sum = 0.0;
+    for (const model::TensorInfo& t : table.tensors())
+      if (t.tp_split != model::TpSplit::kReplicated || count_replicated)
+        sum += kernels::sum_of_squares(grads + t.offset, t.numel);
+    // fp32 on the wire: the norm only scales the clipping, 7 digits are plenty.
+    float wire = static_cast<float>(sum);
+    if (status_.ok())
+      status_ = mesh_->tp()
+                    .allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)
+                    ->wait();
+    return static_cast<double>(wire);
+  };
+}
+
+std::string ModelParallel::describe() const {
+  return mesh_->describe() + (layout_.sp ? ", sequence parallel" : "");
+}
+
+std::string ModelParallel::rank_table() const {
+  return parallel::describe_mesh_ranks(mesh_->shape());
+}
+
+}  // namespace cann::train

@@ -1,0 +1,75 @@
+// ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
+// the layout `run` can train (dp x tp, with sequence parallelism on or off) and refuses, with
+// one line naming the key, what this build cannot train yet (pp, ep, cp, vpp, recompute). For
+// tp > 1 it builds the process mesh over the world group, the model's tensor-parallel
+// communicator over the mesh's tp group, and the gradient norm over tensor shards.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "model/tensor_parallel.h"
+
+namespace cann::comm {
+class Group;
+}
+namespace cann::model {
+class ParamTable;
+}
+namespace cann::plan {
+struct Strategy;
+}
+namespace cann::parallel {
+class ProcessMesh;
+class GroupTensorParallelComm;
+}  // namespace cann::parallel
+
+namespace cann::train {
+
+struct ParallelLayout {
+  int dp = 1;
+  int tp = 1;
+  bool sp = false;
+};
+
+// `text` is the strategy as the user wrote it (for messages); `world` the processes started.
+StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::string& text,
+                                         int world);
+
+// What the launcher checks before it starts `world` workers, so a strategy that cannot run is
+// reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
+// the model splits that way. `model` is a shipped name or a spec path.
+Status check_strategy_for_launch(const std::string& strategy, const std::string& model,
+                                 int world);
+
+class ModelParallel {
+ public:
+  // A collective over `world` (layout.tp > 1): builds the mesh and its groups.
+  static StatusOr<std::unique_ptr<ModelParallel>> create(comm::Group& world,
+                                                         const ParallelLayout& layout);
+  ~ModelParallel();
+
+  model::TensorParallel tensor_parallel() const;
+  comm::Group& dp_group();
+  int dp_rank() const;
+  // Sum of squares of the whole model's gradients from this rank's shards: split tensors
+  // counted on every tp rank, replicated ones on tp rank 0 only, summed over the tp group.
+  // A communication failure is kept in status() and the local sum is returned.
+  std::function<double(const float*)> grad_sum_of_squares(const model::ParamTable& table);
+  const Status& status() const { return status_; }
+  // "dp=2 pp=1 tp=2 cp=1 ep=1, sp on; rank 3 is tp 1, ..." and the rank table.
+  std::string describe() const;
+  std::string rank_table() const;
+
+ private:
+  ModelParallel() = default;
+
+  ParallelLayout layout_;
+  std::unique_ptr<parallel::ProcessMesh> mesh_;
+  std::unique_ptr<parallel::GroupTensorParallelComm> tp_comm_;
+  Status status_;
+};
+
+}  // namespace cann::train
