@@ -1,6 +1,6 @@
 // Data parallelism: bucket planning, the reducer's launch order and overlap, ZeRO shard
 // arithmetic (in process), and through the real binary with real processes: dp=P follows the
-// single-process run for 50 steps under ZeRO 0, 1 and 2 with and without gradient accumulation,
+// single-process run for 50 steps under ZeRO 0, 1, 2 and 3 with and without gradient accumulation,
 // compressed runs converge, 1-bit Adam's bytes on the wire, and exact resume of the optimizer's
 // communication state.
 #include <gtest/gtest.h>
@@ -21,6 +21,7 @@
 #include "parallel/reducer.h"
 #include "parallel/reductions.h"
 #include "parallel/zero.h"
+#include "parallel/zero_params.h"
 #include "core/aligned_buffer.h"
 #include "core/pages.h"
 #include "optim/adamw.h"
@@ -174,6 +175,82 @@ TEST(ZeroTest, StageTwoAccumulatesIntoTheShardAndReleasesTheBuffer) {
   }
 }
 
+TEST(ZeroTest, LayerBucketsAreWholeLayersInReverseOrder) {
+  const model::ParamTable t = small_table();
+  const auto buckets = parallel::plan_layer_buckets(t);
+  ASSERT_EQ(buckets.size(), 5u);  // embeddings, 3 blocks, final norm
+  size_t end = t.total_floats();
+  int layer = 3;
+  for (const auto& b : buckets) {
+    EXPECT_EQ(b.end, end);
+    ASSERT_EQ(b.layers.size(), 1u);
+    EXPECT_EQ(b.layers.front(), layer--);
+    for (const auto& tensor : t.tensors())
+      if (tensor.layer == b.layers.front()) {
+        EXPECT_GE(tensor.offset, b.begin);
+        EXPECT_LE(tensor.offset + tensor.numel, b.end);
+      }
+    end = b.begin;
+  }
+  EXPECT_EQ(end, 0u);
+}
+
+// Stage 3's gatherer over 1..4 ranks: a block gathered from the shards equals the full
+// parameters; released blocks read as zeros and leave no whole page resident; the layers
+// outside the blocks stay in place from begin_forward until invalidate.
+TEST(ZeroTest, LayerGathererFillsLayersFromTheShardsAndReleasesThem) {
+  const model::ParamTable t = small_table();
+  const auto buckets = parallel::plan_layer_buckets(t);
+  std::vector<float> full(t.total_floats());
+  for (size_t i = 0; i < full.size(); ++i) full[i] = 0.001f * static_cast<float>(i % 977) + 1.0f;
+  auto range_of = [&](int layer) {
+    for (const auto& b : buckets)
+      if (b.layers.front() == layer) return b;
+    return parallel::Bucket{};
+  };
+  for (int world : {1, 2, 3, 4}) {
+    test::run_group("shm", world, [&](int rank, comm::Group& g) {
+      optim::AdamWConfig oc;
+      parallel::ZeroOptimizer zero(t, oc, g, buckets, 3);
+      zero.load_params(full.data());
+      AlignedBuffer<float> params(t.total_floats());
+      parallel::LayerGatherer gather(buckets, zero.pieces(), g, params.data(), zero.param_shard(),
+                                     {0, 1, 2});
+      gather.invalidate();
+      auto same = [&](int layer) {
+        const auto b = range_of(layer);
+        for (size_t i = b.begin; i < b.end; ++i)
+          if (params[i] != full[i]) return false;
+        return true;
+      };
+      gather.begin_forward(0);
+      EXPECT_TRUE(same(-1) && same(3)) << "world " << world << " rank " << rank;
+      for (int l = 0; l < 3; ++l) {
+        gather.before(l, l + 1 < 3 ? l + 1 : -1);
+        EXPECT_TRUE(same(l)) << "layer " << l << " world " << world;
+        gather.after(l);
+        const auto b = range_of(l);
+        EXPECT_LE(resident_bytes(params.data() + b.begin, b.size() * sizeof(float)), 2 * 4096u);
+      }
+      for (int l = 2; l >= 0; --l) {
+        gather.before(l, l - 1);
+        EXPECT_TRUE(same(l)) << "backward layer " << l;
+        gather.after(l);
+      }
+      EXPECT_TRUE(same(-1) && same(3));
+      gather.invalidate();
+      for (size_t i = 0; i < params.size(); ++i) ASSERT_EQ(params[i], 0.0f);
+      ASSERT_TRUE(gather.gather_all().ok());
+      for (size_t i = 0; i < params.size(); ++i) ASSERT_EQ(params[i], full[i]);
+      // Full parameters back from the shards, as a checkpoint takes them.
+      std::vector<float> back(full.size());
+      ASSERT_TRUE(zero.gather_params(back.data()).ok());
+      EXPECT_EQ(back, full);
+      ASSERT_TRUE(gather.status().ok());
+    });
+  }
+}
+
 // ---- Through the binary -------------------------------------------------------------------
 
 const char kModel[] =
@@ -239,6 +316,8 @@ TEST_F(MultiProcDataParallelTest, FollowsTheSingleProcessRun) {
       {"dp2_zero2", {"--nproc-per-node", "2", "--strategy", "dp=2,zero=2"}},
       {"dp3_zero2_accum2_bucket",
        {"--nproc-per-node", "3", "--strategy", "dp=3,zero=2,mbs=2", "--bucket-size-mb", "0.01"}},
+      {"dp2_zero3", {"--nproc-per-node", "2", "--strategy", "dp=2,zero=3"}},
+      {"dp4_zero3_accum3", {"--nproc-per-node", "4", "--strategy", "dp=4,zero=3,mbs=1"}},
   };
   for (const Case& c : cases) {
     const auto rows = train(c.name, with(c.flags));
@@ -279,12 +358,14 @@ TEST_F(MultiProcDataParallelTest, CompressedRunsConverge) {
 // Resume in the middle of the compression stage restores the error-feedback buffers and the
 // frozen variance: N steps, stop, resume, N more gives the uninterrupted run's parameters.
 TEST_F(MultiProcDataParallelTest, ExactResumeKeepsCommunicationState) {
-  for (const std::string compress : {"onebit", "topk:0.05", "none"}) {
-    const std::string tag = compress == "topk:0.05" ? "topk" : compress;
+  for (const std::string tag : {"onebit", "topk", "zero1", "zero3"}) {
+    const std::string compress =
+        tag == "topk" ? "topk:0.05" : (tag == "onebit" ? "onebit" : "none");
     std::vector<std::string> base = {"--steps",          "24", "--batch-size", "8",
                                      "--nproc-per-node", "2",  "--compress",   compress,
                                      "--onebit-warmup",  "6"};
-    if (compress == "none") base.insert(base.end(), {"--strategy", "dp=2,zero=1"});
+    if (tag == "zero1") base.insert(base.end(), {"--strategy", "dp=2,zero=1"});
+    if (tag == "zero3") base.insert(base.end(), {"--strategy", "dp=2,zero=3,mbs=2"});
     auto straight = base;
     straight.insert(straight.end(), {"--checkpoint-dir", dir_.file(tag + "_a")});
     train(tag + "_a", straight);
@@ -299,6 +380,23 @@ TEST_F(MultiProcDataParallelTest, ExactResumeKeepsCommunicationState) {
     for (const char* name : {"params", "adam_m", "adam_v"})
       EXPECT_EQ(a->find(name)->data, b->find(name)->data) << tag << " " << name;
   }
+  // Stage 3's checkpoint holds the parameters gathered from the shards: the same training as
+  // stage 1's up to summation order (both over the same global batch from the same start).
+  auto z1 = ckpt::read_checkpoint(dir_.file("zero1_a/step-00000024"));
+  auto z3 = ckpt::read_checkpoint(dir_.file("zero3_a/step-00000024"));
+  ASSERT_TRUE(z1.ok() && z3.ok());
+  const auto& p1 = z1->find("params")->data;
+  const auto& p3 = z3->find("params")->data;
+  ASSERT_EQ(p1.size(), p3.size());
+  const float* f1 = reinterpret_cast<const float*>(p1.data());
+  const float* f3 = reinterpret_cast<const float*>(p3.data());
+  double worst = 0, norm = 0;
+  for (size_t i = 0; i < p1.size() / sizeof(float); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(f1[i] - f3[i])));
+    norm += static_cast<double>(f3[i]) * f3[i];
+  }
+  EXPECT_LT(worst, 1e-3);
+  EXPECT_GT(norm, 1.0);  // not an empty (released) buffer
 }
 
 }  // namespace

@@ -264,6 +264,10 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   const int R = sp ? N / tp_.size : N;
   const size_t mine = sp ? static_cast<size_t>(tp_.rank) * R * C : 0;  // my rows in (N,C)
   const bool first_rank = tp_.rank == 0;
+  auto use = [&](ParamUse u, int layer) {
+    if (param_hook_) param_hook_(u, layer);
+  };
+  use(ParamUse::kForwardBegin, -1);
   B_ = B;
   T_ = T;
   have_targets_ = targets != nullptr;
@@ -290,6 +294,7 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     LayerActs& a = layers_[l];
     // Row-parallel biases are added by one rank so that the reduced sum holds them once.
     const bool add_bias = !tp || first_rank;
+    use(ParamUse::kBeforeForward, l);
     layernorm_forward(a.ln1 + mine, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
     if (sp) tp_allgather(a.ln1, R, C);
     linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, QKV);
@@ -314,6 +319,7 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
       if (tp) tp_row_parallel_out(a.out, mlp_out, N);
     }
     residual_forward(a.out, a.out, a.resid_attn, static_cast<size_t>(R) * C);
+    use(ParamUse::kAfterForward, l);
     x = a.out;
   }
   layernorm_forward(lnf_ + mine, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
@@ -345,6 +351,9 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
 void Model::backward(float grad_scale, const std::function<void(int)>& layer_done) {
   auto done = [&](int layer) {
     if (layer_done) layer_done(layer);
+  };
+  auto use = [&](ParamUse u, int layer) {
+    if (param_hook_) param_hook_(u, layer);
   };
   CANN_CHECK(have_targets_) << "backward() needs a forward() with targets";
   const ModelSpec& s = spec_;
@@ -387,6 +396,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     const LayerOffsets& o = offsets_[l];
     const LayerActs& a = layers_[l];
     const float* x_in = l == 0 ? encoded_ : layers_[l - 1].out;
+    use(ParamUse::kBeforeBackward, l);
     // Feed-forward branch: out = resid_attn + mlp(ln2(resid_attn)).
     const float* d_ln2 = d_ln_;
     if (a.moe_index >= 0) {
@@ -413,6 +423,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
                           a.ln1_rstd, R, C);
     residual_backward(d_resid_, d_branch_, RC);
     done(l);
+    use(ParamUse::kAfterBackward, l);
   }
   if (!tp) {
     embedding_backward(G + wte_, G + wpe_, d_resid_, inputs_, B, T, C);

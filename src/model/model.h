@@ -75,6 +75,16 @@ class Model {
   // (B,T,V) logits of the last forward with targets == null.
   const float* logits() const { return logits_; }
 
+  // When the blocks' parameters are read, for ZeRO stage 3, which gathers a block's parameters
+  // into the flat buffer just before it is computed and releases them after. kForwardBegin
+  // (layer -1) comes first in every forward: everything outside the blocks (embeddings, final
+  // norm, head) must be in place from then until the next forward. Then per block l:
+  // kBeforeForward / kAfterForward around its forward, kBeforeBackward / kAfterBackward around
+  // its backward (kAfterBackward after layer_done(l)).
+  enum class ParamUse { kForwardBegin, kBeforeForward, kAfterForward, kBeforeBackward,
+                        kAfterBackward };
+  void set_param_hook(std::function<void(ParamUse, int)> hook) { param_hook_ = std::move(hook); }
+
   int num_moe_layers() const { return static_cast<int>(moe_layers_.size()); }
   // Tokens kept per expert in MoE layer i (in forward order) during the last forward.
   std::span<const int> expert_counts(int i) const;
@@ -116,6 +126,7 @@ class Model {
   ModelSpec spec_;
   TensorParallel tp_;
   Status tp_status_;
+  std::function<void(ParamUse, int)> param_hook_;
   // This rank's widths: heads, kv heads, attention output (heads * head size), fused QKV,
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;

@@ -25,7 +25,7 @@ void adamw_update_range(const model::ParamTable& table, const AdamWConfig& confi
     const size_t a = std::max(begin, t.offset), b = std::min(end, t.offset + t.numel);
     if (a >= b) continue;
     h.weight_decay = t.weight_decay ? config.weight_decay : 0.0f;
-    kernels::adamw_update(params + a, m + (a - begin), v + (a - begin), grads + (a - begin), b - a,
+    kernels::adamw_update(params + (a - begin), m + (a - begin), v + (a - begin), grads + (a - begin), b - a,
                           h);
   }
 }

@@ -19,9 +19,9 @@ struct AdamWConfig {
   float grad_clip = 1.0f;  // max global L2 norm; <= 0 disables clipping
 };
 
-// One AdamW update of params[begin, begin + len) (flat offsets). m, v and grads point at the
-// state and gradients of that range (element 0 = flat offset `begin`), so the same code serves
-// a whole buffer and a ZeRO shard. Weight decay follows the tensors the range crosses.
+// One AdamW update of the parameters at flat offsets [begin, begin + len). params, m, v and
+// grads all point at that range (element 0 = flat offset `begin`), so the same code serves a
+// whole buffer and a ZeRO shard. Weight decay follows the tensors the range crosses.
 void adamw_update_range(const model::ParamTable& table, const AdamWConfig& config, float* params,
                         float* m, float* v, const float* grads, size_t begin, size_t len, float lr,
                         int step, float grad_scale);

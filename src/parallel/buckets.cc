@@ -27,4 +27,26 @@ std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bu
   return buckets;
 }
 
+std::vector<Bucket> plan_layer_buckets(const model::ParamTable& table) {
+  std::vector<Bucket> buckets;  // in flat order first, reversed at the end
+  for (const auto& t : table.tensors()) {
+    if (t.numel == 0) continue;
+    if (!buckets.empty() && buckets.back().layers.front() == t.layer &&
+        buckets.back().end == t.offset) {
+      buckets.back().end = t.offset + t.numel;
+      continue;
+    }
+    for (const Bucket& b : buckets)
+      if (b.layers.front() == t.layer) return {};  // the layer was interrupted
+    if (!buckets.empty() && buckets.back().end != t.offset) return {};
+    Bucket b;
+    b.begin = t.offset;
+    b.end = t.offset + t.numel;
+    b.layers = {t.layer};
+    buckets.push_back(std::move(b));
+  }
+  std::reverse(buckets.begin(), buckets.end());
+  return buckets;
+}
+
 }  // namespace cann::parallel

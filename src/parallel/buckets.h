@@ -26,4 +26,9 @@ struct Bucket {
 std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bucket_bytes,
                                  size_t bucket_bytes);
 
+// One bucket per layer, in the same reverse order (bucket 0 holds the highest layer index).
+// ZeRO stage 3 gathers parameters in these units. Empty when some layer's tensors are not
+// contiguous in the flat buffer.
+std::vector<Bucket> plan_layer_buckets(const model::ParamTable& table);
+
 }  // namespace cann::parallel

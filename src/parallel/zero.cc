@@ -40,7 +40,7 @@ class ZeroOptimizer::ShardReduction : public BucketReduction {
     comm::Options opts;
     opts.tag = "grad_bucket_reduce_scatter";
     float* shard = z_.grad_shard_.data() + p.shard_offset;
-    if (z_.stage_ == 1)
+    if (z_.stage_ == 1)  // stages 2 and 3 release the bucket and accumulate
       return z_.group_
           .reduce_scatter(shard, padded_.data(), p.padded, comm::DataType::kFloat32,
                           comm::ReduceOp::kAvg, opts)
@@ -63,12 +63,13 @@ class ZeroOptimizer::ShardReduction : public BucketReduction {
 ZeroOptimizer::ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config,
                              comm::Group& group, const std::vector<Bucket>& buckets, int stage)
     : table_(table), config_(config), group_(group), buckets_(buckets), stage_(stage) {
-  CANN_CHECK(stage == 1 || stage == 2) << "ZeRO stage " << stage;
+  CANN_CHECK(stage >= 1 && stage <= 3) << "ZeRO stage " << stage;
   pieces_ = shard_pieces(buckets_, group.rank(), group.size());
   for (const ShardPiece& p : pieces_) shard_floats_ += p.padded;
   grad_shard_.resize(shard_floats_);
   m_.resize(shard_floats_);
   v_.resize(shard_floats_);
+  if (stage_ == 3) param_shard_.resize(shard_floats_);
   reduction_ = std::make_unique<ShardReduction>(*this);
 }
 
@@ -81,7 +82,7 @@ BucketReduction* ZeroOptimizer::reduction() {
 size_t ZeroOptimizer::staging_floats() const {
   size_t most = 0;
   for (const ShardPiece& p : pieces_) most = std::max(most, p.padded);
-  return most * static_cast<size_t>(group_.size()) + (stage_ == 2 ? most : 0);
+  return most * static_cast<size_t>(group_.size()) + (stage_ >= 2 ? most : 0);
 }
 
 StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
@@ -99,12 +100,14 @@ StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
   const float scale = kernels::clip_coefficient(norm, config_.grad_clip);
   for (const ShardPiece& p : pieces_) {
     if (p.len == 0) continue;
-    optim::adamw_update_range(table_, config_, params, m_.data() + p.shard_offset,
+    float* target = stage_ == 3 ? param_shard_.data() + p.shard_offset : params + p.flat_begin;
+    optim::adamw_update_range(table_, config_, target, m_.data() + p.shard_offset,
                               v_.data() + p.shard_offset, grad_shard_.data() + p.shard_offset,
                               p.flat_begin, p.len, lr, step_, scale);
   }
-  // Stage 2 accumulates the micro-steps' reductions into the shard: start the next step at 0.
-  if (stage_ == 2) grad_shard_.zero();
+  // Stages 2 and 3 accumulate the micro-steps' reductions into the shard: next step from 0.
+  if (stage_ >= 2) grad_shard_.zero();
+  if (stage_ == 3) return norm;  // layers are gathered from the shard when next needed
   // All-gather the updated pieces back into every rank's parameters, bucket by bucket.
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const ShardPiece& p = pieces_[i];
@@ -131,6 +134,16 @@ Status ZeroOptimizer::gather_pieces(float* full, const float* shard) {
     std::memcpy(full + buckets_[i].begin, staging_.data(), buckets_[i].size() * sizeof(float));
   }
   return OkStatus();
+}
+
+void ZeroOptimizer::load_params(const float* full) {
+  param_shard_.zero();
+  for (const ShardPiece& p : pieces_)
+    std::memcpy(param_shard_.data() + p.shard_offset, full + p.flat_begin, p.len * sizeof(float));
+}
+
+Status ZeroOptimizer::gather_params(float* full) {
+  return gather_pieces(full, param_shard_.data());
 }
 
 Status ZeroOptimizer::gather_state(float* m_full, float* v_full) {

@@ -19,6 +19,12 @@
 // offsets, so a rank's resident gradients are its shard (4N/P bytes) and the buckets between
 // backward and reduction, not 4N. Gradient accumulation then costs one reduce-scatter per
 // micro-step, as in DeepSpeed's stage 2.
+//
+// ZeRO stage 3 shards the parameters as well: the buckets are whole layers
+// (plan_layer_buckets), rank r keeps its piece of every layer's parameters in a shard of its
+// own (the fp32 master copy the optimizer updates, no all-gather after the step), and
+// LayerGatherer (zero_params.h) all-gathers a layer into the model's flat buffer just before
+// forward or backward needs it and releases its pages right after. Gradients as in stage 2.
 #pragma once
 
 #include <memory>
@@ -43,7 +49,7 @@ std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int ran
 
 class ZeroOptimizer {
  public:
-  // stage is 1 or 2.
+  // stage is 1, 2 or 3 (stage 3 wants one bucket per layer: plan_layer_buckets).
   ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config, comm::Group& group,
                 const std::vector<Bucket>& buckets, int stage);
   ~ZeroOptimizer();
@@ -51,8 +57,18 @@ class ZeroOptimizer {
   // The reduction to give the GradReducer: reduce-scatter into this rank's gradient shard.
   BucketReduction* reduction();
   // Clips by the global norm (one all-reduce of the shards' squared norms), updates this rank's
-  // pieces and all-gathers the parameters. Returns the global gradient norm before clipping.
+  // pieces and all-gathers the parameters (stages 1 and 2; stage 3 updates its parameter shard
+  // and leaves `params` alone). Returns the global gradient norm before clipping.
   StatusOr<double> step(float* params, float lr);
+
+  // Stage 3: takes this rank's pieces of full parameters (after initialization or a restore).
+  void load_params(const float* full);
+  // Stage 3: every rank's pieces gathered into full parameters; a collective.
+  Status gather_params(float* full);
+  // Stage 3: this rank's parameter pieces, laid out as grad_shard().
+  const float* param_shard() const { return param_shard_.data(); }
+  const std::vector<ShardPiece>& pieces() const { return pieces_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
 
   int step_count() const { return step_; }
   void set_step_count(int s) { step_ = s; }
@@ -79,6 +95,7 @@ class ZeroOptimizer {
   std::vector<ShardPiece> pieces_;
   size_t shard_floats_ = 0;
   AlignedBuffer<float> grad_shard_, m_, v_;
+  AlignedBuffer<float> param_shard_;  // stage 3
   std::vector<float> staging_;  // one padded bucket (P * c), training thread only
   std::unique_ptr<ShardReduction> reduction_;
   int step_ = 0;

@@ -14,6 +14,7 @@
 #include "parallel/onebit_adam.h"
 #include "parallel/reductions.h"
 #include "parallel/zero.h"
+#include "parallel/zero_params.h"
 
 namespace cann::train {
 
@@ -34,11 +35,10 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
     model::Model& model, comm::Group& group, const optim::AdamWConfig& adam,
     const DataParallelConfig& config, int total_steps) {
   std::unique_ptr<DataParallelEngine> e(new DataParallelEngine(model, group, config));
-  if (config.zero < 0 || config.zero > 2)
+  if (config.zero < 0 || config.zero > 3)
     return InvalidArgument("zero=" + std::to_string(config.zero) +
-                           ": `run` shards optimizer state (zero=1), optimizer state and "
-                           "gradients (zero=2) or nothing (zero=0); stage 3 (sharded parameters) "
-                           "is not available in this build; hint: use zero=2");
+                           ": ZeRO stages are 0 (nothing sharded), 1 (optimizer state), 2 (and "
+                           "gradients) and 3 (and parameters)");
   if (config.grad_sum_of_squares && (config.zero > 0 || config.compress == "onebit"))
     return InvalidArgument("zero=" + std::to_string(config.zero) + " and --compress " +
                            config.compress +
@@ -48,16 +48,47 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
     return InvalidArgument("--compress " + config.compress +
                            " needs zero=0: compressed reductions keep full gradients or momenta "
                            "on every rank");
+  // Stage 3 gathers parameters a layer at a time, so its buckets are whole layers.
   const auto buckets =
-      parallel::plan_buckets(model.table(), static_cast<size_t>(config.first_bucket_mb * (1 << 20)),
-                             static_cast<size_t>(config.bucket_mb * (1 << 20)));
+      config.zero == 3
+          ? parallel::plan_layer_buckets(model.table())
+          : parallel::plan_buckets(model.table(),
+                                   static_cast<size_t>(config.first_bucket_mb * (1 << 20)),
+                                   static_cast<size_t>(config.bucket_mb * (1 << 20)));
+  if (buckets.empty())
+    return InvalidArgument("zero=3: model '" + model.spec().name +
+                           "' has a layer whose tensors are not contiguous in the flat buffer, "
+                           "which stage 3 gathers by layer; hint: use zero=2");
   e->reducer_ = std::make_unique<parallel::GradReducer>(buckets, group);
   if (config.zero >= 1) {
     e->zero_ =
         std::make_unique<parallel::ZeroOptimizer>(model.table(), adam, group, buckets, config.zero);
-    if (config.zero == 2) {
+    if (config.zero >= 2) {
       e->reducer_->set_max_queued(1);
       zero_and_release(model.grads(), model.num_floats() * sizeof(float));
+    }
+    if (config.zero == 3) {
+      std::vector<int> ranks(static_cast<size_t>(group.size()));
+      for (int r = 0; r < group.size(); ++r) ranks[static_cast<size_t>(r)] = r;
+      CANN_ASSIGN_OR_RETURN(e->param_group_, group.new_subgroup(ranks, "zero3_params"));
+      e->param_group_->set_name("zero3");
+      std::vector<int> blocks;
+      for (int l = 0; l < model.spec().num_hidden_layers; ++l) blocks.push_back(l);
+      e->gatherer_ = std::make_unique<parallel::LayerGatherer>(
+          buckets, e->zero_->pieces(), *e->param_group_, model.params(), e->zero_->param_shard(),
+          blocks);
+      parallel::LayerGatherer* g = e->gatherer_.get();
+      const int L = model.spec().num_hidden_layers;
+      model.set_param_hook([g, L](model::Model::ParamUse use, int l) {
+        using U = model::Model::ParamUse;
+        switch (use) {
+          case U::kForwardBegin: g->begin_forward(L > 0 ? 0 : -1); break;
+          case U::kBeforeForward: g->before(l, l + 1 < L ? l + 1 : -1); break;
+          case U::kBeforeBackward: g->before(l, l - 1); break;
+          case U::kAfterForward:
+          case U::kAfterBackward: g->after(l); break;
+        }
+      });
     }
   } else if (config.compress == "onebit") {
     // Default: 15% of the run, but at least one variance window of Adam (1 / (1 - beta2) = 20
@@ -90,7 +121,6 @@ DataParallelEngine::DataParallelEngine(model::Model& model, comm::Group& group,
                                        DataParallelConfig config)
     : model_(model), group_(group), config_(std::move(config)) {}
 
-DataParallelEngine::~DataParallelEngine() = default;
 
 parallel::BucketReduction* DataParallelEngine::reduction() {
   if (zero_) return zero_->reduction();
@@ -105,12 +135,37 @@ Status DataParallelEngine::backward_and_reduce(float grad_scale, parallel::StepC
   return reducer_->finish(stats);
 }
 
+DataParallelEngine::~DataParallelEngine() {
+  if (gatherer_) model_.set_param_hook({});
+}
+
 void DataParallelEngine::zero_grads() {
-  // Under stage 2 every bucket was zeroed and released when its reduction took it.
+  // Under stages 2 and 3 every bucket was zeroed and released when its reduction took it.
   if (config_.zero < 2) model_.zero_grads();
 }
 
+Status DataParallelEngine::adopt_params() {
+  if (!gatherer_) return OkStatus();
+  zero_->load_params(model_.params());
+  gatherer_->invalidate();
+  return gatherer_->status();
+}
+
+Status DataParallelEngine::materialize_params() {
+  return gatherer_ ? gatherer_->gather_all() : OkStatus();
+}
+
+Status DataParallelEngine::param_status() const {
+  return gatherer_ ? gatherer_->status() : OkStatus();
+}
+
 StatusOr<double> DataParallelEngine::step(float lr) {
+  if (gatherer_) {
+    CANN_RETURN_IF_ERROR(gatherer_->status());
+    auto norm = zero_->step(model_.params(), lr);
+    gatherer_->invalidate();  // every gathered layer is stale now
+    return norm;
+  }
   if (zero_) return zero_->step(model_.params(), lr);
   if (onebit_) return onebit_->step(model_.params(), model_.grads(), lr);
   return adam_->step(model_.params(), model_.grads(), lr);
@@ -136,6 +191,11 @@ StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot() {
     s.m = snap_m_.data();
     s.v = snap_v_.data();
     s.step = zero_->step_count();
+    if (gatherer_) {
+      snap_p_.resize(n);
+      CANN_RETURN_IF_ERROR(zero_->gather_params(snap_p_.data()));
+      s.params = snap_p_.data();
+    }
   } else {
     optim::AdamW& a = onebit_ ? onebit_->adam() : *adam_;
     s.m = a.m();
@@ -170,6 +230,7 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
   if (zero_) {
     zero_->scatter_state(m.data(), v.data());
     zero_->set_step_count(step);
+    CANN_RETURN_IF_ERROR(adopt_params());
   } else {
     optim::AdamW& a = onebit_ ? onebit_->adam() : *adam_;
     std::memcpy(a.m(), m.data(), n * sizeof(float));
@@ -229,11 +290,18 @@ size_t DataParallelEngine::gradient_bytes() const {
   if (!zero_) return n;
   const size_t shard = zero_->shard_floats() * sizeof(float);
   if (config_.zero == 1) return n + shard;
-  // Stage 2: the shard, the bucket backward is filling and at most one waiting for the
+  // Stages 2 and 3: the shard, the bucket backward is filling and at most one waiting for the
   // communication thread (GradReducer::set_max_queued).
   size_t largest = 0;
   for (const parallel::Bucket& b : reducer_->buckets()) largest = std::max(largest, b.size());
   return shard + std::min(n, 2 * largest * sizeof(float));
+}
+
+size_t DataParallelEngine::parameter_bytes() const {
+  const size_t n = model_.num_floats() * sizeof(float);
+  if (!gatherer_) return n;
+  // The shard, the layers kept all step and two blocks (gathers write in place).
+  return (zero_->shard_floats() + gatherer_->resident_floats_bound()) * sizeof(float);
 }
 
 size_t DataParallelEngine::optimizer_state_bytes() const {

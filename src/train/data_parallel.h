@@ -4,7 +4,9 @@
 //   --zero 0, --compress none|bf16|topk:R   AdamW on averaged gradients (replicated state);
 //   --zero 0, --compress onebit             1-bit Adam (fp32 warmup, then 1-bit momenta);
 //   --zero 1                                AdamW state sharded over the ranks (ZeRO stage 1);
-//   --zero 2                                gradients sharded too (ZeRO stage 2).
+//   --zero 2                                gradients sharded too (ZeRO stage 2);
+//   --zero 3                                parameters sharded too, gathered a layer at a
+//                                           time around its use (ZeRO stage 3).
 // Checkpoints see full AdamW moments (gathered from the shards under ZeRO) plus per-rank
 // error-feedback buffers, gathered so rank 0 can write them all.
 #pragma once
@@ -26,6 +28,7 @@ class OneBitAdam;
 class TopKReduction;
 class FullReduction;
 class ZeroOptimizer;
+class LayerGatherer;
 }  // namespace cann::parallel
 
 namespace cann::train {
@@ -54,8 +57,16 @@ class DataParallelEngine {
   // every micro-step's when reduces_every_micro_step() (ZeRO stage 2).
   Status backward_and_reduce(float grad_scale, parallel::StepComm* stats);
   bool reduces_every_micro_step() const { return config_.zero >= 2; }
-  // Clears the gradients before a step (nothing to do under stage 2: the reductions did).
+  // Clears the gradients before a step (nothing to do under stages 2 and 3: the reductions did).
   void zero_grads();
+  // The model's flat parameters are complete and equal on every rank (after initialization):
+  // under stage 3 this rank keeps its shard of them and releases the rest. No-op otherwise.
+  Status adopt_params();
+  // Under stage 3, every layer gathered and kept until the next step, so that one rank may run
+  // the model alone (sampling at the end of a run); a collective. No-op otherwise.
+  Status materialize_params();
+  // The first failure of a stage 3 parameter gather (check after each forward and backward).
+  Status param_status() const;
   // The optimizer step on the reduced gradients; returns the gradient norm.
   StatusOr<double> step(float lr);
 
@@ -71,6 +82,9 @@ class DataParallelEngine {
   // Bytes of gradients this rank holds at most: the full buffer, plus the reduced shard under
   // stage 1; under stage 2 the shard and the buckets between backward and their reduction.
   size_t gradient_bytes() const;
+  // Bytes of parameters this rank holds at most: the full buffer, or under stage 3 its shard,
+  // the layers kept all step (embeddings, final norm), two blocks and the gather staging.
+  size_t parameter_bytes() const;
 
  private:
   DataParallelEngine(model::Model& model, comm::Group& group, DataParallelConfig config);
@@ -86,8 +100,10 @@ class DataParallelEngine {
   std::unique_ptr<parallel::TopKReduction> topk_;
   std::unique_ptr<parallel::OneBitAdam> onebit_;
   std::unique_ptr<parallel::ZeroOptimizer> zero_;
+  std::unique_ptr<comm::Group> param_group_;  // stage 3's gathers
+  std::unique_ptr<parallel::LayerGatherer> gatherer_;
   // Snapshot staging (full moments under ZeRO, gathered error buffers).
-  std::vector<float> snap_m_, snap_v_, snap_a_, snap_b_;
+  std::vector<float> snap_m_, snap_v_, snap_a_, snap_b_, snap_p_;
 };
 
 // Parses "topk:0.01" into the ratio; error for anything else.

@@ -51,7 +51,7 @@ StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_
   w.meta_json = meta.dump();
   const size_t bytes = model.table().total_floats() * sizeof(float);
   w.sections = {
-      {"params", model.params(), bytes}, {"adam_m", opt.m, bytes}, {"adam_v", opt.v, bytes}};
+      {"params", opt.params != nullptr ? opt.params : model.params(), bytes}, {"adam_m", opt.m, bytes}, {"adam_v", opt.v, bytes}};
   for (const auto& extra : opt.extra_sections) w.sections.push_back(extra);
   return ckpt::write_checkpoint(dir, w, keep_last);
 }

@@ -27,6 +27,9 @@ struct ResumeState {
 // layout, the optimizer's step count, and any further state (error-feedback buffers, ...) as
 // named sections with a JSON object describing them.
 struct OptimizerSnapshot {
+  // Full parameters when the model's own buffer does not hold them (ZeRO stage 3); null: the
+  // model's.
+  const float* params = nullptr;
   const float* m = nullptr;
   const float* v = nullptr;
   int step = 0;

@@ -116,6 +116,10 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   sample_ids_.resize(micro_batch_);
 
   model_->init_params(config_.seed);
+  if (dp_) {
+    const Status adopted = dp_->adopt_params();
+    if (!adopted.ok()) return comm_failure(adopted);
+  }
   if (config_.resume) {
     if (config_.checkpoint_dir.empty())
       return InvalidArgument("--resume needs --checkpoint-dir DIR to resume from");
@@ -161,7 +165,8 @@ size_t Trainer::memory_bytes() const {
   const size_t weights = model_->num_floats() * sizeof(float);
   const size_t optimizer = dp_ ? dp_->optimizer_state_bytes() : 2 * weights;
   const size_t grads = dp_ ? dp_->gradient_bytes() : weights;
-  return weights + grads + optimizer + model_->activation_bytes();
+  const size_t params = dp_ ? dp_->parameter_bytes() : weights;
+  return params + grads + optimizer + model_->activation_bytes();
 }
 
 std::string Trainer::host_name() {
@@ -424,6 +429,7 @@ StatusOr<double> Trainer::evaluate() {
       mask_batch(in.data(), tg.data(), ids.data(), B);
       sum += static_cast<float>(model_->forward(in.data(), tg.data(), B, T).lm_loss);
       if (!model_->tp_status().ok()) return comm_failure(model_->tp_status());
+      if (dp_ && !dp_->param_status().ok()) return comm_failure(dp_->param_status());
     }
   }
   sum /= static_cast<float>(config_.eval_batches * accum_steps_);
@@ -520,7 +526,8 @@ Status Trainer::run(RunSummary* summary) {
     progress_.line(header);
     progress_.line("data " + data_.description);
     const double mb = 1.0 / (1 << 20);
-    const double weights = static_cast<double>(model_->num_floats()) * sizeof(float);
+    const double weights = dp_ ? static_cast<double>(dp_->parameter_bytes())
+                               : static_cast<double>(model_->num_floats()) * sizeof(float);
     const double optimizer = dp_ ? static_cast<double>(dp_->optimizer_state_bytes()) : 2 * weights;
     const double grads = dp_ ? static_cast<double>(dp_->gradient_bytes()) : weights;
     const double acts = static_cast<double>(model_->activation_bytes());
@@ -591,6 +598,7 @@ Status Trainer::run(RunSummary* summary) {
         model_->backward(grad_scale);
       }
       if (!model_->tp_status().ok()) return comm_failure(model_->tp_status());
+      if (dp_ && !dp_->param_status().ok()) return comm_failure(dp_->param_status());
       backward_s += now_seconds() - tb;
       if (spec_.is_moe()) {
         if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
@@ -737,9 +745,15 @@ Status Trainer::run(RunSummary* summary) {
   }
   progress_.finish();
   log_.reset();
-  // (A tensor-parallel model's forward is a collective, so rank 0 cannot sample alone.)
-  if (spec_.architecture == model::Architecture::kGpt && config_.sample_tokens > 0 &&
-      summary->last_step == config_.steps && show && !mp_) {
+  // (A tensor-parallel model's forward is a collective, so rank 0 cannot sample alone; under
+  // ZeRO stage 3 every rank first gathers the whole model.)
+  const bool sample = spec_.architecture == model::Architecture::kGpt &&
+                      config_.sample_tokens > 0 && summary->last_step == config_.steps && !mp_;
+  if (sample && dp_) {
+    const Status gathered = dp_->materialize_params();
+    if (!gathered.ok()) return comm_failure(gathered);
+  }
+  if (sample && show) {
     progress_.line("sample:\n" + generate_sample());
   }
   return OkStatus();
