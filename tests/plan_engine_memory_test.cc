@@ -235,6 +235,9 @@ TEST(PlanEngineMemoryTest, RejectsWhatTheEngineCannotRun) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("tp"), std::string::npos) << e.status().message();
   EXPECT_FALSE(predict_engine_memory(shipped("vit_g"), data_parallel(1, 0), 1, 16).ok());
+  auto no_dp = predict_engine_memory(m, data_parallel(0, 0), 1, 16);
+  ASSERT_FALSE(no_dp.ok());
+  EXPECT_NE(no_dp.status().message().find("hint: set dp"), std::string::npos);
 }
 
 ClusterSpec fp32_cluster(int devices) {
@@ -278,10 +281,10 @@ TEST(PlanEngineMemoryTest, SimulateOnAnFp32ClusterPrintsTheSameMemory) {
 // The search's memory bound stays below every fp32 peak: pruning drops no feasible candidate
 // at limits where memory decides (no 2 GiB reserve to hide behind).
 TEST(PlanEngineMemoryTest, SearchPruningIsSafeOnFp32) {
-  const model::ModelSpec m =
-      spec_from("architecture: gpt\nhidden_size: 256\nnum_hidden_layers: 8\n"
-                "num_attention_heads: 8\nvocab_size: 1000\nseq_length: 512\n"
-                "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n");
+  const model::ModelSpec m = spec_from(
+      "architecture: gpt\nhidden_size: 256\nnum_hidden_layers: 8\n"
+      "num_attention_heads: 8\nvocab_size: 1000\nseq_length: 512\n"
+      "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n");
   int informative = 0;  // limits where the bound cut and something still fit
   for (double mib : {60.0, 90.0, 140.0, 220.0}) {
     auto in = make_plan_input(m, fp32_cluster(8), mib * 1048576.0);

@@ -159,9 +159,12 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
   if (seq_len % s_in.cp != 0)
     return InvalidArgument("cp=" + std::to_string(s_in.cp) + " does not divide the sequence " +
                            std::to_string(seq_len));
+  if (s_in.dp <= 0)
+    return InvalidArgument("strategy " + strategy_string(s_in) +
+                           " has no dp; hint: set dp to the data-parallel ranks (the processes "
+                           "over tp*pp*cp)");
   Strategy s = s_in;
   s.mbs = micro_batch;
-  if (s.dp <= 0) s.dp = 1;
   if (s.gbs <= 0) s.gbs = s.dp * s.mbs;
   // A cluster of exactly the strategy's devices, one node, fp32. Its speeds shape only the
   // pipeline partition's balance, not the memory of a given partition.
