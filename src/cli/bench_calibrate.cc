@@ -131,12 +131,13 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
     yaml += buf;
   }
   yaml +=
-      "\n# inter_node is the gloo backend over loopback TCP: this machine has no network link.\n";
+      "\n# inter_node is the gloo backend over loopback TCP: this machine has no network link.\n"
+      "# precision fp32: the engine trains in fp32, so the planner counts its own buffers.\n";
   std::snprintf(buf, sizeof(buf),
                 "name: local\nnodes: 1\ndevices_per_node: %d\n"
                 "device: {name: cpu-core, peak_tflops: %.5f, memory_gb: %.2f, "
                 "memory_bandwidth_GBps: %.2f, tdp_watts: 0, hourly_cost_usd: 0, compute_units: 1, "
-                "gemm_efficiency: 1.0, memory_efficiency: 1.0}\n",
+                "gemm_efficiency: 1.0, memory_efficiency: 1.0, precision: fp32}\n",
                 P, peak_gflops / 1e3, mem_total_gb() / P, copy);
   yaml += buf;
   std::snprintf(buf, sizeof(buf),

@@ -92,6 +92,23 @@ Handler fraction(double* out, const std::string& source) {
   };
 }
 
+Handler precision(Precision* out, const std::string& source) {
+  return [=](const YAML::Node& v, const std::string& key) -> Status {
+    const std::string p = v.IsScalar() ? v.Scalar() : "";
+    if (p == "bf16") {
+      *out = Precision::kBf16;
+    } else if (p == "fp32") {
+      *out = Precision::kFp32;
+    } else {
+      return key_error(source, key,
+                       "unknown precision '" + p +
+                           "'; hint: bf16 (mixed precision, the default) or fp32 (the CPU "
+                           "engine, as `cann-train bench calibrate` writes)");
+    }
+    return OkStatus();
+  };
+}
+
 Status read_link(const YAML::Node& node, const std::string& source, const std::string& where,
                  LinkSpec* link, bool intra) {
   bool has_bw = false;
@@ -123,6 +140,10 @@ Status read_link(const YAML::Node& node, const std::string& source, const std::s
 }
 
 }  // namespace
+
+std::string_view precision_name(Precision p) {
+  return p == Precision::kFp32 ? "fp32" : "bf16";
+}
 
 StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::string& source) {
   YAML::Node root;
@@ -170,7 +191,8 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"hourly_cost_usd", number(&d.hourly_cost_usd, source, true)},
                        {"compute_units", number(&units, source)},
                        {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
-                       {"memory_efficiency", fraction(&d.memory_efficiency, source)}}));
+                       {"memory_efficiency", fraction(&d.memory_efficiency, source)},
+                       {"precision", precision(&d.precision, source)}}));
          d.compute_units = static_cast<int>(units);
          for (auto [k, val] : {std::pair<const char*, double>{"peak_tflops", d.peak_tflops},
                                {"memory_gb", d.memory_gb},

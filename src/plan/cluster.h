@@ -12,14 +12,30 @@
 //   intra_node/inter_node.efficiency   achieved fraction of link bandwidth in collectives
 //   reliability.device_mtbf_hours, checkpoint_write_GBps_per_node, restart_s
 //   allow_cross_node_tp         whether tensor parallelism may span nodes (default no)
+//   device.precision            bf16 (default: mixed precision as Megatron-LM trains) or fp32
+//                               (cann-train's own engine: plain fp32, see engine_memory.h)
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
 
 namespace cann::plan {
+
+// How a device trains, which fixes the bytes of every tensor the planner counts:
+//  kBf16: mixed precision (Micikevicius et al. 2018): bf16 weights, gradients and activations,
+//         fp32 master weights and Adam moments, dropout masks; what GPU and NPU clusters run.
+//  kFp32: cann-train's CPU engine: fp32 parameters, gradients, AdamW moments and activations,
+//         no master copy, no dropout; memory is the engine's own allocation (engine_memory.h).
+enum class Precision { kBf16, kFp32 };
+
+std::string_view precision_name(Precision p);
+// Bytes of one activation, gradient or weight element on the wire and in memory: 2 or 4.
+inline double element_bytes(Precision p) {
+  return p == Precision::kFp32 ? 4.0 : 2.0;
+}
 
 struct DeviceSpec {
   std::string name;
@@ -31,6 +47,7 @@ struct DeviceSpec {
   int compute_units = 0;          // 0: wave quantization not modelled
   double gemm_efficiency = 0.80;  // see cluster.cc for the default's source
   double memory_efficiency = 0.90;
+  Precision precision = Precision::kBf16;
 
   double memory_bytes() const { return memory_gb * 1073741824.0; }
 };

@@ -20,10 +20,17 @@
 // Written here for any kv-head count and MLP width, these reduce to Korthikanti's 34 when
 // kv = a and f = 4h (the tests check that). Selective recomputation drops the score terms;
 // full recomputation keeps only the layer input (2sbh, /t with sp).
+//
+// fp32 devices (cann-train's engine): every byte count above that is an element size doubles
+// (streams scale by e/2 with e = 4 bytes, the 1-byte masks included: the engine has no dropout,
+// and its kernels' bytes are modelled, not measured); parameters and activations are the
+// engine's own buffers (engine_memory.h) for gpt and bert. vit, which the engine does not
+// build, keeps the formulas above with e = 4.
 #include "plan/layer_cost.h"
 
 #include <algorithm>
 
+#include "plan/engine_memory.h"
 #include "plan/gemm_model.h"
 
 namespace cann::plan {
@@ -44,6 +51,7 @@ namespace {
 struct Pass {
   const DeviceSpec& dev;
   PassCost cost;
+  double stream_scale = 1;  // element bytes / 2
   void gemm(double m, double n, double k, double batch = 1) {
     cost.gemm_s += gemm_seconds(dev, m, n, k, batch);
     cost.flops += 2 * m * n * k * batch;
@@ -53,11 +61,13 @@ struct Pass {
     gemm(m, k, n, batch);
     gemm(k, n, m, batch);
   }
-  void stream(double bytes) { cost.stream_s += stream_seconds(dev, bytes); }
+  void stream(double bytes) { cost.stream_s += stream_seconds(dev, bytes * stream_scale); }
 };
 
 struct Dims {
   double b, s, sq, T, Tsp, h, q, kvl, d, f, fm, E, topk, cf, tp, ep;
+  double e;     // bytes per activation element
+  bool engine;  // fp32 gpt/bert: the engine's buffers
   bool sp;
 };
 
@@ -66,7 +76,7 @@ Dims dims(const CostContext& c) {
   const Strategy& st = c.strategy;
   Dims x;
   x.b = st.mbs;
-  x.s = m.seq_length;
+  x.s = c.seq_len > 0 ? c.seq_len : m.seq_length;
   x.sq = x.s / st.cp;
   x.T = x.b * x.sq;
   x.sp = st.sp && st.tp > 1;
@@ -82,7 +92,14 @@ Dims dims(const CostContext& c) {
   x.cf = m.capacity_factor;
   x.tp = st.tp;
   x.ep = st.ep;
+  const Precision p = c.cluster->device.precision;
+  x.e = element_bytes(p);
+  x.engine = p == Precision::kFp32 && m.architecture != model::Architecture::kVit;
   return x;
+}
+
+Pass pass(const DeviceSpec& dev, const Dims& x) {
+  return Pass{dev, {}, x.e / 2};
 }
 
 // The attention core (scores, softmax, dropout, scores x V): what selective recomputation
@@ -143,7 +160,7 @@ void attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, double
   bwd.gemm_bwd(x.T, qkv_n, x.h);
   bwd.stream(6 * x.Tsp * x.h);
 
-  const double t = tp_sublayer(tp_comm(c, x.T * x.h * 2), x.sp);
+  const double t = tp_sublayer(tp_comm(c, x.T * x.h * x.e), x.sp);
   fwd.cost.tp_comm_s += t;
   bwd.cost.tp_comm_s += t;
 
@@ -151,7 +168,7 @@ void attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, double
   // their gradients in backward; each transfer hides behind one block of attention.
   const int cp = c.strategy.cp;
   if (cp > 1) {
-    const double kv_bytes = 2 * x.b * x.sq * x.kvl * x.d * 2;
+    const double kv_bytes = 2 * x.b * x.sq * x.kvl * x.d * x.e;
     const double t_kv = p2p_seconds(*c.cluster, kv_bytes, c.cp_ring_inter_node);
     fwd.cost.cp_comm_s += (cp - 1) * std::max(0.0, t_kv - *core_fwd_s / cp);
     bwd.cost.cp_comm_s += (cp - 1) * std::max(0.0, 2 * t_kv - *core_bwd_s / cp);
@@ -181,7 +198,7 @@ void dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
   bwd.gemm_bwd(x.T, fl, x.h);
   bwd.stream(6 * x.Tsp * x.h);
 
-  const double t = tp_sublayer(tp_comm(c, x.T * x.h * 2), x.sp);
+  const double t = tp_sublayer(tp_comm(c, x.T * x.h * x.e), x.sp);
   fwd.cost.tp_comm_s += t;
   bwd.cost.tp_comm_s += t;
 }
@@ -198,8 +215,8 @@ void moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
   const double local_experts = x.E / x.ep;
   const double rows_per_expert = rows / local_experts;
   const double a2a =
-      collective_seconds(*c.cluster, Collective::kAllToAll, slots * x.h * 2, c.ep_group);
-  const Comm t = tp_comm(c, rows * x.h * 2);
+      collective_seconds(*c.cluster, Collective::kAllToAll, slots * x.h * x.e, c.ep_group);
+  const Comm t = tp_comm(c, rows * x.h * x.e);
 
   fwd.stream(4 * x.Tsp * x.h);
   fwd.gemm(routed, x.E, x.h);
@@ -235,10 +252,30 @@ double mlp_activation(const Dims& x, bool moe) {
   return 2 * x.Tsp * x.h + 4 * x.Tsp * x.E + 2 * slots * x.h + 4 * rows * x.fm / x.tp + x.Tsp * x.h;
 }
 
-BlockCost layer(const CostContext& c, const Dims& x, bool moe) {
+// The engine's buffers for the context (fp32 gpt/bert only).
+struct EngineBlocks {
+  EngineArena arena;
+  EngineParams params;
+};
+
+// Stored and recomputed bytes of a block from its full activation, its part selective
+// recomputation drops and its part full recomputation keeps.
+void set_activation(BlockCost* b, Recompute r, double full, double selective_drop, double kept) {
+  if (r == Recompute::kFull) {
+    b->activation_bytes = kept;
+    b->peak_extra_bytes = full - kept;
+  } else if (r == Recompute::kSelective) {
+    b->activation_bytes = full - selective_drop;
+    b->peak_extra_bytes = selective_drop;
+  } else {
+    b->activation_bytes = full;
+  }
+}
+
+BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlocks* eng) {
   const model::ModelSpec& m = *c.model;
   const DeviceSpec& dev = c.cluster->device;
-  Pass fwd{dev, {}}, bwd{dev, {}};
+  Pass fwd = pass(dev, x), bwd = pass(dev, x);
   double core_f = 0, core_b = 0;
   attention(c, x, fwd, bwd, &core_f, &core_b);
   if (moe) {
@@ -251,7 +288,7 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe) {
   b.bwd = bwd.cost;
   const Recompute r = c.strategy.recompute;
   if (r == Recompute::kSelective) {
-    Pass rc{dev, {}};
+    Pass rc = pass(dev, x);
     core_fwd(rc, x);
     b.recompute = rc.cost;
   } else if (r == Recompute::kFull) {
@@ -269,6 +306,14 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe) {
     const double f = x.f;
     b.params += (2 * h * f + f) / x.tp + h;
   }
+  if (eng != nullptr) {
+    b.params = moe ? eng->params.moe_layer : eng->params.dense_layer;
+    b.expert_params = moe ? eng->params.moe_experts : 0;
+    const EngineArena& a = eng->arena;
+    set_activation(&b, r, 4 * (moe ? a.moe_layer : a.dense_layer), 4 * a.attention_probs,
+                   4 * a.layer_output);
+    return b;
+  }
   const double full = attention_activation(x, Recompute::kNone) + mlp_activation(x, moe);
   if (r == Recompute::kFull) {
     b.activation_bytes = 2 * x.Tsp * h;
@@ -279,12 +324,15 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe) {
   } else {
     b.activation_bytes = full;
   }
+  // Formulas in bf16 bytes; an fp32 device doubles them.
+  b.activation_bytes *= x.e / 2;
+  b.peak_extra_bytes *= x.e / 2;
   return b;
 }
 
-BlockCost embedding(const CostContext& c, const Dims& x) {
+BlockCost embedding(const CostContext& c, const Dims& x, const EngineBlocks* eng) {
   const model::ModelSpec& m = *c.model;
-  Pass fwd{c.cluster->device, {}}, bwd{c.cluster->device, {}};
+  Pass fwd = pass(c.cluster->device, x), bwd = pass(c.cluster->device, x);
   BlockCost b;
   if (m.architecture == model::Architecture::kVit) {
     // Patch projection on the patches (not the class token), replicated over the tensor group.
@@ -301,7 +349,7 @@ BlockCost embedding(const CostContext& c, const Dims& x) {
     // summed over the tensor group (reduce-scatter with sp, all-reduce without).
     fwd.stream(6 * x.T * x.h);
     bwd.stream(6 * x.T * x.h);
-    const Comm t = tp_comm(c, x.T * x.h * 2);
+    const Comm t = tp_comm(c, x.T * x.h * x.e);
     if (x.tp > 1) {
       fwd.cost.tp_comm_s += x.sp ? t.rs : t.ar;
       bwd.cost.tp_comm_s += x.sp ? t.ag : 0;
@@ -311,13 +359,18 @@ BlockCost embedding(const CostContext& c, const Dims& x) {
   }
   b.fwd = fwd.cost;
   b.bwd = bwd.cost;
-  b.activation_bytes = x.Tsp * x.h;  // embedding dropout mask
+  if (eng != nullptr) {
+    b.params = eng->params.embedding;
+    b.activation_bytes = 4 * eng->arena.embedding;
+  } else {
+    b.activation_bytes = x.Tsp * x.h * x.e / 2;  // embedding dropout mask
+  }
   return b;
 }
 
-BlockCost head(const CostContext& c, const Dims& x) {
+BlockCost head(const CostContext& c, const Dims& x, const EngineBlocks* eng) {
   const model::ModelSpec& m = *c.model;
-  Pass fwd{c.cluster->device, {}}, bwd{c.cluster->device, {}};
+  Pass fwd = pass(c.cluster->device, x), bwd = pass(c.cluster->device, x);
   BlockCost b;
   fwd.stream(4 * x.Tsp * x.h);  // final layernorm
   bwd.stream(6 * x.Tsp * x.h);
@@ -332,7 +385,7 @@ BlockCost head(const CostContext& c, const Dims& x) {
     // (read bf16 logits, max, exp-sum, write fp32 probabilities: 12 bytes per logit forward,
     // 6 backward), two tiny all-reduces of the per-token max and sum.
     const double vl = static_cast<double>(m.vocab_size) / x.tp;
-    const Comm t = tp_comm(c, x.T * x.h * 2);
+    const Comm t = tp_comm(c, x.T * x.h * x.e);
     fwd.gemm(x.T, vl, x.h);
     fwd.stream(12 * x.T * vl);
     bwd.stream(6 * x.T * vl);
@@ -345,6 +398,11 @@ BlockCost head(const CostContext& c, const Dims& x) {
     }
     b.activation_bytes = 2 * x.Tsp * x.h + 2 * x.Tsp * x.h + 4 * x.T * vl;
   }
+  b.activation_bytes *= x.e / 2;
+  if (eng != nullptr) {
+    b.params = eng->params.head;
+    b.activation_bytes = 4 * eng->arena.head;
+  }
   b.fwd = fwd.cost;
   b.bwd = bwd.cost;
   return b;
@@ -353,7 +411,7 @@ BlockCost head(const CostContext& c, const Dims& x) {
 }  // namespace
 
 CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
-                              const ModelShape& shape, const Strategy& s) {
+                              const ModelShape& shape, const Strategy& s, int seq_len) {
   CostContext ctx;
   ctx.model = &m;
   ctx.cluster = &c;
@@ -363,16 +421,25 @@ CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
   ctx.cp_group = {s.cp, s.tp};
   ctx.ep_group = {s.ep, s.tp * s.cp};
   ctx.cp_ring_inter_node = static_cast<long long>(s.tp) * s.cp > c.devices_per_node;
+  ctx.seq_len = seq_len;
   return ctx;
 }
 
 BlockCosts block_costs(const CostContext& ctx) {
   const Dims x = dims(ctx);
+  const Strategy& s = ctx.strategy;
+  EngineBlocks eng;
+  if (x.engine) {
+    eng.arena = engine_arena(*ctx.model, s.mbs, static_cast<int>(x.s), s.tp, x.sp, s.cp);
+    eng.params = engine_params(*ctx.model, s.tp, s.ep);
+  }
+  const EngineBlocks* e = x.engine ? &eng : nullptr;
   BlockCosts b;
-  b.dense = layer(ctx, x, false);
-  if (ctx.model->is_moe()) b.moe = layer(ctx, x, true);
-  b.embedding = embedding(ctx, x);
-  b.head = head(ctx, x);
+  b.dense = layer(ctx, x, false, e);
+  if (ctx.model->is_moe()) b.moe = layer(ctx, x, true, e);
+  b.embedding = embedding(ctx, x, e);
+  b.head = head(ctx, x, e);
+  if (x.engine) b.scratch_bytes = 4 * eng.arena.scratch;
   return b;
 }
 

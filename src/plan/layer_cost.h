@@ -54,15 +54,22 @@ struct CostContext {
   // Process groups in the rank layout (strategy.h): tp fastest, then cp, dp, pp.
   GroupShape tp_group, cp_group, ep_group;
   bool cp_ring_inter_node = false;
+  int seq_len = 0;  // tokens per sequence; 0: the model's seq_length
 };
 
 CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
-                              const ModelShape& shape, const Strategy& s);
+                              const ModelShape& shape, const Strategy& s, int seq_len = 0);
 
 struct BlockCosts {
   BlockCost dense, moe, embedding, head;
+  // fp32 engine only: the backward scratch every device holds once, whatever its layers.
+  double scratch_bytes = 0;
 };
 
+// Under an fp32 device (cluster.h) the parameters are the engine's padded flat-buffer floats
+// and the activations its arena (engine_memory.h) for gpt and bert; element sizes in the
+// traffic and streaming bytes are 4 instead of 2.
+//
 // The four block costs for the context's strategy. Only tp, cp, ep, sp, mbs and recompute
 // matter here; dp, pp, zero, vpp and gbs act at the step level (predict.h), which also adds
 // the last stage's copy of a tied head's weight when pp > 1.

@@ -10,6 +10,10 @@
 namespace cann::plan {
 namespace {
 
+double sequence(const PlanInput& in) {
+  return in.seq_len > 0 ? in.seq_len : in.model.seq_length;
+}
+
 // Gradient and ZeRO traffic of one device per step, exposed part only.
 //  zero 0: all-reduce once per step, overlapped with the last micro-batch's backward;
 //  zero 1: reduce-scatter there, and an all-gather of the updated bf16 weights overlapped with
@@ -28,14 +32,16 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
   if (D <= 1) return 0;
   const GroupShape dense_group{D, s.tp};
   const GroupShape expert_group{s.cp, s.tp, s.dp / s.ep, s.tp * s.cp * s.ep};
+  const bool fp32 = c.device.precision == Precision::kFp32;
+  const double e = element_bytes(c.device.precision);
+  const double bucket = fp32 ? in.engine_buckets.bytes : kGradBucketBytes;
   auto coll = [&](Collective k, double p, double pe) {
-    double t = collective_seconds(c, k, 2 * p, dense_group);
-    if (pe > 0) t += collective_seconds(c, k, 2 * pe, expert_group);
+    double t = collective_seconds(c, k, e * p, dense_group);
+    if (pe > 0) t += collective_seconds(c, k, e * pe, expert_group);
     return t;
   };
   auto tail = [&](Collective k) {
-    return collective_seconds(c, k, std::min(kGradBucketBytes, 2 * (params + expert_params)),
-                              dense_group);
+    return collective_seconds(c, k, std::min(bucket, e * (params + expert_params)), dense_group);
   };
   auto overlapped = [&](double t, double window, Collective k) {
     return std::max(t - window, std::min(t, tail(k)));
@@ -63,6 +69,10 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
 
 }  // namespace
 
+double reserved_bytes(Precision p) {
+  return p == Precision::kFp32 ? 0.0 : kReservedBytes;
+}
+
 StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,
                                     double max_memory_bytes) {
   PlanInput in;
@@ -78,7 +88,8 @@ StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec
 StatusOr<Prediction> predict(const PlanInput& in, const Strategy& s, Fidelity f,
                              bool record_events) {
   CANN_RETURN_IF_ERROR(validate_strategy(s, in.model, in.cluster));
-  const BlockCosts blocks = block_costs(make_cost_context(in.model, in.cluster, in.shape, s));
+  const BlockCosts blocks =
+      block_costs(make_cost_context(in.model, in.cluster, in.shape, s, in.seq_len));
   return finish_prediction(in, s, layout_stages(in, s, blocks, f, record_events), f);
 }
 
@@ -115,6 +126,7 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
   out.max_layer_params.assign(p, 0);
   out.work.assign(p, PassCost{});
   out.recompute.assign(p, PassCost{});
+  out.scratch_bytes = blocks.scratch_bytes;
   for (int vs = 0; vs < V; ++vs) {
     const int i = vs % p, ch = vs / p;
     ChunkCost& cc = pipe.chunks[i][ch];
@@ -166,8 +178,8 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
 
   // A stage boundary message is one micro-batch's activation, split over the tensor group
   // (Megatron's scatter-gather), crossing nodes once the pipeline spans nodes.
-  const double act_msg =
-      static_cast<double>(s.mbs) * m.seq_length / s.cp * m.hidden_size * 2 / s.tp;
+  const double act_msg = static_cast<double>(s.mbs) * sequence(in) / s.cp * m.hidden_size *
+                         element_bytes(c.device.precision) / s.tp;
   const long long stage_stride = static_cast<long long>(s.tp) * s.cp * s.dp;
   out.p2p_message_s = p > 1 ? p2p_seconds(c, act_msg, stage_stride * p > c.devices_per_node) : 0;
   pipe.p2p_s = out.p2p_message_s;
@@ -188,29 +200,62 @@ Shards shards(const Strategy& s) {
           s.zero >= 3 ? De : 1, s.zero >= 2 ? De : 1, s.zero >= 1 ? De : 1};
 }
 
+// The fp32 engine's state on stage i (engine_memory.h): its flat buffers of P + Pe floats,
+// whose ZeRO shard is the rank's piece of every gradient bucket. Expert floats form buckets of
+// their own when they shard over a smaller group (ep > 1).
+void engine_state(const PlanInput& in, const Strategy& s, double P, double Pe, StageReport* st) {
+  const int D = s.dp * s.cp, De = D / s.ep;
+  const EngineBuckets& b = in.engine_buckets;
+  const double all = P + Pe;
+  double shard = 0, staging = 0;
+  if (s.ep == 1) {
+    shard = engine_shard_floats(all, D, b);
+    staging = engine_staging_floats(all, D, b);
+  } else {
+    shard = engine_shard_floats(P, D, b) + engine_shard_floats(Pe, De, b);
+    staging = std::max(engine_staging_floats(P, D, b), engine_staging_floats(Pe, De, b));
+  }
+  st->weights_bytes = 4 * (s.zero >= 3 ? shard : all);
+  st->grad_shard_bytes = s.zero == 1 ? 4 * shard : 0;
+  st->grads_bytes = 4 * (s.zero >= 2 ? shard : all) + st->grad_shard_bytes;
+  st->optimizer_bytes = 8 * (s.zero >= 1 ? shard : all);
+  // ZeRO: the padded bucket sent to the reduce-scatter and the one the all-gather fills.
+  st->transient_bytes = s.zero >= 1 ? 2 * 4 * staging : 0;
+}
+
 // Fills the memory fields of stage i; returns its total.
-double stage_memory(const Strategy& s, const StageLayout& lay, int i, StageReport* st) {
+double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& lay, int i,
+                    StageReport* st) {
+  const Precision prec = in.cluster.device.precision;
   const Shards sh = shards(s);
   const double P = lay.params[i], Pe = lay.expert_params[i];
-  st->weights_bytes = 2 * (P / sh.w + Pe / sh.we);
-  st->grads_bytes = 2 * (P / sh.g + Pe / sh.ge);
-  st->optimizer_bytes = 12 * (P / sh.o + Pe / sh.oe);
   st->activation_bytes = lay.pipeline.peak_activation_bytes[i];
   // Working set beyond stored activations: the recomputed layer's tensors, and under ZeRO-3
   // the gathered weights of the current and the prefetched layer.
-  st->transient_bytes = lay.extra_bytes[i] + (s.zero >= 3 ? 2 * 2 * lay.max_layer_params[i] : 0);
+  const double gathered = s.zero >= 3 ? 2 * element_bytes(prec) * lay.max_layer_params[i] : 0;
+  if (prec == Precision::kFp32) {
+    engine_state(in, s, P, Pe, st);
+    st->scratch_bytes = lay.scratch_bytes;
+    st->transient_bytes += lay.extra_bytes[i] + gathered + lay.scratch_bytes;
+  } else {
+    st->weights_bytes = 2 * (P / sh.w + Pe / sh.we);
+    st->grads_bytes = 2 * (P / sh.g + Pe / sh.ge);
+    st->optimizer_bytes = 12 * (P / sh.o + Pe / sh.oe);
+    st->transient_bytes = lay.extra_bytes[i] + gathered;
+  }
+  st->reserved_bytes = reserved_bytes(prec);
   st->total_bytes = st->weights_bytes + st->grads_bytes + st->optimizer_bytes +
-                    st->activation_bytes + st->transient_bytes + kReservedBytes;
+                    st->activation_bytes + st->transient_bytes + st->reserved_bytes;
   return st->total_bytes;
 }
 
 }  // namespace
 
-double memory_peak(const PlanInput&, const Strategy& s, const StageLayout& layout) {
+double memory_peak(const PlanInput& in, const Strategy& s, const StageLayout& layout) {
   double peak = 0;
   for (int i = 0; i < s.pp; ++i) {
     StageReport st;
-    peak = std::max(peak, stage_memory(s, layout, i, &st));
+    peak = std::max(peak, stage_memory(in, s, layout, i, &st));
   }
   return peak;
 }
@@ -241,13 +286,17 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     // first and the last stage after the backward pass (Megatron), exposed.
     if (p > 1 && m.architecture != model::Architecture::kVit && (i == 0 || i == p - 1))
       st.dp_comm_s +=
-          collective_seconds(c, Collective::kAllReduce, 2.0 * m.vocab_size * m.hidden_size / s.tp,
+          collective_seconds(c, Collective::kAllReduce,
+                             element_bytes(dev.precision) * m.vocab_size * m.hidden_size / s.tp,
                              GroupShape{2, static_cast<int>(stage_stride * (p - 1))});
     // The optimizer step streams 32 bytes per parameter it owns: the gradient-norm pass reads
     // the gradient (2); AdamW reads gradient, master weight, m and v (14) and writes master, m,
-    // v and the bf16 weight (14); zeroing the gradient writes it (2).
-    st.optimizer_s = stream_seconds(dev, 32 * (P / sh.o + Pe / sh.oe));
-    stage_memory(s, lay, i, &st);
+    // v and the bf16 weight (14); zeroing the gradient writes it (2). The fp32 engine streams
+    // 36: the norm pass reads the gradient (4), AdamW reads gradient, weight, m and v (16) and
+    // writes weight, m and v (12), zeroing writes the gradient (4).
+    const double opt_bytes = dev.precision == Precision::kFp32 ? 36 : 32;
+    st.optimizer_s = stream_seconds(dev, opt_bytes * (P / sh.o + Pe / sh.oe));
+    stage_memory(in, s, lay, i, &st);
     tail[i] = st.dp_comm_s + st.optimizer_s;
     const double end = f == Fidelity::kExact ? pr.device_end_s[i] : pr.makespan_s;
     step = std::max(step, end + tail[i]);
@@ -275,7 +324,7 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
       0.0, out.step_time_s - (t.gemm_s + t.stream_s + t.recompute_s + t.comm_s() + t.optimizer_s));
 
   // Headline numbers.
-  const double tokens = static_cast<double>(s.gbs) * m.seq_length;
+  const double tokens = static_cast<double>(s.gbs) * sequence(in);
   const int n = c.num_devices();
   out.tokens_per_s = tokens / out.step_time_s;
   out.model_tflops_per_device = in.shape.flops_per_token * tokens / (n * out.step_time_s) / 1e12;
@@ -289,11 +338,12 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
   out.scaling_efficiency = non_comm > 0 ? (t.gemm_s + t.stream_s) / non_comm : 0;
 
   // Failures. A checkpoint holds the fp32 master weights and Adam moments (12 bytes per
-  // parameter); each copy is written once. With ZeRO every rank owns a distinct shard and
-  // writes it. Without, the data-parallel (and context-parallel) replicas hold copies and
-  // only replica 0 writes the dense state, while expert state, split over the ep ranks of
-  // each expert group, is written by the first expert group. The node holding rank 0 writes
-  // the most: its tp ranks x cp ranks x dp ranks are the first ones of the layout.
+  // parameter; the fp32 engine's weights, m and v are 12 too); each copy is written once.
+  // With ZeRO every rank owns a distinct shard and writes it. Without, the data-parallel
+  // (and context-parallel) replicas hold copies and only replica 0 writes the dense state,
+  // while expert state, split over the ep ranks of each expert group, is written by the
+  // first expert group. The node holding rank 0 writes the most: its tp ranks x cp ranks x
+  // dp ranks are the first ones of the layout.
   const int dpn = c.devices_per_node;
   const int n_tp = std::min(s.tp, dpn);
   const int n_cp = std::min(s.cp, std::max(1, dpn / s.tp));

@@ -10,6 +10,10 @@
 // ZeRO-1 shards the 12 optimizer bytes over the data-parallel group (times cp), ZeRO-2 the
 // gradients too, ZeRO-3 the weights too. Expert parameters shard over their own, ep times
 // smaller, data-parallel group. Checkpoints hold the 12 optimizer bytes.
+//
+// On an fp32 device (cluster.h) the figures are cann-train's engine's own allocation
+// (engine_memory.h): 4-byte weights and gradients, 8 bytes of AdamW moments, ZeRO-1's gradient
+// shard and staging, the engine's activation arena, and nothing reserved.
 #pragma once
 
 #include <vector>
@@ -17,6 +21,7 @@
 #include "core/status.h"
 #include "model/spec.h"
 #include "plan/cluster.h"
+#include "plan/engine_memory.h"
 #include "plan/goodput.h"
 #include "plan/layer_cost.h"
 #include "plan/model_shape.h"
@@ -32,6 +37,10 @@ enum class Fidelity { kFast, kExact };
 // Runtime context, communicator buffers and allocator fragmentation that a framework keeps on
 // every device beyond the tensors counted here (about 2 GiB on PyTorch + NCCL/HCCL jobs).
 inline constexpr double kReservedBytes = 2.0 * 1073741824.0;
+// What the planner reserves on a device of this precision: kReservedBytes for bf16 devices;
+// none for fp32, whose figures are cann-train's own buffers (a process's code, stacks and
+// libraries are not counted).
+double reserved_bytes(Precision p);
 // Data-parallel gradient bucket: Megatron-LM's default of 40M parameters, bf16.
 inline constexpr double kGradBucketBytes = 40e6 * 2;
 
@@ -40,6 +49,8 @@ struct PlanInput {
   ModelShape shape;
   ClusterSpec cluster;
   double memory_limit_bytes = 0;  // min(device capacity, --max-memory-per-device)
+  int seq_len = 0;                // tokens per sequence; 0: the model's seq_length
+  EngineBuckets engine_buckets;   // fp32 devices: the engine's gradient buckets
 };
 
 StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,
@@ -52,6 +63,9 @@ struct StageReport {
   double fwd_comm_s = 0, bwd_comm_s = 0;  // the exposed collectives inside fwd_s and bwd_s
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
   double activation_bytes = 0, transient_bytes = 0, total_bytes = 0;
+  double reserved_bytes = 0;    // in total_bytes
+  double grad_shard_bytes = 0;  // fp32, ZeRO-1: the reduce-scattered gradients, in grads_bytes
+  double scratch_bytes = 0;     // fp32: the engine's backward scratch, in transient_bytes
   double dp_comm_s = 0, optimizer_s = 0;
 };
 
@@ -103,6 +117,7 @@ struct StageLayout {
   std::vector<StageReport> stages;  // layers, fwd_s, bwd_s filled
   std::vector<double> params, expert_params, extra_bytes, max_layer_params;
   std::vector<PassCost> work, recompute;  // one micro-batch, per device
+  double scratch_bytes = 0;               // BlockCosts::scratch_bytes, on every device
 };
 StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCosts& blocks,
                           Fidelity f, bool record_events = false);

@@ -67,7 +67,7 @@ std::string stage_json(const StageReport& st, int index) {
          ",\"dp_ms\":" + num(st.dp_comm_s * 1e3) + ",\"opt_ms\":" + num(st.optimizer_s * 1e3) +
          ",\"mem\":[" + num(st.weights_bytes / gb) + "," + num(st.grads_bytes / gb) + "," +
          num(st.optimizer_bytes / gb) + "," + num(st.activation_bytes / gb) + "," +
-         num(st.transient_bytes / gb) + "," + num(kReservedBytes / gb) + "]}";
+         num(st.transient_bytes / gb) + "," + num(st.reserved_bytes / gb) + "]}";
 }
 
 const char kStyle[] = R"(<style>

@@ -57,7 +57,7 @@ Json prediction_object(const PlanInput& in, const Prediction& p) {
                         {"optimizer", s.optimizer_bytes},
                         {"activations", s.activation_bytes},
                         {"transient", s.transient_bytes},
-                        {"reserved", kReservedBytes},
+                        {"reserved", s.reserved_bytes},
                         {"total", s.total_bytes}}}});
   }
   j["stages"] = stages;

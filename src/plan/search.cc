@@ -33,7 +33,12 @@ struct LayerFloor {
   double state = 0, activation = 0;
 };
 
-LayerFloor layer_floor(const model::ModelSpec& m, const BlockCosts& b, const Strategy& s) {
+// Bytes per parameter of weights, gradients and optimizer state: bf16 mixed precision 2, 2, 12;
+// the fp32 engine 4, 4, 8 (its ZeRO-1 gradient shard and bucket padding only add to that).
+LayerFloor layer_floor(const model::ModelSpec& m, const BlockCosts& b, const Strategy& s,
+                       Precision p) {
+  const bool fp32 = p == Precision::kFp32;
+  const double bw = fp32 ? 4 : 2, bg = fp32 ? 4 : 2, bo = fp32 ? 8 : 12;
   const double D = static_cast<double>(s.dp) * s.cp, De = D / s.ep;
   const double w = s.zero >= 3 ? D : 1, g = s.zero >= 2 ? D : 1, o = s.zero >= 1 ? D : 1;
   const double we = s.zero >= 3 ? De : 1, ge = s.zero >= 2 ? De : 1, oe = s.zero >= 1 ? De : 1;
@@ -43,7 +48,7 @@ LayerFloor layer_floor(const model::ModelSpec& m, const BlockCosts& b, const Str
     if (c == &b.dense && m.num_moe_layers() == m.num_hidden_layers) continue;
     const double P = c->params, Pe = c->expert_params;
     f.state = std::min(
-        f.state, 2 * P / w + 2 * P / g + 12 * P / o + 2 * Pe / we + 2 * Pe / ge + 12 * Pe / oe);
+        f.state, bw * P / w + bg * P / g + bo * P / o + bw * Pe / we + bg * Pe / ge + bo * Pe / oe);
     f.activation = std::min(f.activation, c->activation_bytes);
   }
   return f;
@@ -58,10 +63,10 @@ LayerFloor layer_floor(const model::ModelSpec& m, const BlockCosts& b, const Str
 //   M = L / sum_i 1 / (s + f_i * a)          (plus the reserve)
 // Worked example: L = 8, p = 2, m = 8, s = 1, a = 1: f = {2, 1}, M = 8 / (1/3 + 1/2) = 9.6;
 // the best integer split, 3 and 5 layers, has a peak of max(3*3, 5*2) = 10 >= 9.6.
-double memory_floor(const LayerFloor& f, int L, int pp, int m) {
+double memory_floor(const LayerFloor& f, int L, int pp, int m, double reserved) {
   double inv = 0;
   for (int i = 0; i < pp; ++i) inv += 1 / (f.state + std::min(m, pp - i) * f.activation);
-  return L / inv + kReservedBytes;
+  return L / inv + reserved;
 }
 
 Candidate candidate_of(const Prediction& p) {
@@ -122,6 +127,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
   const int dpn = c.devices_per_node, kv = m.num_key_value_heads;
   const int experts = m.is_moe() ? m.num_local_experts : 1;
   const double limit = in.memory_limit_bytes;
+  const Precision prec = c.device.precision;
 
   // What the explanation needs when nothing qualifies.
   Strategy closest_mem_s, closest_comm_s;
@@ -165,14 +171,15 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                 const int zeros = dp * cp > 1 ? 4 : 1;
                 r.space += static_cast<long long>(vpps.size()) * zeros;
                 if (!have_blocks) {
-                  blocks = block_costs(make_cost_context(m, c, in.shape, s));
+                  blocks = block_costs(make_cost_context(m, c, in.shape, s, in.seq_len));
                   have_blocks = true;
                 }
                 // Which ZeRO stages can fit at all; the layout is computed only if one can.
                 std::vector<int> live;
                 for (int z = 0; z < zeros; ++z) {
                   s.zero = z;
-                  if (opt.prune && memory_floor(layer_floor(m, blocks, s), L, pp, mb) > limit) {
+                  if (opt.prune && memory_floor(layer_floor(m, blocks, s, prec), L, pp, mb,
+                                                reserved_bytes(prec)) > limit) {
                     r.pruned += vpps.size();
                     continue;
                   }

@@ -1,0 +1,203 @@
+// The fp32 engine's memory, piece by piece (see engine_memory.h). engine_arena follows
+// Model::layout_activations() take by take, in the same order, so a change there shows up as
+// a failing equality in tests/plan_engine_memory_test.cc.
+#include "plan/engine_memory.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/param_table.h"
+#include "plan/predict.h"
+
+namespace cann::plan {
+namespace {
+
+// One take of the arena: n floats rounded up to a multiple of 16 (64 bytes).
+size_t take(size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+int engine_moe_capacity(int N, int E, int K, double capacity_factor) {
+  const double c = std::ceil(capacity_factor * static_cast<double>(N) * K / E);
+  return std::max(1, static_cast<int>(c));
+}
+
+EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, bool sp, int cp) {
+  const size_t b = batch, sq = seq / cp, t = tp;
+  const size_t N = b * sq;                     // tokens of this rank's micro-batch
+  const size_t Nsp = sp ? ceil_div(N, t) : N;  // in the sequence-parallel regions
+  const size_t C = m.hidden_size, V = ceil_div(m.vocab_size, t);
+  const size_t H = m.num_attention_heads / t, d = m.head_size();
+  // Key/value heads fewer than tp are replicated, one per rank (as the cost model assumes).
+  const size_t KV = std::max<size_t>(1, m.num_key_value_heads / t);
+  const size_t QKV = tp == 1 ? static_cast<size_t>(m.qkv_size()) : (H + 2 * KV) * d;
+  const size_t F = ceil_div(m.intermediate_size, t);
+  const size_t E = m.num_local_experts, K = m.num_experts_per_tok;
+  const size_t FM = ceil_div(m.moe_intermediate_size, t);
+  // Expert rows are sized for every token this rank's experts may see: the tensor group's
+  // tokens, gathered under sp.
+  const size_t cap = m.is_moe() ? engine_moe_capacity(static_cast<int>(N), static_cast<int>(E),
+                                                      static_cast<int>(K), m.capacity_factor)
+                                : 0;
+  const size_t att = b * H * sq * static_cast<size_t>(seq);
+
+  EngineArena a;
+  // encoded, then the int buffers inputs and targets.
+  a.embedding = take(Nsp * C) + take(N) + take(N);
+  // ln1, ln1 mean, rstd, qkv, att, atty, resid_attn, ln2, mean, rstd, out.
+  const size_t shared = take(Nsp * C) + 2 * take(Nsp) + take(N * QKV) + take(att) +
+                        take(N * H * d) + take(Nsp * C) + take(Nsp * C) + 2 * take(Nsp) +
+                        take(Nsp * C);
+  a.dense_layer = shared + 2 * take(N * F);  // fch, fch_gelu
+  if (m.is_moe()) {
+    // router_logits, probs, gate, load_fraction, xe, he, ge, ye; ints expert_index, slot,
+    // expert_count.
+    a.moe_layer = shared + 2 * take(Nsp * E) + take(Nsp * K) + take(E) + take(E * cap * C) +
+                  2 * take(E * cap * FM) + take(E * cap * C) + 2 * take(Nsp * K) + take(E);
+  }
+  a.attention_probs = take(att);
+  a.layer_output = take(Nsp * C);
+  // lnf, mean, rstd, logits, losses.
+  a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
+  // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch; MoE: d_xe, d_ge, d_ye, d_gate, d_router.
+  size_t scratch =
+      take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * d) + take(N * QKV) + take(N * F);
+  if (m.is_moe())
+    scratch +=
+        take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(Nsp * K) + take(Nsp * E);
+  a.scratch = static_cast<double>(scratch);
+  return a;
+}
+
+double EngineArena::total(const model::ModelSpec& m) const {
+  const int moe = m.num_moe_layers(), dense = m.num_hidden_layers - moe;
+  return embedding + dense * dense_layer + moe * moe_layer + head + scratch;
+}
+
+EngineParams engine_params(const model::ModelSpec& m, int tp, int ep) {
+  const model::ParamTable table = model::build_param_table(m);
+  const int L = m.num_hidden_layers;
+  int first_dense = -1, first_moe = -1;
+  for (int l = L - 1; l >= 0; --l) (m.is_moe_layer(l) ? first_moe : first_dense) = l;
+  EngineParams p;
+  const auto& tensors = table.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const model::TensorInfo& t = tensors[i];
+    size_t n = t.numel;
+    if (t.tp_split != model::TpSplit::kReplicated) n = ceil_div(n, tp);
+    if (t.expert) n /= ep;
+    // Every tensor starts on a 16-float boundary, so each but the last one occupies its
+    // size rounded up.
+    const double floats = static_cast<double>(i + 1 == tensors.size() ? n : take(n));
+    if (t.layer == -1) {
+      p.embedding += floats;
+    } else if (t.layer == L) {
+      p.head += floats;
+    } else if (t.layer == first_dense) {
+      p.dense_layer += floats;
+    } else if (t.layer == first_moe) {
+      (t.expert ? p.moe_experts : p.moe_layer) += floats;
+    }
+  }
+  return p;
+}
+
+namespace {
+
+// The buckets plan_buckets cuts from a buffer of `floats`: the first, `full` buckets of
+// `size`, and a last partial one of `rest` floats.
+struct BucketCut {
+  size_t first = 0, size = 0, full = 0, rest = 0;
+};
+
+BucketCut cut(double floats, const EngineBuckets& b) {
+  const size_t n = static_cast<size_t>(floats);
+  BucketCut c;
+  c.first = std::min(n, std::max<size_t>(1, static_cast<size_t>(b.first_bytes) / 4));
+  c.size = std::max<size_t>(1, static_cast<size_t>(b.bytes) / 4);
+  const size_t left = n - c.first;
+  c.full = left / c.size;
+  c.rest = left % c.size;
+  return c;
+}
+
+}  // namespace
+
+double engine_shard_floats(double floats, int D, const EngineBuckets& b) {
+  const BucketCut c = cut(floats, b);
+  const size_t P = D;
+  return static_cast<double>(ceil_div(c.first, P) + c.full * ceil_div(c.size, P) +
+                             ceil_div(c.rest, P));
+}
+
+double engine_staging_floats(double floats, int D, const EngineBuckets& b) {
+  const BucketCut c = cut(floats, b);
+  const size_t P = D;
+  size_t largest = ceil_div(c.first, P);
+  if (c.full > 0) largest = std::max(largest, ceil_div(c.size, P));
+  largest = std::max(largest, ceil_div(c.rest, P));
+  return static_cast<double>(P * largest);
+}
+
+StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,
+                                             int micro_batch, int seq_len,
+                                             const EngineBuckets& buckets) {
+  if (m.architecture == model::Architecture::kVit)
+    return InvalidArgument(m.source +
+                           ": the engine trains gpt and bert models; hint: plan vit with "
+                           "`cann-train simulate`");
+  if (micro_batch <= 0 || seq_len <= 0 || seq_len > m.seq_length)
+    return InvalidArgument("micro-batch " + std::to_string(micro_batch) + " x sequence " +
+                           std::to_string(seq_len) + ": both must be positive and the sequence " +
+                           "at most the model's seq_length " + std::to_string(m.seq_length));
+  if (seq_len % s_in.cp != 0)
+    return InvalidArgument("cp=" + std::to_string(s_in.cp) + " does not divide the sequence " +
+                           std::to_string(seq_len));
+  if (s_in.dp <= 0)
+    return InvalidArgument("strategy " + strategy_string(s_in) +
+                           " has no dp; hint: set dp to the data-parallel ranks (the processes "
+                           "over tp*pp*cp)");
+  Strategy s = s_in;
+  s.mbs = micro_batch;
+  if (s.gbs <= 0) s.gbs = s.dp * s.mbs;
+  // A cluster of exactly the strategy's devices, one node, fp32. Its speeds shape only the
+  // pipeline partition's balance, not the memory of a given partition.
+  ClusterSpec c;
+  c.name = "engine";
+  c.source = "engine";
+  c.nodes = 1;
+  c.devices_per_node = s.devices();
+  c.device.name = "cpu-core";
+  c.device.peak_tflops = 0.1;
+  c.device.memory_gb = 1e6;
+  c.device.memory_bandwidth_GBps = 10;
+  c.device.compute_units = 1;
+  c.device.precision = Precision::kFp32;
+  c.intra_node.bandwidth_GBps = 10;
+  c.inter_node = c.intra_node;
+  c.allow_cross_node_tp = true;
+  CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(m, c, 0));
+  in.seq_len = seq_len;
+  in.engine_buckets = buckets;
+  CANN_ASSIGN_OR_RETURN(Prediction p, predict(in, s, Fidelity::kExact));
+  const StageReport* worst = &p.stages[0];
+  for (const StageReport& st : p.stages)
+    if (st.total_bytes > worst->total_bytes) worst = &st;
+  EngineMemory e;
+  e.parameters = worst->weights_bytes;
+  e.gradient_shard = worst->grad_shard_bytes;
+  e.gradients = worst->grads_bytes - worst->grad_shard_bytes;
+  e.optimizer = worst->optimizer_bytes;
+  e.activations = worst->activation_bytes + worst->scratch_bytes;
+  e.staging = worst->transient_bytes - worst->scratch_bytes;
+  e.total = worst->total_bytes;
+  return e;
+}
+
+}  // namespace cann::plan

@@ -1,0 +1,95 @@
+// Engine memory: what cann-train's own fp32 engine allocates on each rank, predicted from the
+// model spec and the strategy alone, so a run can print the planner's figure beside its own
+// accounting. The planner uses the same pieces for every strategy on a cluster whose device
+// precision is fp32 (cluster.h), so `search` and `simulate` print the same numbers.
+//
+// The engine keeps, per rank (DESIGN.md, "Memory layout: flat buffers"):
+//   parameters     4 bytes per float of the flat buffer, tensors aligned to 16 floats
+//                  (ParamTable::kAlign); sharded only at ZeRO-3
+//   gradients      the same layout; sharded at ZeRO >= 2
+//   optimizer      AdamW's m and v, 8 bytes per float, no master copy; sharded at ZeRO >= 1
+//   gradient_shard ZeRO-1 only: the averaged gradients reduce-scattered out of place into a
+//                  shard buffer (parallel/zero.h), 4 bytes per shard float
+//   activations    the arena Model::layout_activations() carves for micro_batch x seq_len:
+//                  the tensors forward saves plus the backward scratch, each rounded up to 16
+//                  floats, and the int buffers (token ids, MoE routing) beside it
+//   staging        ZeRO >= 1: two buffers of one padded bucket, the reduce-scatter input and
+//                  the all-gather output (parallel/zero.cc)
+// A ZeRO shard is the rank's piece of every gradient bucket, each bucket cut into D pieces of
+// ceil(n/D) floats: for buckets of 10 and 7 floats over D = 4, 3 + 2 = 5 shard floats.
+#pragma once
+
+#include "core/status.h"
+#include "model/spec.h"
+#include "plan/strategy.h"
+
+namespace cann::plan {
+
+// Gradient buckets, taken from the end of the flat buffer: the first of first_bytes, then
+// bytes each (parallel/buckets.h). The defaults are the engine's (--bucket-size-mb 25).
+struct EngineBuckets {
+  double first_bytes = 1048576.0;
+  double bytes = 25.0 * 1048576.0;
+};
+
+// Bytes per rank; total is their sum. With pp > 1, the stage that needs the most.
+struct EngineMemory {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double gradient_shard = 0;
+  double activations = 0;  // the arena, with the micro-batches a pipeline stage holds at once
+  double staging = 0;      // communication staging, the ZeRO-3 gathered weights, recomputed tensors
+  double total = 0;
+};
+
+// The engine's memory per rank for `s` (its mbs replaced by micro_batch; gbs 0 means one
+// micro-batch per step) at sequence length seq_len (at most the model's seq_length). s.dp must
+// be set (parse_strategy leaves an omitted dp at 0). Errors: a strategy the model does not
+// admit, or sizes that are not positive. The figures are the
+// fp32 planner's for the same strategy (`cann-train simulate` on an fp32 cluster).
+StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s,
+                                             int micro_batch, int seq_len,
+                                             const EngineBuckets& buckets = {});
+
+// Slots per expert, ceil(capacity_factor * N * K / E) and at least 1: the engine's formula
+// (kernels/cpu/moe.h); a test keeps the two equal.
+int engine_moe_capacity(int N, int E, int K, double capacity_factor);
+
+// The activation arena in floats (its int buffers counted as floats: both are 4 bytes), split
+// by block. Under tensor parallelism (tp) heads, QKV, MLP and expert widths and the vocabulary
+// divide by tp; with sequence parallelism (sp) the layernorm and residual tensors hold 1/tp of
+// the tokens; cp ranks each hold seq/cp queries. With tp = cp = 1 this is exactly the engine's
+// layout, whose total is embedding + dense/MoE layers + head + scratch.
+struct EngineArena {
+  double embedding = 0;        // encoded input, token ids and targets
+  double dense_layer = 0;      // one dense layer's saved tensors
+  double moe_layer = 0;        // one MoE layer's saved tensors (floats and routing ints)
+  double attention_probs = 0;  // B*H*T*T of one layer: what selective recomputation drops
+  double layer_output = 0;     // one layer's output: all full recomputation keeps
+  double head = 0;             // final layernorm, logits, per-token losses
+  double scratch = 0;          // backward scratch, one set for all layers
+  double total(const model::ModelSpec& m) const;
+};
+EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp = 1, bool sp = false,
+                         int cp = 1);
+
+// Floats of the flat parameter buffer per block on one rank, each tensor padded to 16 floats
+// as ParamTable lays it out (the last tensor, the final norm's bias, is not padded). Split
+// tensors hold 1/tp of their rows or columns; expert tensors 1/ep of the experts. With
+// tp = ep = 1 the blocks add up to ParamTable::total_floats(). gpt and bert only.
+struct EngineParams {
+  double embedding = 0;  // token and position tables
+  double dense_layer = 0;
+  double moe_layer = 0;    // attention, norms and router of an MoE layer
+  double moe_experts = 0;  // the experts of an MoE layer held on this rank
+  double head = 0;         // final layernorm (the output head is the tied token table)
+};
+EngineParams engine_params(const model::ModelSpec& m, int tp = 1, int ep = 1);
+
+// Floats of one rank's ZeRO shard of a flat buffer of `floats` over D ranks, and floats of the
+// largest bucket padded to D pieces (one staging buffer).
+double engine_shard_floats(double floats, int D, const EngineBuckets& b);
+double engine_staging_floats(double floats, int D, const EngineBuckets& b);
+
+}  // namespace cann::plan

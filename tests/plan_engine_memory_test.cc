@@ -1,0 +1,346 @@
+// The planner's fp32 memory model against the engine itself: activations equal the arena
+// Model::create allocates, byte for byte; parameters equal the flat buffer; ZeRO-1's shard
+// equals what parallel::ZeroOptimizer allocates over a real group; and `simulate` on an fp32
+// cluster prints the same totals as predict_engine_memory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "comm_test_util.h"
+#include "kernels/cpu/moe.h"
+#include "model/model.h"
+#include "model/param_table.h"
+#include "optim/adamw.h"
+#include "parallel/buckets.h"
+#include "parallel/zero.h"
+#include "plan/engine_memory.h"
+#include "plan/predict.h"
+#include "plan/search.h"
+
+namespace cann::plan {
+namespace {
+
+model::ModelSpec spec_from(const std::string& yaml) {
+  auto s = model::parse_model_spec(yaml, "test.yaml");
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return *s;
+}
+
+model::ModelSpec shipped(const std::string& name) {
+  auto s = model::load_model_spec(name);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return *s;
+}
+
+// Shipped tiny models and hand-made ones whose sizes are not multiples of 16, so the arena's
+// rounding and the parameter table's padding both show: grouped-query attention, bert, MoE on
+// every second layer with top-2 routing.
+std::vector<model::ModelSpec> models() {
+  return {shipped("gpt_tiny"), shipped("moe_bert_tiny"),
+          spec_from("architecture: gpt\nhidden_size: 36\nnum_hidden_layers: 3\n"
+                    "num_attention_heads: 6\nnum_key_value_heads: 2\nintermediate_size: 50\n"
+                    "vocab_size: 77\nseq_length: 40\n"),
+          spec_from("architecture: bert\nhidden_size: 24\nnum_hidden_layers: 2\n"
+                    "num_attention_heads: 3\nvocab_size: 61\nseq_length: 33\n"),
+          spec_from("architecture: gpt\nhidden_size: 20\nnum_hidden_layers: 4\n"
+                    "num_attention_heads: 4\nvocab_size: 45\nseq_length: 24\n"
+                    "num_local_experts: 3\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n"
+                    "moe_intermediate_size: 28\ncapacity_factor: 1.1\n")};
+}
+
+Strategy data_parallel(int dp, int zero) {
+  Strategy s;
+  s.dp = dp;
+  s.zero = zero;
+  s.gbs = 0;  // one micro-batch per step
+  return s;
+}
+
+TEST(PlanEngineMemoryTest, CapacityIsTheKernelsFormula) {
+  for (int N : {1, 7, 64, 1000, 4097})
+    for (int E : {1, 3, 8, 64})
+      for (int K : {1, 2, 4})
+        for (double cf : {0.5, 1.0, 1.1, 1.25, 2.0})
+          ASSERT_EQ(engine_moe_capacity(N, E, K, cf), kernels::moe_capacity(N, E, K, cf))
+              << N << " " << E << " " << K << " " << cf;
+}
+
+// The arena and the parameter buffer, exactly: the prediction is the allocator's sum.
+TEST(PlanEngineMemoryTest, ActivationsAndParametersEqualTheEngines) {
+  for (const model::ModelSpec& m : models()) {
+    const int T = m.seq_length;
+    for (auto [B, seq] : {std::pair{1, 1}, {2, T / 2 + 1}, {3, T}}) {
+      auto model = model::Model::create(m, B, seq);
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      const double arena = static_cast<double>((*model)->activation_bytes());
+      EXPECT_EQ(4 * engine_arena(m, B, seq).total(m), arena) << m.name << " " << B << "x" << seq;
+      auto e = predict_engine_memory(m, data_parallel(1, 0), B, seq);
+      ASSERT_TRUE(e.ok()) << e.status().message();
+      const double floats = static_cast<double>((*model)->num_floats());
+      EXPECT_EQ(e->activations, arena) << m.name << " " << B << "x" << seq;
+      EXPECT_EQ(e->parameters, 4 * floats) << m.name;
+      EXPECT_EQ(e->gradients, 4 * floats) << m.name;
+      EXPECT_EQ(e->optimizer, 8 * floats) << m.name;  // AdamW's m and v
+      EXPECT_EQ(e->gradient_shard, 0);
+      EXPECT_EQ(e->staging, 0);
+      EXPECT_EQ(e->total, 16 * floats + arena) << m.name;
+    }
+  }
+}
+
+TEST(PlanEngineMemoryTest, ParameterBlocksAddUpToTheFlatBuffer) {
+  for (const model::ModelSpec& m : models()) {
+    const EngineParams p = engine_params(m);
+    const double sum = p.embedding + p.head +
+                       (m.num_hidden_layers - m.num_moe_layers()) * p.dense_layer +
+                       m.num_moe_layers() * (p.moe_layer + p.moe_experts);
+    EXPECT_EQ(sum, static_cast<double>(model::build_param_table(m).total_floats())) << m.name;
+  }
+}
+
+// ZeRO-1's shard, piece padding included, against the engine's own shard layout for default
+// and small buckets (many buckets, each padded to a multiple of the ranks).
+TEST(PlanEngineMemoryTest, ZeroShardIsTheEnginesShard) {
+  for (const model::ModelSpec& m : models()) {
+    const model::ParamTable table = model::build_param_table(m);
+    const double floats = static_cast<double>(table.total_floats());
+    for (EngineBuckets b : {EngineBuckets{}, EngineBuckets{4096, 20000}, EngineBuckets{64, 100}}) {
+      const auto buckets = parallel::plan_buckets(table, static_cast<size_t>(b.first_bytes),
+                                                  static_cast<size_t>(b.bytes));
+      for (int P : {1, 2, 3, 4, 7}) {
+        size_t shard = 0, staging = 0;
+        for (const parallel::ShardPiece& p : parallel::shard_pieces(buckets, 0, P)) {
+          shard += p.padded;
+          staging = std::max(staging, P * p.padded);
+        }
+        EXPECT_EQ(engine_shard_floats(floats, P, b), static_cast<double>(shard))
+            << m.name << " P=" << P << " buckets " << buckets.size();
+        EXPECT_EQ(engine_staging_floats(floats, P, b), static_cast<double>(staging))
+            << m.name << " P=" << P;
+      }
+    }
+  }
+}
+
+// A real ZeroOptimizer on dp = 2, 3, 4 ranks: the planner's gradient shard plus optimizer
+// state is what it allocates (gradient shard, m and v), and matches the engine's own
+// accounting of 3 * shard_floats * 4 bytes.
+TEST(PlanEngineMemoryTest, ZeroOneMatchesZeroOptimizerOverAGroup) {
+  const model::ModelSpec m = shipped("gpt_tiny");
+  const model::ParamTable table = model::build_param_table(m);
+  const EngineBuckets b{4096, 65536};
+  const auto buckets = parallel::plan_buckets(table, 4096, 65536);
+  for (int P : {2, 3, 4}) {
+    std::vector<size_t> shard_floats(P);
+    test::run_group("shm", P, [&](int rank, comm::Group& g) {
+      parallel::ZeroOptimizer z(table, optim::AdamWConfig{}, g, buckets);
+      shard_floats[rank] = z.shard_floats();
+    });
+    auto e = predict_engine_memory(m, data_parallel(P, 1), 2, 64, b);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    const double floats = static_cast<double>(table.total_floats());
+    for (size_t s : shard_floats) {
+      EXPECT_EQ(e->optimizer + e->gradient_shard, 3.0 * s * 4) << "P=" << P;
+      EXPECT_NEAR(e->optimizer, 8 * floats / P, 0.01 * 8 * floats / P) << "P=" << P;
+    }
+    EXPECT_EQ(e->parameters, 4 * floats);
+    EXPECT_EQ(e->gradients, 4 * floats);
+    EXPECT_EQ(e->staging, 2 * 4 * engine_staging_floats(floats, P, b));
+  }
+}
+
+// ZeRO-2 shards the gradients (the shard is the gradient buffer), ZeRO-3 the weights too.
+TEST(PlanEngineMemoryTest, ZeroStagesShardByTheRule) {
+  const model::ModelSpec m = shipped("moe_bert_tiny");
+  const double floats = static_cast<double>(model::build_param_table(m).total_floats());
+  for (int P : {2, 3, 4}) {
+    const double shard = engine_shard_floats(floats, P, EngineBuckets{});
+    auto z0 = predict_engine_memory(m, data_parallel(P, 0), 2, 32);
+    auto z1 = predict_engine_memory(m, data_parallel(P, 1), 2, 32);
+    auto z2 = predict_engine_memory(m, data_parallel(P, 2), 2, 32);
+    auto z3 = predict_engine_memory(m, data_parallel(P, 3), 2, 32);
+    ASSERT_TRUE(z0.ok() && z1.ok() && z2.ok() && z3.ok());
+    EXPECT_EQ(z0->optimizer, 8 * floats);
+    EXPECT_EQ(z1->optimizer, 8 * shard);
+    EXPECT_EQ(z1->gradients, 4 * floats);
+    EXPECT_EQ(z1->gradient_shard, 4 * shard);
+    EXPECT_EQ(z2->gradients, 4 * shard);
+    EXPECT_EQ(z2->gradient_shard, 0);
+    EXPECT_EQ(z2->parameters, 4 * floats);
+    EXPECT_EQ(z3->parameters, 4 * shard);
+    EXPECT_EQ(z3->gradients, 4 * shard);
+    EXPECT_EQ(z3->optimizer, 8 * shard);
+    for (const auto* z : {&*z0, &*z1, &*z2, &*z3}) {
+      EXPECT_EQ(z->activations, z0->activations);
+      EXPECT_EQ(z->total, z->parameters + z->gradients + z->gradient_shard + z->optimizer +
+                              z->activations + z->staging);
+    }
+    EXPECT_LT(z2->total, z1->total);
+    // ZeRO-3 holds the gathered weights of the running and the prefetched block, here the
+    // MoE layer, the largest.
+    const EngineParams p = engine_params(m);
+    const double largest = std::max({p.embedding, p.dense_layer, p.moe_layer + p.moe_experts});
+    EXPECT_EQ(largest, p.moe_layer + p.moe_experts);
+    EXPECT_EQ(z3->staging - z2->staging, 2 * 4 * largest);
+  }
+}
+
+// Selective recomputation drops each layer's attention probabilities from what is kept and
+// recomputes one layer's at a time; full recomputation keeps each layer's output only.
+TEST(PlanEngineMemoryTest, RecomputationMovesTheEnginesTensors) {
+  const model::ModelSpec m = shipped("gpt_tiny");
+  const int B = 2, T = 64, L = m.num_hidden_layers;
+  const EngineArena a = engine_arena(m, B, T);
+  Strategy none = data_parallel(1, 0), sel = none, full = none;
+  sel.recompute = Recompute::kSelective;
+  full.recompute = Recompute::kFull;
+  auto n = predict_engine_memory(m, none, B, T);
+  auto s = predict_engine_memory(m, sel, B, T);
+  auto f = predict_engine_memory(m, full, B, T);
+  ASSERT_TRUE(n.ok() && s.ok() && f.ok());
+  EXPECT_EQ(n->activations - s->activations, 4 * L * a.attention_probs);
+  EXPECT_EQ(s->staging, 4 * a.attention_probs);
+  EXPECT_EQ(f->activations, 4 * (a.embedding + L * a.layer_output + a.head + a.scratch));
+  EXPECT_EQ(f->staging, 4 * (a.dense_layer - a.layer_output));
+}
+
+// Tensor and sequence parallelism split the arena and the split tensors: less per rank, and
+// sp less than tp alone.
+TEST(PlanEngineMemoryTest, TensorParallelSplitsTheArena) {
+  const model::ModelSpec m = shipped("gpt_tiny");
+  Strategy tp2 = data_parallel(1, 0);
+  tp2.tp = 2;
+  Strategy sp2 = tp2;
+  sp2.sp = true;
+  auto one = predict_engine_memory(m, data_parallel(1, 0), 2, 64);
+  auto two = predict_engine_memory(m, tp2, 2, 64);
+  auto sp = predict_engine_memory(m, sp2, 2, 64);
+  ASSERT_TRUE(one.ok() && two.ok() && sp.ok());
+  EXPECT_LT(two->parameters, one->parameters);
+  EXPECT_GT(two->parameters, one->parameters / 2);  // norms and wpe are replicated
+  EXPECT_LT(two->activations, one->activations);
+  EXPECT_LT(sp->activations, two->activations);
+  EXPECT_EQ(sp->parameters, two->parameters);
+}
+
+TEST(PlanEngineMemoryTest, RejectsWhatTheEngineCannotRun) {
+  const model::ModelSpec m = shipped("gpt_tiny");
+  EXPECT_FALSE(predict_engine_memory(m, data_parallel(1, 0), 0, 16).ok());
+  EXPECT_FALSE(predict_engine_memory(m, data_parallel(1, 0), 1, m.seq_length + 1).ok());
+  Strategy bad = data_parallel(1, 0);
+  bad.tp = 4;  // 6 heads
+  auto e = predict_engine_memory(m, bad, 1, 16);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("tp"), std::string::npos) << e.status().message();
+  EXPECT_FALSE(predict_engine_memory(shipped("vit_g"), data_parallel(1, 0), 1, 16).ok());
+  auto no_dp = predict_engine_memory(m, data_parallel(0, 0), 1, 16);
+  ASSERT_FALSE(no_dp.ok());
+  EXPECT_NE(no_dp.status().message().find("hint: set dp"), std::string::npos);
+}
+
+ClusterSpec fp32_cluster(int devices) {
+  auto c = parse_cluster_spec("name: cpu\nnodes: 1\ndevices_per_node: " + std::to_string(devices) +
+                                  "\ndevice: {name: cpu-core, peak_tflops: 0.05, memory_gb: 8, "
+                                  "memory_bandwidth_GBps: 10, compute_units: 1, precision: fp32}\n"
+                                  "intra_node: {bandwidth_GBps: 5, latency_us: 3}\n",
+                              "cpu.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+// `simulate` on an fp32 cluster shows the engine's memory: the same figures, nothing reserved.
+TEST(PlanEngineMemoryTest, SimulateOnAnFp32ClusterPrintsTheSameMemory) {
+  for (const model::ModelSpec& m : models()) {
+    auto in = make_plan_input(m, fp32_cluster(4), 0);
+    ASSERT_TRUE(in.ok());
+    for (int zero : {0, 1, 2, 3}) {
+      Strategy s = data_parallel(4, zero);
+      s.mbs = 2;
+      s.gbs = 16;
+      auto p = predict(*in, s, Fidelity::kExact);
+      ASSERT_TRUE(p.ok()) << p.status().message();
+      auto e = predict_engine_memory(m, s, 2, m.seq_length);
+      ASSERT_TRUE(e.ok()) << e.status().message();
+      EXPECT_EQ(p->memory_peak_bytes, e->total) << m.name << " zero=" << zero;
+      EXPECT_EQ(p->stages[0].reserved_bytes, 0);
+    }
+    // A pipeline: the worst stage, with the micro-batches 1F1B keeps in flight.
+    Strategy pp = data_parallel(2, 1);
+    pp.pp = 2;
+    pp.gbs = 8;
+    auto p = predict(*in, pp, Fidelity::kExact);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    auto e = predict_engine_memory(m, pp, 1, m.seq_length);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    EXPECT_EQ(p->memory_peak_bytes, e->total) << m.name;
+  }
+}
+
+// The search's memory bound stays below every fp32 peak: pruning drops no feasible candidate
+// at limits where memory decides (no 2 GiB reserve to hide behind).
+TEST(PlanEngineMemoryTest, SearchPruningIsSafeOnFp32) {
+  const model::ModelSpec m = spec_from(
+      "architecture: gpt\nhidden_size: 256\nnum_hidden_layers: 8\n"
+      "num_attention_heads: 8\nvocab_size: 1000\nseq_length: 512\n"
+      "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n");
+  int informative = 0;  // limits where the bound cut and something still fit
+  for (double mib : {60.0, 90.0, 140.0, 220.0}) {
+    auto in = make_plan_input(m, fp32_cluster(8), mib * 1048576.0);
+    ASSERT_TRUE(in.ok());
+    SearchOptions opt;
+    opt.global_batch = 16;
+    opt.top_k = 3;
+    auto pruned = search(*in, opt);
+    opt.prune = false;
+    auto brute = search(*in, opt);
+    ASSERT_EQ(pruned.ok(), brute.ok()) << mib;
+    if (!pruned.ok()) continue;
+    std::vector<std::string> a, b;
+    for (const Candidate& c : pruned->feasible) a.push_back(strategy_string(c.strategy));
+    for (const Candidate& c : brute->feasible) b.push_back(strategy_string(c.strategy));
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    EXPECT_EQ(a, b) << mib << " MiB";
+    if (pruned->pruned > 0 && !a.empty()) ++informative;
+  }
+  EXPECT_GT(informative, 0) << "the bound never fired; the test proves nothing";
+}
+
+TEST(PlanEngineMemoryTest, PrecisionIsParsedAndChecked) {
+  EXPECT_EQ(fp32_cluster(2).device.precision, Precision::kFp32);
+  const std::string head =
+      "nodes: 1\ndevices_per_node: 2\ndevice: {peak_tflops: 1, memory_gb: 1, "
+      "memory_bandwidth_GBps: 1";
+  const std::string tail = "}\nintra_node: {bandwidth_GBps: 1}\n";
+  auto plain = parse_cluster_spec(head + tail, "c.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->device.precision, Precision::kBf16);
+  auto bf16 = parse_cluster_spec(head + ", precision: bf16" + tail, "c.yaml");
+  ASSERT_TRUE(bf16.ok()) << bf16.status().message();
+  EXPECT_EQ(bf16->device.precision, Precision::kBf16);
+  for (const char* bad : {"fp16", "FP32", "[fp32]"}) {
+    auto r = parse_cluster_spec(head + ", precision: " + bad + tail, "c.yaml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().exit_code(), 2);
+    const std::string msg = r.status().message();
+    EXPECT_NE(msg.find("c.yaml: key 'device.precision': unknown precision"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("hint: bf16"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  EXPECT_EQ(precision_name(Precision::kFp32), "fp32");
+  EXPECT_EQ(precision_name(Precision::kBf16), "bf16");
+}
+
+TEST(PlanEngineMemoryTest, Bf16ClustersKeepTheirReserve) {
+  auto c = load_cluster_spec("3072_a100");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->device.precision, Precision::kBf16);
+  EXPECT_EQ(reserved_bytes(c->device.precision), kReservedBytes);
+  EXPECT_EQ(reserved_bytes(Precision::kFp32), 0);
+}
+
+}  // namespace
+}  // namespace cann::plan
