@@ -28,23 +28,21 @@ std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bu
 }
 
 std::vector<Bucket> plan_layer_buckets(const model::ParamTable& table) {
+  // Tensors start on aligned offsets: a layer's bucket runs up to where the next layer starts,
+  // so the alignment gaps belong to the layer before them and the buckets tile the buffer.
   std::vector<Bucket> buckets;  // in flat order first, reversed at the end
   for (const auto& t : table.tensors()) {
-    if (t.numel == 0) continue;
-    if (!buckets.empty() && buckets.back().layers.front() == t.layer &&
-        buckets.back().end == t.offset) {
-      buckets.back().end = t.offset + t.numel;
-      continue;
-    }
+    if (!buckets.empty() && buckets.back().layers.front() == t.layer) continue;
     for (const Bucket& b : buckets)
       if (b.layers.front() == t.layer) return {};  // the layer was interrupted
-    if (!buckets.empty() && buckets.back().end != t.offset) return {};
     Bucket b;
-    b.begin = t.offset;
-    b.end = t.offset + t.numel;
+    b.begin = buckets.empty() ? 0 : t.offset;
+    if (!buckets.empty()) buckets.back().end = t.offset;
     b.layers = {t.layer};
     buckets.push_back(std::move(b));
   }
+  if (buckets.empty()) return {};
+  buckets.back().end = table.total_floats();
   std::reverse(buckets.begin(), buckets.end());
   return buckets;
 }

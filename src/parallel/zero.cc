@@ -82,7 +82,10 @@ BucketReduction* ZeroOptimizer::reduction() {
 size_t ZeroOptimizer::staging_floats() const {
   size_t most = 0;
   for (const ShardPiece& p : pieces_) most = std::max(most, p.padded);
-  return most * static_cast<size_t>(group_.size()) + (stage_ >= 2 ? most : 0);
+  // The reduce-scatter's padded input, under stages 2 and 3 its output, and under stages 1 and
+  // 2 the parameter all-gather's output after the step.
+  const size_t padded = most * static_cast<size_t>(group_.size());
+  return padded + (stage_ >= 2 ? most : 0) + (stage_ <= 2 ? padded : 0);
 }
 
 StatusOr<double> ZeroOptimizer::step(float* params, float lr) {

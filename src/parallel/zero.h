@@ -80,7 +80,7 @@ class ZeroOptimizer {
   // This rank's reduced gradient pieces (bucket after bucket, as shard_pieces lays them out).
   const float* grad_shard() const { return grad_shard_.data(); }
   int stage() const { return stage_; }
-  // Floats of staging the reduction holds per bucket in flight (the largest padded bucket).
+  // Floats of communication staging this optimizer allocates (sized by the largest bucket).
   size_t staging_floats() const;
 
  private:

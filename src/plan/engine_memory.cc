@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "model/param_table.h"
 #include "plan/predict.h"
@@ -143,6 +144,14 @@ double engine_staging_floats(double floats, int D, const EngineBuckets& b) {
   if (c.full > 0) largest = std::max(largest, ceil_div(c.size, P));
   largest = std::max(largest, ceil_div(c.rest, P));
   return static_cast<double>(P * largest);
+}
+
+double engine_two_largest_buckets_floats(double floats, const EngineBuckets& b) {
+  const BucketCut c = cut(floats, b);
+  std::vector<size_t> sizes = {c.first, c.rest};
+  for (size_t i = 0; i < std::min<size_t>(c.full, 2); ++i) sizes.push_back(c.size);
+  std::sort(sizes.rbegin(), sizes.rend());
+  return static_cast<double>(sizes[0] + sizes[1]);
 }
 
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,

@@ -91,5 +91,8 @@ EngineParams engine_params(const model::ModelSpec& m, int tp = 1, int ep = 1);
 // largest bucket padded to D pieces (one staging buffer).
 double engine_shard_floats(double floats, int D, const EngineBuckets& b);
 double engine_staging_floats(double floats, int D, const EngineBuckets& b);
+// Floats of the two largest buckets of a flat buffer of `floats` together, unpadded: the
+// gradients ZeRO-2 holds beyond its shard (the bucket backward fills and one waiting).
+double engine_two_largest_buckets_floats(double floats, const EngineBuckets& b);
 
 }  // namespace cann::plan

@@ -2,6 +2,7 @@
 #include "plan/predict.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "plan/comm_model.h"
 #include "plan/gemm_model.h"
@@ -215,12 +216,68 @@ void engine_state(const PlanInput& in, const Strategy& s, double P, double Pe, S
     shard = engine_shard_floats(P, D, b) + engine_shard_floats(Pe, De, b);
     staging = std::max(engine_staging_floats(P, D, b), engine_staging_floats(Pe, De, b));
   }
-  st->weights_bytes = 4 * (s.zero >= 3 ? shard : all);
-  st->grad_shard_bytes = s.zero == 1 ? 4 * shard : 0;
-  st->grads_bytes = 4 * (s.zero >= 2 ? shard : all) + st->grad_shard_bytes;
-  st->optimizer_bytes = 8 * (s.zero >= 1 ? shard : all);
-  // ZeRO: the padded bucket sent to the reduce-scatter and the one the all-gather fills.
-  st->transient_bytes = s.zero >= 1 ? 2 * 4 * staging : 0;
+  const double piece = staging / D;  // the largest bucket's padded piece
+  if (s.zero <= 1) {
+    st->weights_bytes = 4 * all;
+    st->grad_shard_bytes = s.zero == 1 ? 4 * shard : 0;
+    st->grads_bytes = 4 * all + st->grad_shard_bytes;
+    st->optimizer_bytes = 8 * (s.zero == 1 ? shard : all);
+    // ZeRO-1: the padded bucket sent to the reduce-scatter and the one the all-gather fills.
+    st->transient_bytes = s.zero == 1 ? 2 * 4 * staging : 0;
+    return;
+  }
+  if (s.zero == 2) {
+    // Gradients: the shard, plus the bucket backward fills and one waiting for its
+    // reduce-scatter (the engine holds backward back beyond that and releases reduced buckets).
+    st->weights_bytes = 4 * all;
+    st->grads_bytes = 4 * (shard + engine_two_largest_buckets_floats(all, b));
+    st->optimizer_bytes = 8 * shard;
+    // Reduce-scatter input and output, and the parameter all-gather's staging.
+    st->transient_bytes = 4 * (2 * staging + piece);
+    return;
+  }
+  // ZeRO-3: buckets are whole layers. The shard is the rank's piece of every layer; in memory
+  // are the layers outside the blocks (embeddings, final norm) and at most two blocks, and
+  // the gradients of the shard plus two layers.
+  const EngineParams ep = engine_params(in.model, s.tp, s.ep);
+  const int L = in.model.num_hidden_layers;
+  std::vector<double> layers = {ep.embedding, ep.head};
+  double first = 0, second = 0;
+  for (int l = 0; l < L; ++l) {
+    const double n =
+        in.model.is_moe_layer(l) ? ep.moe_layer + ep.moe_experts : ep.dense_layer;
+    layers.push_back(n);
+    if (n > first) {
+      second = first;
+      first = n;
+    } else if (n > second) {
+      second = n;
+    }
+  }
+  // A pipeline stage holds a share of the blocks; scale the whole-model figures to it.
+  double total = 0, shard3 = 0, largest = 0;
+  for (double n : layers) {
+    total += n;
+    shard3 += std::ceil(n / D);
+    largest = std::max(largest, n);
+  }
+  const double share = total > 0 ? all / total : 1.0;
+  shard3 *= share;
+  double top[2] = {0, 0};  // the two largest layers, embeddings and final norm included
+  for (double n : layers) {
+    if (n > top[0]) {
+      top[1] = top[0];
+      top[0] = n;
+    } else if (n > top[1]) {
+      top[1] = n;
+    }
+  }
+  st->weights_bytes = 4 * (shard3 + std::min(all, ep.embedding + ep.head + first + second));
+  st->grads_bytes = 4 * (shard3 + std::min(all, top[0] + top[1]));
+  st->optimizer_bytes = 8 * shard3;
+  // Reduce-scatter input (one padded layer) and output.
+  const double layer_piece = std::ceil(largest / D);
+  st->transient_bytes = 4 * (D * layer_piece + layer_piece);
 }
 
 // Fills the memory fields of stage i; returns its total.
@@ -232,7 +289,10 @@ double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& l
   st->activation_bytes = lay.pipeline.peak_activation_bytes[i];
   // Working set beyond stored activations: the recomputed layer's tensors, and under ZeRO-3
   // the gathered weights of the current and the prefetched layer.
-  const double gathered = s.zero >= 3 ? 2 * element_bytes(prec) * lay.max_layer_params[i] : 0;
+  // (The fp32 engine's gathered layers are in engine_state's weights.)
+  const double gathered = s.zero >= 3 && prec != Precision::kFp32
+                              ? 2 * element_bytes(prec) * lay.max_layer_params[i]
+                              : 0;
   if (prec == Precision::kFp32) {
     engine_state(in, s, P, Pe, st);
     st->scratch_bytes = lay.scratch_bytes;

@@ -292,9 +292,16 @@ size_t DataParallelEngine::gradient_bytes() const {
   if (config_.zero == 1) return n + shard;
   // Stages 2 and 3: the shard, the bucket backward is filling and at most one waiting for the
   // communication thread (GradReducer::set_max_queued).
-  size_t largest = 0;
-  for (const parallel::Bucket& b : reducer_->buckets()) largest = std::max(largest, b.size());
-  return shard + std::min(n, 2 * largest * sizeof(float));
+  size_t first = 0, second = 0;
+  for (const parallel::Bucket& b : reducer_->buckets()) {
+    if (b.size() > first) {
+      second = first;
+      first = b.size();
+    } else if (b.size() > second) {
+      second = b.size();
+    }
+  }
+  return shard + (first + second) * sizeof(float);
 }
 
 size_t DataParallelEngine::parameter_bytes() const {

@@ -16,6 +16,7 @@
 #include "debug/hang_analysis.h"
 #include "model/flops.h"
 #include "model/param_table.h"
+#include "plan/engine_memory.h"
 #include "plan/strategy.h"
 
 namespace cann::train {
@@ -284,6 +285,29 @@ Status Trainer::resolve_layout() {
   return OkStatus();
 }
 
+// "; planner predicts 42.5 MiB (+0.0%)": the planner's figure for this run's strategy on an
+// fp32 device (plan/engine_memory.h), beside the engine's own accounting. Empty where the
+// planner does not model the run's state (compressed reductions keep error buffers it omits).
+std::string Trainer::planner_memory_note() const {
+  if (config_.compress != "none" && config_.compress != "bf16") return "";
+  plan::Strategy s;
+  s.dp = dp_ ? layout_.dp : 1;
+  s.tp = layout_.tp;
+  s.sp = layout_.sp;
+  s.zero = dp_ ? zero_stage_ : 0;
+  s.mbs = micro_batch_;
+  s.gbs = micro_batch_ * accum_steps_ * s.dp;
+  plan::EngineBuckets buckets;
+  buckets.bytes = config_.bucket_mb * (1 << 20);
+  auto e = plan::predict_engine_memory(spec_, s, micro_batch_, seq_len_, buckets);
+  if (!e.ok() || e->total <= 0) return "";
+  const double mine = static_cast<double>(memory_bytes());
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "; planner predicts %.1f MiB (%+.1f%%)", e->total / (1 << 20),
+                100.0 * (e->total - mine) / mine);
+  return buf;
+}
+
 StatusOr<OptimizerSnapshot> Trainer::optimizer_snapshot() {
   if (dp_) return dp_->snapshot();
   OptimizerSnapshot s;
@@ -537,7 +561,7 @@ Status Trainer::run(RunSummary* summary) {
                   "MiB, activations %.1f MiB, total %.1f MiB",
                   weights * mb, grads * mb, optimizer * mb, acts * mb,
                   static_cast<double>(memory_bytes()) * mb);
-    progress_.line(mem);
+    progress_.line(std::string(mem) + planner_memory_note());
     if (mp_) progress_.line("process mesh: " + mp_->describe() + "\n" + mp_->rank_table());
     if (dp_)
       progress_.line("data parallel: " + std::to_string(data_world_) + " ranks, " +

@@ -79,6 +79,7 @@ class Trainer {
   // Wraps a collective's failure with the rank and the hang analysis.
   Status comm_failure(const Status& s);
   size_t memory_bytes() const;
+  std::string planner_memory_note() const;
   static std::string host_name();
   void report_step(const monitor::RankSnapshot& snap, bool last);
   StatusOr<OptimizerSnapshot> optimizer_snapshot();
