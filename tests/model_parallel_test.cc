@@ -2,9 +2,10 @@
 // the process mesh, with the data-parallel engine reducing over the dp group only, gives the
 // single-process gradients of the same global batch per tensor, the same global gradient norm
 // (summed over tensor shards) and the same parameters after one AdamW step. Through the binary
-// with real processes: tp=2, sp with tp=2, dp2 x tp2 (with and without sp) and an awkward tp=3
-// follow the single-process loss of gpt_tiny over 20 steps, tp=2 and dp2 x tp2 that of
-// moe_bert_tiny; and strategies that cannot run exit 2 with one line.
+// with real processes: tp=2, sp with tp=2, dp2 x tp2 (with and without sp), an awkward tp=3,
+// pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 and pp2 x tp2 with sp follow the single-process loss
+// of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny; and strategies
+// that cannot run exit 2 with one line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,6 +46,10 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   EXPECT_EQ(l->tp, 2);
   EXPECT_TRUE(l->sp);
   EXPECT_EQ(layout("dp=3", 3)->dp, 3);
+  auto pp = layout("pp=2,tp=2", 8);
+  ASSERT_TRUE(pp.ok());
+  EXPECT_EQ(pp->dp, 2);
+  EXPECT_EQ(pp->pp, 2);
   auto refused = [&](const std::string& text, int world, const std::string& part) {
     auto r = layout(text, world);
     ASSERT_FALSE(r.ok()) << text;
@@ -53,19 +58,23 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
     EXPECT_EQ(r.status().exit_code(), 2);
   };
   refused("tp=2", 3, "needs a multiple of 2 processes, but 3 were started");
-  refused("dp=2,tp=2", 6, "dp*tp = 2*2 = 4, but 6 processes");
+  refused("dp=2,tp=2", 6, "dp*tp*pp = 2*2*1 = 4, but 6 processes");
   refused("sp=on", 2, "needs tp > 1");
-  refused("tp=2,pp=2", 4, "pipeline parallelism (pp=2)");
+  refused("pp=2,vpp=2", 2, "interleaved pipelining (vpp=2)");
+  refused("tp=2,pp=2", 6, "tp*pp = 4 needs a multiple of 4 processes, but 6");
+  refused("pp=2,zero=1", 2, "zero=1 with tp or pp > 1");
   refused("ep=2", 2, "expert parallelism (ep=2)");
   refused("cp=2", 2, "context parallelism (cp=2)");
   refused("tp=2,recompute=full", 2, "recompute=full");
-  refused("tp=2,zero=1", 2, "zero=1 with tp > 1");
+  refused("tp=2,zero=1", 2, "zero=1 with tp or pp > 1");
   // Through the launcher's check: the model must split.
   const Status heads = train::check_strategy_for_launch("tp=4", "gpt_tiny", 4);
   EXPECT_NE(heads.message().find("tp=4 does not divide num_attention_heads 6"), std::string::npos)
       << heads.message();
   EXPECT_FALSE(train::check_strategy_for_launch("tp=2,sp=on", "moe_bert_tiny", 2).ok());
   EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,sp=on", "gpt_tiny", 4).ok());
+  EXPECT_NE(train::check_strategy_for_launch("pp=5", "gpt_tiny", 5).message().find("has 4 layers"),
+            std::string::npos);
 }
 
 // One optimizer step of gpt_tiny (24 tokens per sequence, global batch 4) on one process and
@@ -107,7 +116,10 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
   std::vector<std::vector<float>> grads(dp * tp), params(dp * tp);
   std::vector<double> norms(dp * tp);
   test::run_group("shm", dp * tp, [&](int rank, comm::Group& world) {
-    auto mp = train::ModelParallel::create(world, {dp, tp, false});
+    train::ParallelLayout layout;
+    layout.dp = dp;
+    layout.tp = tp;
+    auto mp = train::ModelParallel::create(world, layout);
     ASSERT_TRUE(mp.ok()) << mp.status().message();
     const model::TensorParallel tpc = (*mp)->tensor_parallel();
     EXPECT_EQ(tpc.rank, rank % tp);
@@ -231,6 +243,24 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "gpt_single",
        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,sp=on,mbs=2"}},
       {"gpt_tiny", "tp3", "gpt_single", {"--nproc-per-node", "3", "--strategy", "tp=3"}},
+      {"gpt_tiny",
+       "pp2_gpipe",
+       "gpt_single",
+       {"--nproc-per-node", "2", "--strategy", "pp=2,mbs=2", "--pipeline-schedule", "gpipe"}},
+      {"gpt_tiny", "pp2_1f1b", "gpt_single", {"--nproc-per-node", "2", "--strategy", "pp=2,mbs=2"}},
+      {"gpt_tiny", "pp3_1f1b", "gpt_single", {"--nproc-per-node", "3", "--strategy", "pp=3,mbs=1"}},
+      {"gpt_tiny",
+       "dp2_pp2",
+       "gpt_single",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,mbs=2"}},
+      {"gpt_tiny",
+       "pp2_tp2_sp",
+       "gpt_single",
+       {"--nproc-per-node", "4", "--strategy", "pp=2,tp=2,sp=on,mbs=2"}},
+      {"moe_bert_tiny",
+       "moe_pp2",
+       "moe_single_accum2",
+       {"--nproc-per-node", "2", "--strategy", "pp=2,mbs=4"}},
       {"moe_bert_tiny",
        "moe_tp2",
        "moe_single_accum2",
@@ -268,6 +298,7 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "4", "--strategy", "tp=4"},  // 6 heads
       {"--nproc-per-node", "3", "--strategy", "tp=2"},
       {"--nproc-per-node", "2", "--strategy", "tp=2,pp=2"},
+      {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
       {"--strategy", "tp=2"},  // one process
   };
   for (const auto& flags : bad) {
