@@ -109,11 +109,9 @@ std::vector<int> bounds_of(int layers, int stages) {
   return b;
 }
 
-void expect_pipeline_matches(const char* yaml, int stages, int tp, PipelineSchedule sched) {
+void expect_pipeline_matches(const model::ModelSpec& s, int stages, int tp,
+                             PipelineSchedule sched) {
   set_num_threads(1);
-  auto parsed = model::parse_model_spec(yaml, "test.yaml");
-  ASSERT_TRUE(parsed.ok());
-  const model::ModelSpec s = *parsed;
   const Data data = make_data(s);
   const float scale = 1.0f / kM;
   // One process.
@@ -171,7 +169,7 @@ void expect_pipeline_matches(const char* yaml, int stages, int tp, PipelineSched
       for (size_t k = 0; k < one.size(); ++k) got[whole.offset + k] += one[k];
     }
   });
-  const std::string what = std::to_string(stages) + " stages, tp " + std::to_string(tp) + ", " +
+  const std::string what = s.name + ", " + std::to_string(stages) + " stages, tp " + std::to_string(tp) + ", " +
                            parallel::pipeline_schedule_name(sched);
   // The stages' losses add up to the step's (the last stage's language-model loss plus each
   // stage's share of the MoE auxiliary loss); tp ranks agree.
@@ -191,6 +189,21 @@ void expect_pipeline_matches(const char* yaml, int stages, int tp, PipelineSched
     worst = std::max(worst, dev / sc);
   }
   std::printf("pipeline %-28s max gradient deviation %.2e\n", what.c_str(), worst);
+}
+
+void expect_pipeline_matches(const char* yaml, int stages, int tp, PipelineSchedule sched) {
+  auto parsed = model::parse_model_spec(yaml, "test.yaml");
+  ASSERT_TRUE(parsed.ok());
+  expect_pipeline_matches(*parsed, stages, tp, sched);
+}
+
+TEST(PipelineTest, ShippedModelsMatchOneProcess) {
+  for (const char* name : {"gpt_tiny", "moe_bert_tiny"}) {
+    auto s = model::load_model_spec(name);
+    ASSERT_TRUE(s.ok());
+    expect_pipeline_matches(*s, 2, 1, PipelineSchedule::k1F1B);
+    expect_pipeline_matches(*s, 2, 1, PipelineSchedule::kGPipe);
+  }
 }
 
 TEST(PipelineTest, GPipeMatchesOneProcess) {
