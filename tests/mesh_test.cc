@@ -58,6 +58,7 @@ TEST(MeshTest, GroupsPartitionTheWorld) {
       {"pp", parallel::pp_group_ranks, [](const MeshShape& s) { return s.pp; }},
       {"ep", parallel::ep_group_ranks, [](const MeshShape& s) { return s.ep; }},
       {"edp", parallel::expert_dp_group_ranks, [](const MeshShape& s) { return s.dp / s.ep; }},
+      {"mp", parallel::mp_group_ranks, [](const MeshShape& s) { return s.tp * s.pp; }},
   };
   for (int world : {1, 2, 3, 4, 6, 8, 9, 12, 16}) {
     for (const MeshShape& s : shapes_of(world)) {
@@ -143,6 +144,8 @@ TEST(MeshTest, BuiltGroupsReachExactlyTheirMembers) {
       check(m.dp(), parallel::dp_group_ranks(s, rank), "dp");
       check(m.ep(), parallel::ep_group_ranks(s, rank), "ep");
       check(m.expert_dp(), parallel::expert_dp_group_ranks(s, rank), "edp");
+      check(m.pp(), parallel::pp_group_ranks(s, rank), "pp");
+      check(m.mp(), parallel::mp_group_ranks(s, rank), "mp");
       EXPECT_EQ(m.pp_prev(), parallel::pp_prev_rank(s, rank));
       EXPECT_EQ(m.pp_next(), parallel::pp_next_rank(s, rank));
       EXPECT_NE(m.describe().find("rank " + std::to_string(rank) + " is tp"), std::string::npos);

@@ -80,6 +80,11 @@ struct Result {
 };
 
 constexpr int kB = 2;
+// Sequence length of a case: the spec's, or shorter for the shipped models (their 128 tokens
+// would only make the test slower).
+int seq_of(const ModelSpec& s) {
+  return std::min(s.seq_length, 24);
+}
 constexpr float kScale = 0.5f;  // two micro-batches averaged, as the trainer does
 
 // GPT-2 initialization with every bias and norm shift drawn too (they start at zero, which
@@ -97,14 +102,14 @@ std::vector<float> initial_params(const ModelSpec& s) {
 }
 
 Result run_single(const ModelSpec& s, const std::vector<Batch>& batches) {
-  auto m = Model::create(s, kB, s.seq_length);
+  auto m = Model::create(s, kB, seq_of(s));
   EXPECT_TRUE(m.ok()) << m.status().message();
   const std::vector<float> init = initial_params(s);
   std::copy(init.begin(), init.end(), (*m)->params());
   (*m)->zero_grads();
   Result r;
   for (const Batch& b : batches) {
-    r.losses.push_back((*m)->forward(b.inputs.data(), b.targets.data(), kB, s.seq_length).loss);
+    r.losses.push_back((*m)->forward(b.inputs.data(), b.targets.data(), kB, seq_of(s)).loss);
     (*m)->backward(kScale);
   }
   r.grads.assign((*m)->grads(), (*m)->grads() + (*m)->num_floats());
@@ -118,7 +123,7 @@ std::vector<Result> run_tp(const ModelSpec& s, const std::vector<Batch>& batches
   std::vector<Result> out(tp);
   test::run_group("shm", tp, [&](int rank, comm::Group& g) {
     parallel::GroupTensorParallelComm comm(g);
-    auto m = Model::create(s, kB, s.seq_length, {rank, tp, sp, &comm});
+    auto m = Model::create(s, kB, seq_of(s), {rank, tp, sp, &comm});
     ASSERT_TRUE(m.ok()) << m.status().message();
     const model::ParamTable& table = (*m)->table();
     // init_params gives exactly this rank's shards of the one-process initialization.
@@ -136,7 +141,7 @@ std::vector<Result> run_tp(const ModelSpec& s, const std::vector<Batch>& batches
     (*m)->zero_grads();
     Result& r = out[rank];
     for (const Batch& b : batches) {
-      r.losses.push_back((*m)->forward(b.inputs.data(), b.targets.data(), kB, s.seq_length).loss);
+      r.losses.push_back((*m)->forward(b.inputs.data(), b.targets.data(), kB, seq_of(s)).loss);
       (*m)->backward(kScale);
     }
     ASSERT_TRUE((*m)->tp_status().ok()) << (*m)->tp_status().message();
@@ -150,10 +155,9 @@ std::vector<Result> run_tp(const ModelSpec& s, const std::vector<Batch>& batches
 
 // Max deviation per tensor relative to its largest reference entry; replicated tensors must
 // match on every rank, split ones are assembled from all ranks' shards.
-void expect_equivalent(const char* label, const std::string& yaml, int tp, bool sp) {
+void expect_equivalent(const char* label, const ModelSpec& s, int tp, bool sp) {
   set_num_threads(1);
-  const ModelSpec s = spec_from(yaml);
-  const auto batches = make_batches(s, 2, kB, s.seq_length);
+  const auto batches = make_batches(s, 2, kB, seq_of(s));
   const Result ref = run_single(s, batches);
   const std::vector<Result> ranks = run_tp(s, batches, tp, sp);
   const std::string what = std::string(label) + " tp=" + std::to_string(tp) + (sp ? " sp" : "");
@@ -187,6 +191,26 @@ void expect_equivalent(const char* label, const std::string& yaml, int tp, bool 
   EXPECT_LT(worst_loss, 1e-5) << what;
   std::printf("%-10s tp=%d sp=%-3s max loss deviation %.2e, max gradient deviation %.2e\n",
               label, tp, sp ? "on" : "off", worst_loss, worst_grad);
+}
+
+void expect_equivalent(const char* label, const std::string& yaml, int tp, bool sp) {
+  expect_equivalent(label, spec_from(yaml), tp, sp);
+}
+
+ModelSpec shipped(const char* name) {
+  auto s = model::load_model_spec(name);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return *s;
+}
+
+// The shipped demo models: gpt_tiny's vocabulary of 256 is padded over tp = 3, and
+// moe_bert_tiny's 257 over tp = 2.
+TEST(TensorParallelTest, ShippedModelsMatchOneProcess) {
+  expect_equivalent("gpt_tiny", shipped("gpt_tiny"), 2, false);
+  expect_equivalent("gpt_tiny", shipped("gpt_tiny"), 2, true);
+  expect_equivalent("gpt_tiny", shipped("gpt_tiny"), 3, false);
+  expect_equivalent("gpt_tiny", shipped("gpt_tiny"), 3, true);
+  expect_equivalent("moe_bert_tiny", shipped("moe_bert_tiny"), 2, false);
 }
 
 TEST(TensorParallelTest, GptMatchesOneProcess) {

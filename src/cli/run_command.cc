@@ -105,9 +105,15 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
 
   const char* kParallel = "Data parallelism";
   run->add_option("--strategy", config->strategy,
-                  "Parallel layout: dp=P,zero=0|1,mbs=M,gbs=G (dp = the processes launched; gbs "
-                  "= --batch-size; mbs sets the micro-batch, hence gradient accumulation)")
+                  "Parallel layout: dp=P,tp=T,pp=S,sp=on|off,zero=0|1,mbs=M,gbs=G (dp*tp*pp = "
+                  "the processes launched; gbs = --batch-size; mbs sets the micro-batch, hence "
+                  "gradient accumulation or pipeline micro-batches)")
       ->group(kParallel);
+  run->add_option("--pipeline-schedule", config->pipeline_schedule,
+                  "Pipeline schedule when the strategy has pp > 1: gpipe or 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+      ->group(kParallel)
+      ->capture_default_str();
   run->add_option("--grad-accum", config->grad_accum,
                   "Micro-steps per optimizer step (gradients accumulate; only the last one "
                   "communicates)")

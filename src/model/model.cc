@@ -21,8 +21,14 @@ namespace cann::model {
 
 using namespace cann::kernels;
 
-Model::Model(ModelSpec spec, const TensorParallel& tp)
-    : spec_(std::move(spec)), tp_(tp), table_(build_param_table(spec_, tp.size)) {
+Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage)
+    : spec_(std::move(spec)),
+      tp_(tp),
+      first_layer_(stage.first_layer),
+      end_layer_(stage.end_layer < 0 ? spec_.num_hidden_layers : stage.end_layer),
+      embed_(first_layer_ == 0),
+      head_(end_layer_ == spec_.num_hidden_layers),
+      table_(build_stage_param_table(spec_, tp.size, first_layer_, end_layer_)) {
   const int t = tp_.size;
   nh_ = spec_.num_attention_heads / t;
   kvh_ = spec_.num_key_value_heads / t;
@@ -35,7 +41,8 @@ Model::Model(ModelSpec spec, const TensorParallel& tp)
 }
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_batch, int max_seq,
-                                               const TensorParallel& tp) {
+                                               const TensorParallel& tp,
+                                               const PipelineStage& stage) {
   if (spec.architecture == Architecture::kVit)
     return InvalidArgument(spec.source +
                            ": the trainer runs gpt and bert models; vit specs are for planning "
@@ -56,17 +63,27 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                              "tokens against a different expert capacity; hint: use sp=off "
                              "(tensor parallelism alone works with MoE models)");
   }
-  std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}));
+  const int end = stage.end_layer < 0 ? spec.num_hidden_layers : stage.end_layer;
+  if (stage.first_layer < 0 || stage.first_layer > end || end > spec.num_hidden_layers ||
+      stage.slots < 1)
+    return InvalidArgument("pipeline stage with layers [" + std::to_string(stage.first_layer) +
+                           ", " + std::to_string(end) + ") and " + std::to_string(stage.slots) +
+                           " activation slots does not fit model '" + spec.name + "' with " +
+                           std::to_string(spec.num_hidden_layers) + " layers");
+  std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage));
+  m->slots_.resize(stage.slots);
   m->max_batch_ = max_batch;
   m->max_seq_ = max_seq;
   m->params_.resize(m->table_.total_floats());
   m->grads_.resize(m->table_.total_floats());
   auto off = [&](const std::string& name) { return m->table_.at(*m->table_.find(name)).offset; };
-  m->wte_ = off("wte");
-  m->wpe_ = off("wpe");
-  m->lnfw_ = off("lnf.w");
-  m->lnfb_ = off("lnf.b");
-  for (int l = 0; l < spec.num_hidden_layers; ++l) {
+  if (m->embed_ || m->head_) m->wte_ = off("wte");
+  if (m->embed_) m->wpe_ = off("wpe");
+  if (m->head_) {
+    m->lnfw_ = off("lnf.w");
+    m->lnfb_ = off("lnf.b");
+  }
+  for (int l = m->first_layer_; l < m->end_layer_; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     LayerOffsets o{};
     o.ln1w = off(p + "ln1.w");
@@ -120,48 +137,62 @@ void Model::layout_activations() {
       iused += (n + 15) / 16 * 16;
       return p;
     };
-    layers_.clear();
-    moe_layers_.clear();
-    encoded_ = take(N * C);
-    for (int l = 0; l < s.num_hidden_layers; ++l) {
-      LayerActs a{};
-      a.ln1 = take(N * C);
-      a.ln1_mean = take(N);
-      a.ln1_rstd = take(N);
-      a.qkv = take(N * QKV);
-      a.att = take(att);
-      a.atty = take(N * AC);
-      a.resid_attn = take(N * C);
-      a.ln2 = take(N * C);
-      a.ln2_mean = take(N);
-      a.ln2_rstd = take(N);
-      a.out = take(N * C);
-      if (s.is_moe_layer(l)) {
-        MoeActs m{};
-        m.router_logits = take(N * E);
-        m.probs = take(N * E);
-        m.gate = take(N * K);
-        m.load_fraction = take(E);
-        m.xe = take(E * cap * C);
-        m.he = take(E * cap * FM);
-        m.ge = take(E * cap * FM);
-        m.ye = take(E * cap * C);
-        m.expert_index = itake(N * K);
-        m.slot = itake(N * K);
-        m.expert_count = itake(E);
-        a.moe_index = static_cast<int>(moe_layers_.size());
-        moe_layers_.push_back(m);
-      } else {
-        a.fch = take(N * F);
-        a.fch_gelu = take(N * F);
+    // One set of saved activations per slot (micro-batches in flight in a pipeline).
+    for (size_t si = 0; si < slots_.size(); ++si) {
+      Slot& slot = slots_[si];
+      slot.layers.clear();
+      slot.moe_layers.clear();
+      slot.encoded = take(N * C);
+      for (int l = first_layer_; l < end_layer_; ++l) {
+        LayerActs a{};
+        a.ln1 = take(N * C);
+        a.ln1_mean = take(N);
+        a.ln1_rstd = take(N);
+        a.qkv = take(N * QKV);
+        a.att = take(att);
+        a.atty = take(N * AC);
+        a.resid_attn = take(N * C);
+        a.ln2 = take(N * C);
+        a.ln2_mean = take(N);
+        a.ln2_rstd = take(N);
+        a.out = take(N * C);
+        if (s.is_moe_layer(l)) {
+          MoeActs m{};
+          m.router_logits = take(N * E);
+          m.probs = take(N * E);
+          m.gate = take(N * K);
+          m.load_fraction = take(E);
+          m.xe = take(E * cap * C);
+          m.he = take(E * cap * FM);
+          m.ge = take(E * cap * FM);
+          m.ye = take(E * cap * C);
+          m.expert_index = itake(N * K);
+          m.slot = itake(N * K);
+          m.expert_count = itake(E);
+          a.moe_index = static_cast<int>(slot.moe_layers.size());
+          slot.moe_layers.push_back(m);
+        } else {
+          a.fch = take(N * F);
+          a.fch_gelu = take(N * F);
+        }
+        slot.layers.push_back(a);
       }
-      layers_.push_back(a);
+      if (head_) {
+        slot.lnf = take(N * C);
+        slot.lnf_mean = take(N);
+        slot.lnf_rstd = take(N);
+        slot.logits = take(N * V);
+        slot.losses = take(N);
+        if (tp_.size > 1) {
+          slot.tp_rowmax = take(N);
+          slot.tp_sums = take(2 * N);
+          slot.tp_shift = take(N);
+        }
+      }
+      slot.inputs = itake(N);
+      slot.targets = itake(N);
     }
-    lnf_ = take(N * C);
-    lnf_mean_ = take(N);
-    lnf_rstd_ = take(N);
-    logits_ = take(N * V);
-    losses_ = take(N);
+    // Backward scratch, shared by the slots (one backward runs at a time).
     d_resid_ = take(N * C);
     d_branch_ = take(N * C);
     d_ln_ = take(N * C);
@@ -177,18 +208,71 @@ void Model::layout_activations() {
     }
     if (tp_.size > 1) {
       tp_full_ = take(N * C);
-      tp_rowmax_ = take(N);
-      tp_sums_ = take(2 * N);
-      tp_shift_ = take(N);
       tp_lngrad_ = take(2 * C);
     }
-    inputs_ = itake(N);
-    targets_ = itake(N);
     if (pass == 0) {
       acts_.resize(used);
       ints_.resize(iused);
     }
   }
+  slot_ = 0;
+  load_slot(0);
+}
+
+void Model::save_slot(int i) {
+  Slot& s = slots_[i];
+  s.layers.swap(layers_);
+  s.moe_layers.swap(moe_layers_);
+  s.encoded = encoded_;
+  s.lnf = lnf_;
+  s.lnf_mean = lnf_mean_;
+  s.lnf_rstd = lnf_rstd_;
+  s.logits = logits_;
+  s.losses = losses_;
+  s.tp_rowmax = tp_rowmax_;
+  s.tp_sums = tp_sums_;
+  s.tp_shift = tp_shift_;
+  s.inputs = inputs_;
+  s.targets = targets_;
+  s.B = B_;
+  s.T = T_;
+  s.scored = scored_;
+  s.have_targets = have_targets_;
+}
+
+void Model::load_slot(int i) {
+  Slot& s = slots_[i];
+  layers_.swap(s.layers);
+  moe_layers_.swap(s.moe_layers);
+  encoded_ = s.encoded;
+  lnf_ = s.lnf;
+  lnf_mean_ = s.lnf_mean;
+  lnf_rstd_ = s.lnf_rstd;
+  logits_ = s.logits;
+  losses_ = s.losses;
+  tp_rowmax_ = s.tp_rowmax;
+  tp_sums_ = s.tp_sums;
+  tp_shift_ = s.tp_shift;
+  inputs_ = s.inputs;
+  targets_ = s.targets;
+  B_ = s.B;
+  T_ = s.T;
+  scored_ = s.scored;
+  have_targets_ = s.have_targets;
+}
+
+void Model::use_slot(int i) {
+  CANN_CHECK(i >= 0 && i < static_cast<int>(slots_.size()))
+      << "activation slot " << i << " of " << slots_.size();
+  if (i == slot_) return;
+  save_slot(slot_);
+  load_slot(i);
+  slot_ = i;
+}
+
+size_t Model::stage_io_floats(int B, int T) const {
+  const int rows = tp_.sequence_parallel ? B * T / tp_.size : B * T;
+  return static_cast<size_t>(rows) * spec_.hidden_size;
 }
 
 size_t Model::activation_bytes() const {
@@ -200,13 +284,14 @@ size_t Model::activation_bytes() const {
 void Model::init_params(uint64_t seed) {
   Rng rng(seed);
   const float residual_scale = 1.0f / std::sqrt(2.0f * spec_.num_hidden_layers);
-  const ParamTable full_table = tp_.size > 1 ? build_param_table(spec_) : ParamTable{};
-  const ParamTable& table = tp_.size > 1 ? full_table : table_;
+  const bool part = tp_.size > 1 || !embed_ || !head_;
+  const ParamTable full_table = part ? build_param_table(spec_) : ParamTable{};
+  const ParamTable& table = part ? full_table : table_;
   AlignedBuffer<float> full_params;
-  if (tp_.size > 1) full_params.resize(table.total_floats());
-  float* const base = tp_.size > 1 ? full_params.data() : params_.data();
+  if (part) full_params.resize(table.total_floats());
+  float* const base = part ? full_params.data() : params_.data();
   params_.zero();
-  if (tp_.size > 1) full_params.zero();
+  if (part) full_params.zero();
   for (const TensorInfo& t : table.tensors()) {
     float* p = base + t.offset;
     const std::string& n = t.name;
@@ -221,11 +306,10 @@ void Model::init_params(uint64_t seed) {
     }
     // Biases and norm shifts stay zero.
   }
-  if (tp_.size == 1) return;
-  for (size_t i = 0; i < table_.tensors().size(); ++i) {
-    const TensorInfo& shard = table_.at(i);
-    copy_tp_shard(shard, base + table.at(i).offset, params_.data() + shard.offset, tp_.rank,
-                  tp_.size);
+  if (!part) return;
+  for (const TensorInfo& shard : table_.tensors()) {
+    const TensorInfo& whole = table.at(*table.find(shard.name));
+    copy_tp_shard(shard, base + whole.offset, params_.data() + shard.offset, tp_.rank, tp_.size);
   }
 }
 
@@ -277,7 +361,9 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
                    s.capacity_factor};
 
-  if (!tp) {
+  if (!embed_) {
+    // A later pipeline stage: encoded_ holds the previous stage's output (stage_input()).
+  } else if (!tp) {
     embedding_forward(encoded_, inputs_, P + wte_, P + wpe_, B, T, C);
   } else {
     // Vocabulary-parallel embedding: each rank looks up the tokens it holds, one rank adds the
@@ -289,12 +375,12 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   }
   const float* x = encoded_;
   double aux_total = 0.0;
-  for (int l = 0; l < s.num_hidden_layers; ++l) {
-    const LayerOffsets& o = offsets_[l];
-    LayerActs& a = layers_[l];
+  for (int i = 0; i < end_layer_ - first_layer_; ++i) {
+    const LayerOffsets& o = offsets_[i];
+    LayerActs& a = layers_[i];
     // Row-parallel biases are added by one rank so that the reduced sum holds them once.
     const bool add_bias = !tp || first_rank;
-    use(ParamUse::kBeforeForward, l);
+    use(ParamUse::kBeforeForward, first_layer_ + i);
     layernorm_forward(a.ln1 + mine, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
     if (sp) tp_allgather(a.ln1, R, C);
     linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, QKV);
@@ -319,15 +405,19 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
       if (tp) tp_row_parallel_out(a.out, mlp_out, N);
     }
     residual_forward(a.out, a.out, a.resid_attn, static_cast<size_t>(R) * C);
-    use(ParamUse::kAfterForward, l);
+    use(ParamUse::kAfterForward, first_layer_ + i);
     x = a.out;
+  }
+  ForwardStats st;
+  st.aux_loss = aux_total;
+  if (!head_) {
+    // The next stage continues from stage_output(); the loss is the last stage's.
+    if (have_targets_) std::memcpy(targets_, targets, sizeof(int) * N);
+    return st;
   }
   layernorm_forward(lnf_ + mine, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
   if (sp) tp_allgather(lnf_, R, C);
   linear_forward(logits_, lnf_, P + wte_, nullptr, N, C, V);
-
-  ForwardStats st;
-  st.aux_loss = aux_total;
   if (!have_targets_) return st;
   std::memcpy(targets_, targets, sizeof(int) * N);
   if (tp)
@@ -377,7 +467,10 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     return tp_full_;
   };
 
-  // Head: the logits buffer becomes its own gradient (fused softmax cross-entropy).
+  // Head: the logits buffer becomes its own gradient (fused softmax cross-entropy). A stage
+  // without the head starts from d_resid_, filled by the caller (stage_output_grad()).
+  const int local_layers = end_layer_ - first_layer_;
+  if (head_) {
   const float logit_scale = scored_ > 0 ? grad_scale / scored_ : 0.0f;
   if (tp)
     vocab_ce_backward(logits_, logits_, tp_shift_, targets_, logit_scale, N, V, vocab_valid_,
@@ -385,17 +478,19 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   else
     softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
   linear_backward(d_ln_, G + wte_, nullptr, logits_, lnf_, P + wte_, N, C, V);
-  const float* x_last = s.num_hidden_layers > 0 ? layers_.back().out : encoded_;
+  const float* x_last = local_layers > 0 ? layers_.back().out : encoded_;
   const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
   layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
                         lnf_rstd_, R, C);
   done(s.num_hidden_layers);
+  }
 
   // d_resid_ carries the gradient of the residual stream down through the layers.
-  for (int l = s.num_hidden_layers - 1; l >= 0; --l) {
-    const LayerOffsets& o = offsets_[l];
-    const LayerActs& a = layers_[l];
-    const float* x_in = l == 0 ? encoded_ : layers_[l - 1].out;
+  for (int i = local_layers - 1; i >= 0; --i) {
+    const int l = first_layer_ + i;
+    const LayerOffsets& o = offsets_[i];
+    const LayerActs& a = layers_[i];
+    const float* x_in = i == 0 ? encoded_ : layers_[i - 1].out;
     use(ParamUse::kBeforeBackward, l);
     // Feed-forward branch: out = resid_attn + mlp(ln2(resid_attn)).
     const float* d_ln2 = d_ln_;
@@ -425,6 +520,8 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     done(l);
     use(ParamUse::kAfterBackward, l);
   }
+  // A stage without the embeddings leaves d(input) in d_resid_ (stage_input_grad()).
+  if (!embed_) return;
   if (!tp) {
     embedding_backward(G + wte_, G + wpe_, d_resid_, inputs_, B, T, C);
   } else {

@@ -27,6 +27,15 @@
 
 namespace cann::model {
 
+// One pipeline stage: layers [first_layer, end_layer) (end_layer -1: to the last), with the
+// embeddings when first_layer == 0 and the final norm and head when end_layer is the last.
+// `slots` sets of saved activations let several micro-batches be in flight (use_slot).
+struct PipelineStage {
+  int first_layer = 0;
+  int end_layer = -1;
+  int slots = 1;
+};
+
 struct ForwardStats {
   double loss = 0.0;      // lm_loss + router_aux_loss_coef * aux_loss
   double lm_loss = 0.0;   // mean cross-entropy over scored positions
@@ -38,7 +47,8 @@ class Model {
  public:
   // Sizes every buffer for batches up to max_batch sequences of up to max_seq tokens.
   static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch, int max_seq,
-                                                 const TensorParallel& tp = {});
+                                                 const TensorParallel& tp = {},
+                                                 const PipelineStage& stage = {});
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }
@@ -53,6 +63,23 @@ class Model {
   size_t activation_bytes() const;
 
   const TensorParallel& tensor_parallel() const { return tp_; }
+
+  // Pipeline stages. forward/backward act on the current activation slot (slot 0 unless
+  // use_slot picked another); backward of a micro-batch must use the slot its forward used.
+  // A stage without the embeddings reads its input from stage_input() (fill it before
+  // forward), a stage without the head takes the gradient of its output in
+  // stage_output_grad() (fill it before backward) and returns no loss; after backward a stage
+  // without the embeddings leaves the gradient of its input in stage_input_grad(). Each holds
+  // stage_io_floats(B, T) floats: B*T rows of hidden_size (this rank's rows under sp).
+  void use_slot(int slot);
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+  bool has_embedding() const { return embed_; }
+  bool has_head() const { return head_; }
+  float* stage_input() { return encoded_; }
+  const float* stage_output() const { return layers_.empty() ? encoded_ : layers_.back().out; }
+  float* stage_output_grad() { return d_resid_; }
+  const float* stage_input_grad() const { return d_resid_; }
+  size_t stage_io_floats(int B, int T) const;
   // The first failure of a tensor-parallel collective since creation (OK with tp = 1). After a
   // failure forward and backward skip the remaining collectives, so their results are garbage:
   // check this after each of them.
@@ -105,8 +132,22 @@ class Model {
     int moe_index = -1;  // into moe_layers_
   };
 
-  Model(ModelSpec spec, const TensorParallel& tp);
+  // A micro-batch's saved activations and shape; the current slot's live in the members below.
+  struct Slot {
+    std::vector<LayerActs> layers;
+    std::vector<MoeActs> moe_layers;
+    float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    float *logits = nullptr, *losses = nullptr;
+    float *tp_rowmax = nullptr, *tp_sums = nullptr, *tp_shift = nullptr;
+    int *inputs = nullptr, *targets = nullptr;
+    int B = 0, T = 0, scored = 0;
+    bool have_targets = false;
+  };
+
+  Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage);
   void layout_activations();
+  void save_slot(int i);
+  void load_slot(int i);
   // Tensor-parallel plumbing; each records the first failure in tp_status_ and then does nothing.
   void tp_allreduce(float* data, size_t count);
   void tp_allgather(float* full, size_t rows_per_rank, int width);
@@ -131,6 +172,12 @@ class Model {
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;
   int vocab_begin_ = 0;
+  // Pipeline stage: layers [first_layer_, end_layer_); offsets_ and layers_ are indexed from
+  // first_layer_.
+  int first_layer_ = 0, end_layer_ = 0;
+  bool embed_ = true, head_ = true;
+  std::vector<Slot> slots_;
+  int slot_ = 0;
   ParamTable table_;
   int max_batch_ = 0, max_seq_ = 0;
   AlignedBuffer<float> params_, grads_;

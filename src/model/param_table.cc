@@ -145,14 +145,21 @@ void place_tp_shard(const TensorInfo& t, const float* shard, float* full, int ra
 }
 
 ParamTable build_param_table(const ModelSpec& s, int tp) {
+  return build_stage_param_table(s, tp, 0, s.num_hidden_layers);
+}
+
+ParamTable build_stage_param_table(const ModelSpec& s, int tp, int first_layer, int end_layer) {
   ParamTable table;
+  const bool embed = first_layer == 0, head = end_layer == s.num_hidden_layers;
   const int64_t C = s.hidden_size, V = s.vocab_size, T = s.seq_length;
   const int64_t QKV = s.qkv_size(), F = s.intermediate_size;
   const int64_t Q = static_cast<int64_t>(s.num_attention_heads) * s.head_size();
   const int64_t KV = static_cast<int64_t>(s.num_key_value_heads) * s.head_size();
-  table.add_sharded("wte", {V, C}, -1, TpSplit::kVocab, true, tp);
-  table.add("wpe", {T, C}, -1, TpSplit::kReplicated, false);
-  for (int l = 0; l < s.num_hidden_layers; ++l) {
+  if (embed) {
+    table.add_sharded("wte", {V, C}, -1, TpSplit::kVocab, true, tp);
+    table.add("wpe", {T, C}, -1, TpSplit::kReplicated, false);
+  }
+  for (int l = first_layer; l < end_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     table.add(p + "ln1.w", {C}, l, TpSplit::kReplicated, false);
     table.add(p + "ln1.b", {C}, l, TpSplit::kReplicated, false);
@@ -178,8 +185,11 @@ ParamTable build_param_table(const ModelSpec& s, int tp) {
       table.add(p + "mlp.proj.b", {C}, l, TpSplit::kReplicated, false);
     }
   }
-  table.add("lnf.w", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);
-  table.add("lnf.b", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);
+  if (head) {
+    table.add("lnf.w", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);
+    table.add("lnf.b", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);
+    if (!embed) table.add_sharded("wte", {V, C}, s.num_hidden_layers, TpSplit::kVocab, true, tp);
+  }
   return table;
 }
 

@@ -77,6 +77,13 @@ class ParamTable {
 // the intermediate size (check_tp_divides says which does not).
 ParamTable build_param_table(const ModelSpec& spec, int tp = 1);
 
+// The tensors of one pipeline stage holding layers [first_layer, end_layer): the embeddings
+// (wte, wpe) when first_layer == 0; the final norm when end_layer == num_hidden_layers, and
+// there, when the stage does not also hold the embeddings, its own copy of the tied wte (layer
+// index num_hidden_layers; its gradient is summed with the first stage's before the update,
+// as Megatron does). Names match the full table's, so tensors are found across layouts by name.
+ParamTable build_stage_param_table(const ModelSpec& spec, int tp, int first_layer, int end_layer);
+
 // Whether the model can be split over tp ranks; the error names the dimension and the fix.
 Status check_tp_divides(const ModelSpec& spec, int tp);
 

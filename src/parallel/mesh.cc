@@ -81,6 +81,13 @@ std::vector<int> expert_dp_group_ranks(const MeshShape& s, int rank) {
   return ranks_varying(s, rank, s.dp / s.ep, [&](MeshCoords& c, int i) { c.dp = i * s.ep + c.ep; });
 }
 
+std::vector<int> mp_group_ranks(const MeshShape& s, int rank) {
+  std::vector<int> out;
+  for (int p : pp_group_ranks(s, rank))
+    for (int t : tp_group_ranks(s, p)) out.push_back(t);
+  return out;  // ascending: pp is slower-varying than tp
+}
+
 int pp_prev_rank(const MeshShape& s, int rank) {
   MeshCoords c = mesh_coords(s, rank);
   if (c.pp == 0) return -1;
@@ -144,6 +151,8 @@ StatusOr<std::unique_ptr<ProcessMesh>> ProcessMesh::build(comm::Group& world,
        "ep-" + pp + "-" + cp + "-" + tp + "-b" + std::to_string(c.expert_block)},
       {&m->expert_dp_, expert_dp_group_ranks(shape, r),
        "edp-" + pp + "-" + cp + "-" + tp + "-e" + std::to_string(c.ep)},
+      {&m->pp_, pp_group_ranks(shape, r), "pp-" + dp + "-" + cp + "-" + tp},
+      {&m->mp_, mp_group_ranks(shape, r), "mp-" + dp + "-" + cp},
   };
   for (const Spec& s : specs) {
     CANN_ASSIGN_OR_RETURN(*s.slot, world.new_subgroup(s.ranks, s.name));

@@ -17,8 +17,10 @@
 // the ranks at the same place in every block form the expert-data group that averages the
 // gradients of the same expert shard. ep divides dp.
 //
-// Pipeline neighbours talk point to point over the world group, so they need no group of
-// their own. Sub-groups of size 1 are built like the others, so code never special-cases them.
+// Pipeline neighbours talk point to point over the world group; the pipeline group (all stages
+// of one place) carries the tied embedding's gradient sum, the model-parallel group (tp x pp)
+// the gradient norm. Sub-groups of size 1 are built like the others, so code never
+// special-cases them.
 #pragma once
 
 #include <memory>
@@ -58,6 +60,8 @@ std::vector<int> dp_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> pp_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> ep_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> expert_dp_group_ranks(const MeshShape& shape, int rank);
+// Model-parallel group: the tp x pp ranks that hold one replica's (and context shard's) model.
+std::vector<int> mp_group_ranks(const MeshShape& shape, int rank);
 // The previous / next pipeline stage's rank at the same (tp, cp, dp) place; -1 at the ends.
 int pp_prev_rank(const MeshShape& shape, int rank);
 int pp_next_rank(const MeshShape& shape, int rank);
@@ -68,9 +72,9 @@ std::string describe_mesh_ranks(const MeshShape& shape);
 
 class ProcessMesh {
  public:
-  // A collective over `world`: every rank builds its tensor, context, data, expert and
-  // expert-data groups (in that order on every rank, so no two ranks wait on each other in
-  // different groups). `world` must outlive the mesh.
+  // A collective over `world`: every rank builds its tensor, context, data, expert,
+  // expert-data, pipeline and model-parallel groups (in that order on every rank, so no two
+  // ranks wait on each other in different groups). `world` must outlive the mesh.
   static StatusOr<std::unique_ptr<ProcessMesh>> build(comm::Group& world, const MeshShape& shape);
   ~ProcessMesh();
 
@@ -83,6 +87,8 @@ class ProcessMesh {
   comm::Group& dp() { return *dp_; }
   comm::Group& ep() { return *ep_; }
   comm::Group& expert_dp() { return *expert_dp_; }
+  comm::Group& pp() { return *pp_; }
+  comm::Group& mp() { return *mp_; }
   int pp_prev() const { return pp_prev_; }
   int pp_next() const { return pp_next_; }
   // One line: shape and this rank's coordinates.
@@ -94,7 +100,7 @@ class ProcessMesh {
   comm::Group& world_;
   MeshShape shape_;
   MeshCoords coords_;
-  std::unique_ptr<comm::Group> tp_, cp_, dp_, ep_, expert_dp_;
+  std::unique_ptr<comm::Group> tp_, cp_, dp_, ep_, expert_dp_, pp_, mp_;
   int pp_prev_ = -1, pp_next_ = -1;
 };
 

@@ -5,7 +5,10 @@
 #include "kernels/cpu/grad_norm.h"
 #include "model/param_table.h"
 #include "model/spec.h"
+#include "model/model.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_schedule.h"
+#include "plan/partition.h"
 #include "parallel/tp_comm.h"
 #include "plan/strategy.h"
 
@@ -16,9 +19,8 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   auto refuse = [&](const std::string& what) {
     return InvalidArgument("--strategy " + text + ": " + what);
   };
-  const char* later = " is planner-only in this build; hint: drop it (`run` trains dp, tp, sp, "
+  const char* later = " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, sp, "
                       "zero, mbs and gbs)";
-  if (s.pp != 1) return refuse("pipeline parallelism (pp=" + std::to_string(s.pp) + ")" + later);
   if (s.ep != 1) return refuse("expert parallelism (ep=" + std::to_string(s.ep) + ")" + later);
   if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
   if (s.vpp != 1) return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
@@ -29,22 +31,24 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
                   "hint: add tp=2 or drop sp");
   ParallelLayout l;
   l.tp = s.tp;
+  l.pp = s.pp;
   l.sp = s.sp;
-  if (world % s.tp != 0)
-    return refuse("tp=" + std::to_string(s.tp) + " needs a multiple of " + std::to_string(s.tp) +
+  const int mp = s.tp * s.pp;
+  if (world % mp != 0)
+    return refuse("tp*pp = " + std::to_string(mp) + " needs a multiple of " + std::to_string(mp) +
                   " processes, but " + std::to_string(world) +
                   " were started; hint: launch with --nproc-per-node " +
-                  std::to_string(s.dp > 0 ? s.dp * s.tp : s.tp) + " (times --nnodes)");
-  l.dp = world / s.tp;
+                  std::to_string(s.dp > 0 ? s.dp * mp : mp) + " (times --nnodes)");
+  l.dp = world / mp;
   if (s.dp != 0 && s.dp != l.dp)
-    return refuse("dp*tp = " + std::to_string(s.dp) + "*" + std::to_string(s.tp) + " = " +
-                  std::to_string(s.dp * s.tp) + ", but " + std::to_string(world) +
-                  " processes were started; hint: launch with --nproc-per-node " +
-                  std::to_string(s.dp * s.tp) + " (times --nnodes)");
-  if (s.tp > 1 && s.zero != 0)
+    return refuse("dp*tp*pp = " + std::to_string(s.dp) + "*" + std::to_string(s.tp) + "*" +
+                  std::to_string(s.pp) + " = " + std::to_string(s.dp * mp) + ", but " +
+                  std::to_string(world) + " processes were started; hint: launch with " +
+                  "--nproc-per-node " + std::to_string(s.dp * mp) + " (times --nnodes)");
+  if (mp > 1 && s.zero != 0)
     return refuse("zero=" + std::to_string(s.zero) +
-                  " with tp > 1 is not available in this build; hint: use zero=0 with tensor "
-                  "parallelism");
+                  " with tp or pp > 1 is not available in this build; hint: use zero=0 with "
+                  "model parallelism");
   return l;
 }
 
@@ -53,9 +57,15 @@ Status check_strategy_for_launch(const std::string& strategy, const std::string&
   if (strategy.empty()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(strategy));
   CANN_ASSIGN_OR_RETURN(ParallelLayout layout, parallel_layout(st, strategy, world));
-  if (layout.tp == 1) return OkStatus();
+  if (layout.tp == 1 && layout.pp == 1) return OkStatus();
   auto spec = model::load_model_spec(model_name);
   if (!spec.ok()) return OkStatus();  // the workers report a bad model with its own message
+  if (layout.pp > spec->num_hidden_layers)
+    return InvalidArgument("--strategy " + strategy + ": pp=" + std::to_string(layout.pp) +
+                           " stages but model '" + spec->name + "' has " +
+                           std::to_string(spec->num_hidden_layers) +
+                           " layers; hint: use at most one stage per layer");
+  if (layout.tp == 1) return OkStatus();
   Status fits = model::check_tp_divides(*spec, layout.tp);
   if (!fits.ok()) return InvalidArgument("--strategy " + strategy + ": " + fits.message());
   if (layout.sp && spec->is_moe())
@@ -72,6 +82,7 @@ StatusOr<std::unique_ptr<ModelParallel>> ModelParallel::create(comm::Group& worl
   parallel::MeshShape shape;
   shape.dp = layout.dp;
   shape.tp = layout.tp;
+  shape.pp = layout.pp;
   CANN_ASSIGN_OR_RETURN(mp->mesh_, parallel::ProcessMesh::build(world, shape));
   mp->tp_comm_ = std::make_unique<parallel::GroupTensorParallelComm>(mp->mesh_->tp());
   return mp;
@@ -101,17 +112,77 @@ std::function<double(const float*)> ModelParallel::grad_sum_of_squares(
   return [this, &table](const float* grads) {
     const bool count_replicated = mesh_->coords().tp == 0;
     double sum = 0.0;
-    for (const model::TensorInfo& t : table.tensors())
+    for (const model::TensorInfo& t : table.tensors()) {
+      const bool tied_copy = t.name == "wte" && t.layer >= 0;  // the last stage's copy
+      if (tied_copy) continue;
       if (t.tp_split != model::TpSplit::kReplicated || count_replicated)
         sum += kernels::sum_of_squares(grads + t.offset, t.numel);
+    }
     // fp32 on the wire: the norm only scales the clipping, 7 digits are plenty.
     float wire = static_cast<float>(sum);
     if (status_.ok())
-      status_ = mesh_->tp()
+      status_ = mesh_->mp()
                     .allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)
                     ->wait();
     return static_cast<double>(wire);
   };
+}
+
+int ModelParallel::stage() const {
+  return mesh_->coords().pp;
+}
+int ModelParallel::pp_prev() const {
+  return mesh_->pp_prev();
+}
+int ModelParallel::pp_next() const {
+  return mesh_->pp_next();
+}
+
+// Per-layer cost: the forward GEMM FLOPs per token (attention projections and scores, MLP or
+// the routed experts), the tied head added to the last layer. Embedding lookups cost ~0.
+model::PipelineStage ModelParallel::pipeline_stage(const model::ModelSpec& s, int micro_batches,
+                                                   bool gpipe) const {
+  const int L = s.num_hidden_layers, P = layout_.pp, stage = mesh_->coords().pp;
+  std::vector<double> costs(L);
+  const double C = s.hidden_size, T = s.seq_length;
+  for (int l = 0; l < L; ++l) {
+    const double attn = C * s.qkv_size() + C * C + 2.0 * T * C;
+    const double ffn = s.is_moe_layer(l)
+                           ? 2.0 * C * s.moe_intermediate_size * s.num_experts_per_tok +
+                                 C * s.num_local_experts
+                           : 2.0 * C * s.intermediate_size;
+    costs[l] = attn + ffn;
+  }
+  costs[L - 1] += C * s.vocab_size;
+  const std::vector<int> bounds = plan::partition_dp(costs, P);
+  model::PipelineStage ps;
+  ps.first_layer = bounds[stage];
+  ps.end_layer = bounds[stage + 1];
+  ps.slots = parallel::pipeline_slots(
+      gpipe ? parallel::PipelineSchedule::kGPipe : parallel::PipelineSchedule::k1F1B, stage, P,
+      micro_batches);
+  return ps;
+}
+
+Status ModelParallel::sync_tied_embedding(model::Model& model) {
+  if (layout_.pp == 1) return OkStatus();
+  const model::ParamTable& table = model.table();
+  auto wte = table.find("wte");
+  float* data = nullptr;
+  size_t count = 0;
+  if (wte.ok()) {
+    data = model.grads() + table.at(*wte).offset;
+    count = table.at(*wte).numel;
+  } else {
+    // A middle stage adds zeros: the sum runs over the whole pipeline group.
+    const model::ParamTable first = model::build_stage_param_table(model.spec(), layout_.tp, 0, 0);
+    count = first.at(*first.find("wte")).numel;
+    zero_wte_.assign(count, 0.0f);
+    data = zero_wte_.data();
+  }
+  return mesh_->pp()
+      .allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)
+      ->wait();
 }
 
 std::string ModelParallel::describe() const {

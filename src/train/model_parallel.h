@@ -1,13 +1,16 @@
 // ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
-// the layout `run` can train (dp x tp, with sequence parallelism on or off) and refuses, with
-// one line naming the key, what this build cannot train yet (pp, ep, cp, vpp, recompute). For
-// tp > 1 it builds the process mesh over the world group, the model's tensor-parallel
-// communicator over the mesh's tp group, and the gradient norm over tensor shards.
+// the layout `run` can train (dp x pp x tp, with sequence parallelism on or off) and refuses,
+// with one line naming the key, what this build cannot train yet (ep, cp, vpp, recompute).
+// For tp > 1 or pp > 1 it builds the process mesh over the world group, the model's
+// tensor-parallel communicator over the mesh's tp group, this rank's pipeline stage (layers
+// balanced by cost with the planner's partition), the gradient norm over the model-parallel
+// shards, and the sum of the tied embedding's two copies (first and last stage).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/tensor_parallel.h"
@@ -16,8 +19,11 @@ namespace cann::comm {
 class Group;
 }
 namespace cann::model {
+class Model;
 class ParamTable;
-}
+struct ModelSpec;
+struct PipelineStage;
+}  // namespace cann::model
 namespace cann::plan {
 struct Strategy;
 }
@@ -31,6 +37,7 @@ namespace cann::train {
 struct ParallelLayout {
   int dp = 1;
   int tp = 1;
+  int pp = 1;
   bool sp = false;
 };
 
@@ -54,8 +61,22 @@ class ModelParallel {
   model::TensorParallel tensor_parallel() const;
   comm::Group& dp_group();
   int dp_rank() const;
+  // Pipeline: this rank's stage, its neighbours (world ranks, -1 at the ends), and the stage's
+  // layers, balanced by cost over the stages (the planner's contiguous partition of per-layer
+  // FLOPs, the head counted with the last layer), with one activation slot per micro-batch
+  // in flight under `schedule`.
+  int stage() const;
+  int pp_prev() const;
+  int pp_next() const;
+  model::PipelineStage pipeline_stage(const model::ModelSpec& spec, int micro_batches,
+                                      bool gpipe) const;
+  // Adds the wte gradient of the first and last stage (each holds a copy of the tied
+  // embedding) so both copies take the same update. A collective over the pipeline group;
+  // a no-op without pipeline parallelism.
+  Status sync_tied_embedding(model::Model& model);
   // Sum of squares of the whole model's gradients from this rank's shards: split tensors
-  // counted on every tp rank, replicated ones on tp rank 0 only, summed over the tp group.
+  // counted on every tp rank, replicated ones on tp rank 0 only, the last stage's copy of the
+  // tied embedding not at all, summed over the model-parallel (tp x pp) group.
   // A communication failure is kept in status() and the local sum is returned.
   std::function<double(const float*)> grad_sum_of_squares(const model::ParamTable& table);
   const Status& status() const { return status_; }
@@ -70,6 +91,7 @@ class ModelParallel {
   std::unique_ptr<parallel::ProcessMesh> mesh_;
   std::unique_ptr<parallel::GroupTensorParallelComm> tp_comm_;
   Status status_;
+  std::vector<float> zero_wte_;  // a middle stage's share of the tied-embedding sum
 };
 
 }  // namespace cann::train

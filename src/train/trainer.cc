@@ -16,6 +16,7 @@
 #include "debug/hang_analysis.h"
 #include "model/flops.h"
 #include "model/param_table.h"
+#include "parallel/pipeline_runner.h"
 #include "plan/engine_memory.h"
 #include "plan/strategy.h"
 
@@ -79,9 +80,18 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            (bert ? " (the last id is [MASK])" : "") +
                            "; hint: pick a model whose vocab_size covers the data");
   CANN_RETURN_IF_ERROR(setup_model_parallel());
-  CANN_ASSIGN_OR_RETURN(model_, model::Model::create(spec_, micro_batch_, seq_len_,
-                                                     mp_ ? mp_->tensor_parallel()
-                                                         : model::TensorParallel{}));
+  const bool gpipe = config_.pipeline_schedule == "gpipe";
+  CANN_ASSIGN_OR_RETURN(
+      model_, model::Model::create(
+                  spec_, micro_batch_, seq_len_,
+                  mp_ ? mp_->tensor_parallel() : model::TensorParallel{},
+                  layout_.pp > 1 ? mp_->pipeline_stage(spec_, accum_steps_, gpipe)
+                                 : model::PipelineStage{}));
+  if (layout_.pp > 1)
+    pipeline_ = std::make_unique<parallel::PipelineRunner>(
+        *model_, *world_, mp_->pp_prev(), mp_->pp_next(),
+        gpipe ? parallel::PipelineSchedule::kGPipe : parallel::PipelineSchedule::k1F1B,
+        mp_->stage(), layout_.pp);
   optim::AdamWConfig oc;
   oc.weight_decay = config_.weight_decay;
   oc.grad_clip = config_.grad_clip;
@@ -224,10 +234,14 @@ void Trainer::report_step(const monitor::RankSnapshot& snap, bool last) {
 // Tensor parallelism (tp > 1): checks the model and the batch against the split, then builds
 // the process mesh (a collective over the world group).
 Status Trainer::setup_model_parallel() {
-  if (layout_.tp == 1) return OkStatus();
+  if (layout_.tp == 1 && layout_.pp == 1) return OkStatus();
   const std::string where = "--strategy " + config_.strategy + ": ";
   Status fits = model::check_tp_divides(spec_, layout_.tp);
   if (!fits.ok()) return InvalidArgument(where + fits.message());
+  if (layout_.pp > spec_.num_hidden_layers)
+    return InvalidArgument(where + "pp=" + std::to_string(layout_.pp) + " stages but model '" +
+                           spec_.name + "' has " + std::to_string(spec_.num_hidden_layers) +
+                           " layers; hint: use at most one stage per layer");
   if (layout_.sp && spec_.is_moe())
     return InvalidArgument(where + "sp=on with MoE model '" + spec_.name +
                            "' is not available (each rank would route its own tokens against "
@@ -237,9 +251,34 @@ Status Trainer::setup_model_parallel() {
                            " tokens of a micro-batch over tp=" + std::to_string(layout_.tp) +
                            " ranks; hint: pick mbs or --seq-len so that tp divides mbs*seq_len");
   if (!config_.checkpoint_dir.empty() || config_.resume)
-    return InvalidArgument(where + "checkpoints of tensor-parallel runs are not available in this "
-                           "build; hint: drop --checkpoint-dir/--resume or use tp=1");
+    return InvalidArgument(where + "checkpoints of tensor- or pipeline-parallel runs are not "
+                           "available in this build; hint: drop --checkpoint-dir/--resume or use "
+                           "tp=1,pp=1");
   CANN_ASSIGN_OR_RETURN(mp_, ModelParallel::create(*world_, layout_));
+  return OkStatus();
+}
+
+Status Trainer::pipeline_step(float grad_scale, model::ForwardStats* st,
+                              parallel::StepComm* comm_stats) {
+  auto batch = [this](int, const int** inputs, const int** targets) {
+    next_batch();
+    *inputs = inputs_.data();
+    *targets = targets_.data();
+  };
+  auto last_backward = [this, comm_stats](float scale) {
+    return dp_->backward_and_reduce(scale, comm_stats);
+  };
+  auto stepped = pipeline_->step(accum_steps_, micro_batch_, seq_len_, grad_scale, batch,
+                                 last_backward);
+  if (!stepped.ok()) return comm_failure(stepped.status());
+  const float frac = 1.0f / static_cast<float>(accum_steps_);
+  st->loss = stepped->loss * frac;
+  st->lm_loss = stepped->lm_loss * frac;
+  st->aux_loss = stepped->aux_loss * frac;
+  if (!std::isfinite(st->loss))
+    return FailedPrecondition("loss is " + std::to_string(st->loss) + " at step " +
+                              std::to_string(current_step_.load() + 1) + " on rank " +
+                              std::to_string(rank_) + "; hint: lower --lr or --grad-clip");
   return OkStatus();
 }
 
@@ -256,10 +295,10 @@ Status Trainer::resolve_layout() {
     mbs = st.mbs;
     zero_stage_ = st.zero;
   }
-  // Each data-parallel replica (tp ranks together) takes gbs / dp sequences.
-  if (layout_.tp == 1) layout_.dp = world_size_;
+  // Each data-parallel replica (its tp x pp ranks together) takes gbs / dp sequences.
+  if (layout_.tp == 1 && layout_.pp == 1) layout_.dp = world_size_;
   data_world_ = layout_.dp;
-  data_rank_ = rank_ / layout_.tp;
+  data_rank_ = rank_ / layout_.tp % layout_.dp;
   if (gbs % data_world_ != 0)
     return InvalidArgument("global batch " + std::to_string(gbs) + " does not divide over " +
                            std::to_string(data_world_) + " data-parallel ranks; hint: use a " +
@@ -293,6 +332,7 @@ std::string Trainer::planner_memory_note() const {
   plan::Strategy s;
   s.dp = dp_ ? layout_.dp : 1;
   s.tp = layout_.tp;
+  s.pp = layout_.pp;
   s.sp = layout_.sp;
   s.zero = dp_ ? zero_stage_ : 0;
   s.mbs = micro_batch_;
@@ -451,6 +491,12 @@ StatusOr<double> Trainer::evaluate() {
         std::memcpy(&tg[static_cast<size_t>(i) * T], &data_.val[w * T + 1], sizeof(int) * T);
       }
       mask_batch(in.data(), tg.data(), ids.data(), B);
+      if (pipeline_) {
+        auto st = pipeline_->forward_only(in.data(), tg.data(), B, T);
+        if (!st.ok()) return comm_failure(st.status());
+        sum += static_cast<float>(st->lm_loss);
+        continue;
+      }
       sum += static_cast<float>(model_->forward(in.data(), tg.data(), B, T).lm_loss);
       if (!model_->tp_status().ok()) return comm_failure(model_->tp_status());
       if (dp_ && !dp_->param_status().ok()) return comm_failure(dp_->param_status());
@@ -458,6 +504,7 @@ StatusOr<double> Trainer::evaluate() {
   }
   sum /= static_cast<float>(config_.eval_batches * accum_steps_);
   CANN_RETURN_IF_ERROR(average_over_ranks(&sum, 1, "val_loss"));
+  if (pipeline_) sum *= static_cast<float>(layout_.pp);  // only the last stage scored
   return static_cast<double>(sum);
 }
 
@@ -598,7 +645,11 @@ Status Trainer::run(RunSummary* summary) {
     parallel::StepComm comm_stats;
     const float grad_scale = 1.0f / static_cast<float>(accum_steps_);
     double forward_s = 0.0, backward_s = 0.0;
-    for (int k = 0; k < accum_steps_; ++k) {
+    if (pipeline_) {
+      CANN_RETURN_IF_ERROR(pipeline_step(grad_scale, &st, &comm_stats));
+      backward_s = now_seconds() - t0;
+    }
+    for (int k = 0; k < (pipeline_ ? 0 : accum_steps_); ++k) {
       next_batch();
       const double tf = now_seconds();
       const model::ForwardStats micro = model_->forward(inputs_.data(), targets_.data(), B, T);
@@ -640,6 +691,8 @@ Status Trainer::run(RunSummary* summary) {
       float scalars[4] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
                           static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f};
       CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 4, "step_scalars"));
+      // Under pp the stages' shares of the loss add up to it: the world mean is 1/pp of it.
+      for (int i = 0; i < 3 && pipeline_; ++i) scalars[i] *= static_cast<float>(layout_.pp);
       st.loss = scalars[0];
       st.lm_loss = scalars[1];
       st.aux_loss = scalars[2];
@@ -648,6 +701,10 @@ Status Trainer::run(RunSummary* summary) {
     const float lr = schedule_.at(step);
     double norm = 0.0;
     if (dp_) {
+      if (mp_) {
+        Status tied = mp_->sync_tied_embedding(*model_);
+        if (!tied.ok()) return comm_failure(tied);
+      }
       auto stepped = dp_->step(lr);
       if (!stepped.ok()) return comm_failure(stepped.status());
       norm = *stepped;

@@ -32,6 +32,7 @@
 #include "monitor/tensorboard.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "parallel/pipeline_runner.h"
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/distributed.h"
@@ -71,6 +72,8 @@ class Trainer {
   Status check_fits_in_memory() const;
   Status resolve_layout();
   Status setup_model_parallel();
+  // One optimizer step's forward/backward passes through the pipeline (pp > 1).
+  Status pipeline_step(float grad_scale, model::ForwardStats* st, parallel::StepComm* comm_stats);
   Status start_monitoring(const DistEnv* env);
   // Publishes this rank's flight-recorder beacon to the store about once a second.
   void start_beacon(const DistEnv& env);
@@ -129,6 +132,7 @@ class Trainer {
   // Data ranks are the data-parallel coordinates: the tp ranks of one replica read one batch.
   ParallelLayout layout_;
   std::unique_ptr<ModelParallel> mp_;
+  std::unique_ptr<parallel::PipelineRunner> pipeline_;  // pp > 1
   int data_rank_ = 0;
   int data_world_ = 1;
   struct CloseFile {
