@@ -132,6 +132,12 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->check(kPositive)
       ->group(kParallel)
       ->capture_default_str();
+  run->add_option("--compute-nice", config->compute_nice,
+                  "Nice value for the compute threads of a multi-process run (0-19), so that "
+                  "communication threads run first when cores are scarce; 0: equal priority")
+      ->check(CLI::Range(0, 19))
+      ->group(kParallel)
+      ->capture_default_str();
 
   const char* kMonitor = "Monitoring";
   auto monitor_list = std::make_shared<std::string>("dashboard,prometheus");

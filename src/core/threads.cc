@@ -2,6 +2,8 @@
 #include "core/threads.h"
 
 #include <omp.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -29,5 +31,22 @@ int num_threads() {
 }
 
 const char* blas_core_name() { return openblas_get_corename(); }
+
+int set_compute_nice(int nice) {
+  int failures = 0;
+  auto lower = [&] {
+    const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+    if (setpriority(PRIO_PROCESS, tid, nice) != 0) {
+#pragma omp atomic
+      ++failures;
+    }
+  };
+  lower();
+#pragma omp parallel num_threads(num_threads())
+  {
+    if (omp_get_thread_num() != 0) lower();
+  }
+  return failures;
+}
 
 }  // namespace cann

@@ -10,6 +10,13 @@ int hardware_threads();
 void set_num_threads(int n);
 int num_threads();
 
+// Sets the nice value of the calling thread and of the OpenMP workers (the compute threads),
+// leaving threads created earlier by others (communication) at theirs: on a machine with no
+// core to spare, the scheduler then runs a communication thread as soon as it has work
+// instead of sharing the core evenly with compute. Returns how many threads could not be
+// changed (lowering priority needs no privilege; raising it back does).
+int set_compute_nice(int nice);
+
 // The kernel family OpenBLAS uses ("SkylakeX", "Haswell", ...).
 const char* blas_core_name();
 

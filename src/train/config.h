@@ -38,6 +38,7 @@ struct TrainConfig {
   std::string compress = "none";  // none | bf16 | onebit | topk:RATIO
   int onebit_warmup = -1;         // fp32 steps before 1-bit compression; -1: 15% of the run
   double bucket_mb = 25.0;        // gradient bucket size after the first (1 MiB) bucket
+  int compute_nice = 0;           // nice value of compute threads in multi-process runs
   std::string pipeline_schedule = "1f1b";  // pp > 1: gpipe | 1f1b
   // Monitoring: who serves the dashboard is decided by Trainer::start_monitoring.
   bool monitor = true;

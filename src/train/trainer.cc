@@ -616,6 +616,10 @@ Status Trainer::run(RunSummary* summary) {
                      " of " + std::to_string(micro_batch_) + " per rank, " + dp_->describe());
   }
 
+  // Every group exists by now, so their communication threads keep their priority.
+  if (world_ && config_.compute_nice > 0 && set_compute_nice(config_.compute_nice) != 0)
+    log_warning("--compute-nice " + std::to_string(config_.compute_nice) +
+                ": could not lower the priority of every compute thread");
   g_stop_signal = 0;
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
