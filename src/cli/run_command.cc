@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "cli/auto_strategy.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "core/threads.h"
@@ -105,9 +106,11 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
 
   const char* kParallel = "Data parallelism";
   run->add_option("--strategy", config->strategy,
-                  "Parallel layout: dp=P,tp=T,pp=S,sp=on|off,zero=0|1,mbs=M,gbs=G (dp*tp*pp = "
+                  "Parallel layout: dp=P,tp=T,pp=S,sp=on|off,zero=0-3,mbs=M,gbs=G (dp*tp*pp = "
                   "the processes launched; gbs = --batch-size; mbs sets the micro-batch, hence "
-                  "gradient accumulation or pipeline micro-batches)")
+                  "gradient accumulation or pipeline micro-batches), or auto: the planner picks "
+                  "processes, threads and layout for this machine's cores (or --nproc-per-node); "
+                  "`run` with no arguments uses auto")
       ->group(kParallel);
   run->add_option("--pipeline-schedule", config->pipeline_schedule,
                   "Pipeline schedule when the strategy has pp > 1: gpipe or 1f1b")
@@ -215,8 +218,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->group(kLaunch);
 
   auto threads_given = run->get_option("--threads");
+  auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
-  return [config, launch, comm, threads_given, port_given, monitor_list, monitor_port,
+  return [config, launch, comm, threads_given, nproc_given, port_given, monitor_list, monitor_port,
           tensorboard_dir, argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
@@ -254,6 +258,39 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     config->monitor_server.try_next_ports = port_given->count() == 0;
     auto env = train::detect_dist_env();
     if (!env.ok()) return report(env.status());
+    std::vector<std::string> worker_args = argv_after_binary;
+    if (argv_after_binary.size() <= 1 && !env->has_value()) config->strategy = "auto";
+    if (config->strategy == "auto") {
+      if (env->has_value() || launch->nnodes > 1)
+        return report(InvalidArgument(
+            "--strategy auto plans one machine from its launching process; hint: give workers "
+            "of another launcher, or several nodes, an explicit --strategy"));
+      const int cores = nproc_given->count() > 0 ? launch->nproc_per_node : hardware_threads();
+      auto choice = choose_auto_strategy(*config, cores);
+      if (!choice.ok()) return report(choice.status());
+      if (!config->quiet) std::printf("%s\n", choice->report.c_str());
+      std::fflush(stdout);
+      launch->nproc_per_node = choice->processes;
+      config->strategy = choice->strategy;
+      if (choice->processes == 1) {
+        if (threads_given->count() == 0) config->threads = choice->threads;
+      } else {
+        // The workers get the chosen layout in place of "auto".
+        std::vector<std::string> args;
+        for (size_t i = 0; i < worker_args.size(); ++i) {
+          const std::string& a = worker_args[i];
+          if (a == "--strategy" || a == "--nproc-per-node") {
+            ++i;
+            continue;
+          }
+          if (a.rfind("--strategy=", 0) == 0 || a.rfind("--nproc-per-node=", 0) == 0) continue;
+          args.push_back(a);
+        }
+        args.insert(args.end(), {"--strategy", choice->strategy, "--nproc-per-node",
+                                 std::to_string(choice->processes)});
+        worker_args = args;
+      }
+    }
     if (!env->has_value() && (launch->nproc_per_node > 1 || launch->nnodes > 1)) {
       // This process is the agent: launch the workers with the same arguments.
       if (Status st = train::check_strategy_for_launch(
@@ -268,7 +305,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ac.rdzv_timeout_s = launch->rdzv_timeout_s;
       ac.comm_addr = launch->comm_addr;
       ac.backend = comm->backend;
-      ac.worker_args = argv_after_binary;
+      ac.worker_args = worker_args;
       ac.monitor = config->monitor;
       ac.monitor_server = config->monitor_server;
       ac.alerts = config->alerts;

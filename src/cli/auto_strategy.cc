@@ -1,0 +1,203 @@
+// The planner's choice of layout for this machine.
+#include "cli/auto_strategy.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/threads.h"
+#include "core/timer.h"
+#include "kernels/cpu/linear.h"
+#include "model/spec.h"
+#include "plan/cluster.h"
+#include "plan/predict.h"
+#include "plan/strategy.h"
+#include "train/model_parallel.h"
+
+namespace cann::cli {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// `cann-train bench calibrate --nproc cores`, its output hidden; the spec lands where
+// load_cluster_spec("local") finds it.
+Status calibrate(int cores) {
+  std::printf("auto: measuring this machine first (cann-train bench calibrate --nproc %d)\n",
+              cores);
+  std::fflush(stdout);
+  const std::string nproc = std::to_string(cores);
+  const pid_t pid = fork();
+  if (pid < 0) return Internal("auto: cannot start the calibration (fork failed)");
+  if (pid == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    execl("/proc/self/exe", "cann-train", "bench", "calibrate", "--nproc", nproc.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return Internal("auto: `cann-train bench calibrate` failed; hint: run it by hand to see why, "
+                    "or pass an explicit --strategy");
+  return OkStatus();
+}
+
+// GFLOP/s of one GEMM of the model's MLP shape with `threads` threads.
+double gemm_rate(int threads, int N, int C, int F) {
+  set_num_threads(threads);
+  std::vector<float> x(static_cast<size_t>(N) * C, 0.5f), w(static_cast<size_t>(F) * C, 0.25f),
+      y(static_cast<size_t>(N) * F);
+  kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, F);
+  const double flops = 2.0 * N * C * F;
+  const int reps = std::max(2, static_cast<int>(2e9 / flops));
+  const double t0 = now_seconds();
+  for (int r = 0; r < reps; ++r)
+    kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, F);
+  return flops * reps / (now_seconds() - t0) / 1e9;
+}
+
+struct Priced {
+  plan::Strategy strategy;
+  double step_s = 0;
+  double memory = 0;
+};
+
+std::string describe(const Priced& p, int processes, int threads) {
+  char buf[256];
+  if (processes == 1)
+    std::snprintf(buf, sizeof(buf), "1 process x %d threads (mbs=%d): %.3f s/step, %.1f MiB",
+                  threads, p.strategy.mbs, p.step_s, p.memory / (1 << 20));
+  else
+    std::snprintf(buf, sizeof(buf), "%d processes, %s: %.3f s/step, %.1f MiB per process",
+                  processes, plan::strategy_string(p.strategy).c_str(), p.step_s,
+                  p.memory / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores) {
+  CANN_ASSIGN_OR_RETURN(model::ModelSpec spec, model::load_model_spec(config.model));
+  auto local = plan::load_cluster_spec("local");
+  if (!local.ok() && local.status().code() == StatusCode::kNotFound) {
+    CANN_RETURN_IF_ERROR(calibrate(cores));
+    local = plan::load_cluster_spec("local");
+  }
+  if (!local.ok()) return local.status();
+  plan::ClusterSpec cluster = *local;
+  cluster.nodes = 1;
+  cluster.devices_per_node = cores;
+  const int seq = config.seq_len > 0 ? config.seq_len : spec.seq_length;
+  const int gbs = config.batch_size;
+  plan::EngineBuckets buckets;
+  buckets.bytes = config.bucket_mb * (1 << 20);
+
+  auto price = [&](const plan::ClusterSpec& c, const plan::Strategy& s) -> StatusOr<Priced> {
+    CANN_ASSIGN_OR_RETURN(plan::PlanInput in, plan::make_plan_input(spec, c, 0));
+    in.seq_len = seq;
+    in.engine_buckets = buckets;
+    CANN_ASSIGN_OR_RETURN(plan::Prediction p, plan::predict(in, s, plan::Fidelity::kExact));
+    if (!p.fits) return FailedPrecondition("does not fit");
+    return Priced{s, p.step_time_s, p.memory_peak_bytes};
+  };
+
+  // One process using every core: one device, its GEMM rate scaled by the threads' speed-up,
+  // measured on the model's MLP shape (capped, so a huge model costs no more than a second).
+  const int N = std::min(std::min(gbs, 8) * seq, 2048), C = std::min(spec.hidden_size, 1024),
+            F = std::min(spec.intermediate_size, 4096);
+  const double one = gemm_rate(1, N, C, F), all = gemm_rate(cores, N, C, F);
+  set_num_threads(config.threads);
+  const double speedup = std::max(1.0, all / one);
+  plan::ClusterSpec single = cluster;
+  single.devices_per_node = 1;
+  single.device.peak_tflops *= speedup;
+  single.device.memory_gb *= cores;
+  single.device.memory_bandwidth_GBps *= std::min<double>(cores, speedup);
+  std::vector<Priced> alone, split;
+  for (int mbs : divisors(gbs)) {
+    plan::Strategy s;
+    s.dp = 1;
+    s.mbs = mbs;
+    s.gbs = gbs;
+    if (auto p = price(single, s); p.ok()) alone.push_back(*p);
+  }
+  // One single-threaded process per core.
+  if (cores > 1) {
+    for (int tp : divisors(cores))
+      for (int pp : divisors(cores / tp)) {
+        const int dp = cores / (tp * pp);
+        if (gbs % dp != 0) continue;
+        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
+          for (int zero = 0; zero <= (tp * pp == 1 ? 3 : 0); ++zero)
+            for (int mbs : divisors(gbs / dp)) {
+              plan::Strategy s;
+              s.dp = dp;
+              s.tp = tp;
+              s.pp = pp;
+              s.sp = sp == 1;
+              s.zero = zero;
+              s.mbs = mbs;
+              s.gbs = gbs;
+              if (!train::check_strategy_for_launch(plan::strategy_string(s), config.model, cores)
+                       .ok())
+                continue;
+              if (auto p = price(cluster, s); p.ok()) split.push_back(*p);
+            }
+      }
+  }
+  auto fastest = [](std::vector<Priced>& v) {
+    std::sort(v.begin(), v.end(), [](const Priced& a, const Priced& b) {
+      return a.step_s < b.step_s || (a.step_s == b.step_s && a.memory < b.memory);
+    });
+  };
+  fastest(alone);
+  fastest(split);
+  if (alone.empty() && split.empty())
+    return InvalidArgument("--strategy auto: no layout of model '" + spec.name + "' with batch " +
+                           std::to_string(gbs) + " x " + std::to_string(seq) +
+                           " fits this machine's memory by the planner; hint: a smaller model, or a lower --batch-size "
+                           "or --seq-len");
+  AutoChoice c;
+  const bool pick_alone = !alone.empty() && (split.empty() || alone[0].step_s <= split[0].step_s);
+  char head[200];
+  std::snprintf(head, sizeof(head),
+                "auto: planned %zu layouts of %s for %d cores (threads speed one GEMM up %.2fx "
+                "here); ",
+                alone.size() + split.size(), spec.name.c_str(), cores, speedup);
+  c.report = head;
+  if (pick_alone) {
+    c.processes = 1;
+    c.threads = cores;
+    c.report += "chose " + describe(alone[0], 1, cores);
+    if (!split.empty()) {
+      char why[96];
+      std::snprintf(why, sizeof(why), "\nauto: best over %d processes, %.0f%% slower: ", cores,
+                    100.0 * (split[0].step_s / alone[0].step_s - 1.0));
+      c.report += why + describe(split[0], cores, 1);
+    }
+  } else {
+    c.processes = cores;
+    c.threads = 1;
+    c.strategy = plan::strategy_string(split[0].strategy);
+    c.report += "chose " + describe(split[0], cores, 1);
+    if (!alone.empty()) {
+      char why[96];
+      std::snprintf(why, sizeof(why), "\nauto: one process with %d threads, %.0f%% slower: ",
+                    cores, 100.0 * (alone[0].step_s / split[0].step_s - 1.0));
+      c.report += why + describe(alone[0], 1, cores);
+    }
+  }
+  return c;
+}
+
+}  // namespace cann::cli
