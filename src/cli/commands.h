@@ -9,6 +9,9 @@
 namespace CLI {
 class App;
 }
+namespace cann::train {
+struct TrainConfig;
+}
 
 namespace cann::cli {
 
@@ -17,6 +20,10 @@ using CommandMain = std::function<int()>;
 // `cann-train run`: train a model in one process, or launch and supervise worker processes
 // (which re-run the binary with `argv_after_binary`).
 CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary);
+
+// The debugging flags of `cann-train run`: --profile, --profile-dir, --grad-norms,
+// --halt-on-nan.
+void add_run_debug_flags(CLI::App* run, train::TrainConfig* config);
 
 // `cann-train debug hang`: diagnose a running job.
 CommandMain add_debug_command(CLI::App& app);

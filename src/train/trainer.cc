@@ -17,6 +17,7 @@
 #include "model/flops.h"
 #include "model/param_table.h"
 #include "plan/strategy.h"
+#include "train/step_profiler.h"
 
 namespace cann::train {
 namespace {
@@ -144,6 +145,11 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            ", beyond --steps " + std::to_string(config_.steps) +
                            "; hint: raise --steps to continue training");
   CANN_RETURN_IF_ERROR(start_monitoring(env));
+  if (!config_.profile.empty()) {
+    CANN_ASSIGN_OR_RETURN(const ProfileSchedule ps, parse_profile_schedule(config_.profile));
+    profiler_ =
+        std::make_unique<StepProfiler>(ps, config_.profile_dir, rank_, world_size_, host_name());
+  }
   if (!config_.tensorboard_dir.empty() && leader()) {
     CANN_ASSIGN_OR_RETURN(tensorboard_, monitor::TensorBoardWriter::open(config_.tensorboard_dir));
   }
@@ -420,11 +426,13 @@ Status Trainer::save_checkpoint(int step) {
   st.sampler = sampler_->state();
   st.rng = rng_.state();
   Stopwatch sw;
+  const double t0 = now_seconds();
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
   if (!leader()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(std::string path,
                         save_training_checkpoint(config_.checkpoint_dir, config_.keep_checkpoints,
                                                  *model_, snap, st, config_));
+  if (profiler_) profiler_->checkpoint(t0, now_seconds(), path);
   char buf[64];
   std::snprintf(buf, sizeof(buf), " (%.2f s)", sw.elapsed());
   progress_.line("checkpoint saved: " + path + buf);
@@ -466,6 +474,13 @@ std::string Trainer::generate_sample() {
   const std::string prompt = data::decode_bytes({ctx.data(), prompt_len});
   const std::string text = data::decode_bytes({ctx.data() + prompt_len, ctx.size() - prompt_len});
   return prompt + text;
+}
+
+Status Trainer::finish_profile() {
+  auto line = profiler_->finish(world_.get());
+  if (!line.ok()) return line.status();
+  if (!line->empty() && !config_.quiet) progress_.line(*line);
+  return OkStatus();
 }
 
 Status Trainer::write_log_line(const std::string& line) {
@@ -532,6 +547,7 @@ Status Trainer::run(RunSummary* summary) {
   int timed_steps = 0;
   for (int step = start_step_; step < config_.steps; ++step) {
     current_step_ = step;
+    if (profiler_) profiler_->begin_step(step - start_step_, step + 1);
     const double t0 = now_seconds();
     model_->zero_grads();
     // Micro-steps: each rank's share of the global batch in accum_steps_ forward/backward
@@ -545,6 +561,7 @@ Status Trainer::run(RunSummary* summary) {
       const double tf = now_seconds();
       const model::ForwardStats micro = model_->forward(inputs_.data(), targets_.data(), B, T);
       forward_s += now_seconds() - tf;
+      if (profiler_) profiler_->compute("forward", tf, now_seconds());
       const double tb = now_seconds();
       if (!std::isfinite(micro.loss))
         return FailedPrecondition("loss is " + std::to_string(micro.loss) + " at step " +
@@ -560,6 +577,7 @@ Status Trainer::run(RunSummary* summary) {
         model_->backward(grad_scale);
       }
       backward_s += now_seconds() - tb;
+      if (profiler_) profiler_->compute("backward", tb, now_seconds());
       if (spec_.is_moe()) {
         if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
         for (int i = 0; i < model_->num_moe_layers(); ++i) {
@@ -583,6 +601,7 @@ Status Trainer::run(RunSummary* summary) {
     }
     const float lr = schedule_.at(step);
     double norm = 0.0;
+    const double t_opt = now_seconds();
     if (dp_) {
       auto stepped = dp_->step(lr);
       if (!stepped.ok()) return comm_failure(stepped.status());
@@ -591,6 +610,10 @@ Status Trainer::run(RunSummary* summary) {
       norm = opt_->step(model_->params(), model_->grads(), lr);
     }
     const double dt = now_seconds() - t0;
+    if (profiler_) {
+      profiler_->compute("optimizer", t_opt, t0 + dt);
+      profiler_->compute("step", t0, t0 + dt);
+    }
     // The first step pays for page faults and BLAS warm-up: keep it out of the ETA.
     if (step > start_step_) {
       time_sum += dt;
@@ -637,7 +660,9 @@ Status Trainer::run(RunSummary* summary) {
     const bool stop_now =
         stop_requested || (config_.exit_interval > 0 && done % config_.exit_interval == 0 && !last);
     if ((config_.eval_every > 0 && done % config_.eval_every == 0) || last) {
+      const double t_eval = now_seconds();
       CANN_ASSIGN_OR_RETURN(const double val, evaluate());
+      if (profiler_) profiler_->compute("evaluate", t_eval, now_seconds());
       summary->last_val_loss = val;
       last_val_loss_ = val;
       line.add("val_loss", val);
@@ -692,6 +717,8 @@ Status Trainer::run(RunSummary* summary) {
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
     if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
       CANN_RETURN_IF_ERROR(save_checkpoint(done));
+    if (profiler_ && world_) profiler_->collect_comm(*world_);
+    if (profiler_ && profiler_->end_step()) CANN_RETURN_IF_ERROR(finish_profile());
     if (stop_now) {
       summary->interrupted = stop_requested;
       if (leader())
@@ -702,6 +729,7 @@ Status Trainer::run(RunSummary* summary) {
       break;
     }
   }
+  if (profiler_) CANN_RETURN_IF_ERROR(finish_profile());  // the run ended inside the window
   progress_.finish();
   log_.reset();
   if (spec_.architecture == model::Architecture::kGpt && config_.sample_tokens > 0 &&

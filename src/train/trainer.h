@@ -36,6 +36,7 @@
 #include "train/data_parallel.h"
 #include "train/distributed.h"
 #include "train/progress.h"
+#include "train/step_profiler.h"
 #include "train/train_state.h"
 
 namespace cann::train {
@@ -85,6 +86,8 @@ class Trainer {
   Status save_checkpoint(int step);
   std::string generate_sample();
   Status write_log_line(const std::string& line);
+  // --profile: writes the traces (a collective when several ranks run).
+  Status finish_profile();
 
   TrainConfig config_;
   model::ModelSpec spec_;
@@ -127,6 +130,7 @@ class Trainer {
   };
   std::unique_ptr<FILE, CloseFile> log_;
   Progress progress_;
+  std::unique_ptr<StepProfiler> profiler_;  // --profile only
 };
 
 }  // namespace cann::train
