@@ -28,6 +28,9 @@ void add_run_debug_flags(CLI::App* run, train::TrainConfig* config);
 // `cann-train debug hang`: diagnose a running job.
 CommandMain add_debug_command(CLI::App& app);
 
+// `cann-train debug grads` (debug_grads.cc), registered under `debug`.
+CommandMain add_debug_grads_command(CLI::App* debug);
+
 // `cann-train bench comm ...`: benchmarks that launch their own worker processes.
 CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after_binary);
 

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 #include <cmath>
+#include <filesystem>
 
 #include <csignal>
 #include <cstring>
@@ -149,6 +150,11 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     CANN_ASSIGN_OR_RETURN(const ProfileSchedule ps, parse_profile_schedule(config_.profile));
     profiler_ =
         std::make_unique<StepProfiler>(ps, config_.profile_dir, rank_, world_size_, host_name());
+  }
+  if (config_.grad_norms || config_.halt_on_nan) {
+    const std::string dump_dir = std::filesystem::path(config_.log_json).parent_path().string();
+    grad_watch_ = std::make_unique<GradWatch>(model_->table(), config_.halt_on_nan,
+                                              dump_dir.empty() ? "." : dump_dir, rank_);
   }
   if (!config_.tensorboard_dir.empty() && leader()) {
     CANN_ASSIGN_OR_RETURN(tensorboard_, monitor::TensorBoardWriter::open(config_.tensorboard_dir));
@@ -483,6 +489,16 @@ Status Trainer::finish_profile() {
   return OkStatus();
 }
 
+Status Trainer::report_nonfinite(int step) {
+  std::string event, message;
+  Status s = grad_watch_->on_nonfinite(step, model_->grads(), &event, &message);
+  if (!event.empty()) CANN_RETURN_IF_ERROR(write_log_line(event));
+  const std::string& text = s.ok() ? message : s.message();
+  if (hub_ && !text.empty()) hub_->add_event({unix_seconds(), "nonfinite_grad", rank_, text});
+  if (s.ok() && !message.empty()) log_warning("rank " + std::to_string(rank_) + ": " + message);
+  return s;
+}
+
 Status Trainer::write_log_line(const std::string& line) {
   if (!log_) return OkStatus();
   if (std::fprintf(log_.get(), "%s\n", line.c_str()) < 0 || std::fflush(log_.get()) != 0)
@@ -587,17 +603,20 @@ Status Trainer::run(RunSummary* summary) {
       }
     }
     const double compute_s = now_seconds() - t0 - comm_stats.comm_exposed_s;
+    bool grads_bad = grad_watch_ && grad_watch_->inspect(model_->grads(), step + 1);
     // The losses for the log and the stop request are agreed by all ranks (any rank's signal
     // stops all at the same step, so no rank waits in a collective the others never issue).
     bool stop_requested = g_stop_signal != 0 || (server_ != nullptr && server_->stop_requested());
     if (world_) {
-      float scalars[4] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
-                          static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f};
-      CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 4, "step_scalars"));
+      float scalars[5] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
+                          static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f,
+                          grads_bad ? 1.0f : 0.0f};
+      CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 5, "step_scalars"));
       st.loss = scalars[0];
       st.lm_loss = scalars[1];
       st.aux_loss = scalars[2];
       stop_requested = scalars[3] > 0.0f;
+      grads_bad = scalars[4] > 0.0f;
     }
     const float lr = schedule_.at(step);
     double norm = 0.0;
@@ -671,7 +690,9 @@ Status Trainer::run(RunSummary* summary) {
                     st.loss);
       if (show) progress_.line(buf);
     }
+    if (config_.grad_norms) line.add_raw("grad_norms", grad_watch_->norms_json());
     CANN_RETURN_IF_ERROR(write_log_line(line.str()));
+    if (grads_bad) CANN_RETURN_IF_ERROR(report_nonfinite(done));
     if (tensorboard_) {
       const double wall = unix_seconds();
       Status tb = tensorboard_->add_scalar("train/loss", st.loss, done, wall);
