@@ -655,6 +655,8 @@ Status Trainer::run(RunSummary* summary) {
     r.tokens_per_s = tokens / dt;
     r.gflops = flops_per_token * tokens / dt / 1e9;
     r.eta_s = avg * (config_.steps - done);
+    r.samples = static_cast<int64_t>(sampler_->state().consumed);
+    r.tflops_per_device = r.gflops / 1e3 / world_size_;
     if (show) progress_.step(r);
 
     JsonLine line;
@@ -717,7 +719,7 @@ Status Trainer::run(RunSummary* summary) {
       snap.time = unix_seconds();
       snap.step = done;
       snap.total_steps = config_.steps;
-      snap.samples = static_cast<int64_t>(sampler_->state().consumed);
+      snap.samples = r.samples;
       snap.loss = st.loss;
       snap.val_loss = last_val_loss_;
       snap.lr = lr;
@@ -727,7 +729,7 @@ Status Trainer::run(RunSummary* summary) {
       snap.forward_s = forward_s;
       snap.backward_s = backward_s - comm_stats.comm_exposed_s;
       snap.tokens_per_s = r.tokens_per_s;
-      snap.tflops_per_device = r.gflops / 1e3 / world_size_;
+      snap.tflops_per_device = r.tflops_per_device;
       snap.comm_time_s = comm_stats.comm_time_s;
       snap.comm_exposed_s = comm_stats.comm_exposed_s;
       snap.comm_bytes_total = comm_bytes_total_;
