@@ -14,7 +14,7 @@
 
 namespace cann::cli {
 
-CommandMain add_debug_command(CLI::App& app) {
+CommandMain add_debug_command(CLI::App& app, std::vector<std::string> argv_after_binary) {
   CLI::App* debug = app.add_subcommand(
       "debug", "Diagnose a job: hang (who is stuck where), grads (gradient health), replay (re-run "
                "a trace's collectives)");
@@ -36,8 +36,11 @@ CommandMain add_debug_command(CLI::App& app) {
 
   CommandMain grads_main = add_debug_grads_command(debug);
   CLI::App* grads = debug->get_subcommand("grads");
-  return [f, grads, grads_main]() -> int {
+  CommandMain replay_main = add_debug_replay_command(debug, std::move(argv_after_binary));
+  CLI::App* replay = debug->get_subcommand("replay");
+  return [f, grads, grads_main, replay, replay_main]() -> int {
     if (grads->parsed()) return grads_main();
+    if (replay->parsed()) return replay_main();
     auto fail = [](const Status& s) {
       std::fprintf(stderr, "cann-train debug hang: error: %s\n", s.message().c_str());
       return s.exit_code();

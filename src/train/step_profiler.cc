@@ -7,30 +7,10 @@
 #include "comm/group.h"
 #include "core/fs.h"
 #include "core/timer.h"
+#include "debug/trace_replay.h"
 #include "monitor/chrome_trace.h"
 
 namespace cann::train {
-namespace {
-
-// Bus bandwidth (nccl-tests' convention): the bytes each rank really moves over its links,
-// per second, so one figure compares across world sizes and against the link speed. With
-// `bytes` the flight recorder's payload (count x element size, count as the call took it):
-//   allreduce       2(n-1)/n x bytes   (ring: reduce-scatter then all-gather of n blocks)
-//   allgather       (n-1) x bytes      (count is one rank's block)
-//   reduce_scatter  (n-1) x bytes      (count is one rank's output block)
-//   alltoall        (n-1) x bytes      (count is the block for one peer)
-//   allgatherv      (n-1)/n x bytes    (count is the whole output)
-//   broadcast, send, recv: bytes
-// Example: a 100 MB allreduce over 4 ranks in 0.1 s is 1 GB/s algorithmic, 1.5 GB/s bus.
-double bus_factor(const std::string& op, int n) {
-  if (n <= 1) return 1.0;
-  if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall") return n - 1.0;
-  if (op == "allgatherv") return (n - 1.0) / n;
-  return 1.0;
-}
-
-}  // namespace
 
 StatusOr<ProfileSchedule> parse_profile_schedule(const std::string& text) {
   ProfileSchedule s;
@@ -142,7 +122,7 @@ void StepProfiler::collect_comm(const comm::Group& group) {
     if (f.bytes > 0 && e.duration_s > 0) {
       const double algbw = static_cast<double>(f.bytes) / e.duration_s / 1e9;
       e.args.push_back({"algbw_GBps", algbw, ""});
-      e.args.push_back({"busbw_GBps", algbw * bus_factor(f.op, n), ""});
+      e.args.push_back({"busbw_GBps", algbw * debug::bus_bandwidth_factor(f.op, n), ""});
     }
     if (!f.ok) e.args.push_back({"failed", 0.0, "true"});
     trace_->add(std::move(e));

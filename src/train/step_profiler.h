@@ -7,7 +7,7 @@
 // optimizer and evaluation), collectives and point-to-point sends and receives (read from the
 // world group's flight recorder, which times every call anyway: no extra cost in the
 // communication path), and checkpoint writes. Collective events carry the payload bytes and
-// the achieved bandwidth in args (see step_profiler.cc for the bus-bandwidth factors).
+// the achieved bandwidth in args (bus bandwidth as debug/trace_replay.h defines it).
 //
 // Times are Unix time: the trainer's monotonic stopwatch readings are shifted by the offset
 // between the two clocks, read at the start of each recorded step, and the flight recorder
