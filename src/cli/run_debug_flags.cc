@@ -29,8 +29,15 @@ void add_run_debug_flags(CLI::App* run, train::TrainConfig* config) {
       ->group(kDebug);
   run->add_flag("--halt-on-nan", config->halt_on_nan,
                 "With --grad-norms: stop at the first non-finite gradient, write a dump of the "
-                "offending tensors and exit with status 3")
+                "offending tensors and exit with status 1")
       ->group(kDebug);
+  run->add_option("--link-probe-every", config->link_probe_every,
+                  "Every K steps, measure the bandwidth between every pair of ranks (1 MiB "
+                  "point-to-point each way); a pair well below the median raises a slow-link "
+                  "alert (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(kDebug)
+      ->capture_default_str();
 }
 
 }  // namespace cann::cli

@@ -52,6 +52,7 @@ struct TrainConfig {
   std::string profile_dir = "profile";  // trace-rank<R>.json and the merged trace.json
   bool grad_norms = false;              // per-layer gradient norms in the step log
   bool halt_on_nan = false;             // stop with a dump at the first non-finite gradient
+  int link_probe_every = 0;             // measure every pair's bandwidth every K steps; 0: never
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

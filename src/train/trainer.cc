@@ -18,6 +18,7 @@
 #include "model/flops.h"
 #include "model/param_table.h"
 #include "plan/strategy.h"
+#include "train/link_probe.h"
 #include "train/step_profiler.h"
 
 namespace cann::train {
@@ -711,6 +712,11 @@ Status Trainer::run(RunSummary* summary) {
       if (tb.ok() && last) tb = tensorboard_->flush();
       if (!tb.ok()) return tb;
     }
+    if (world_ && config_.link_probe_every > 0 && done % config_.link_probe_every == 0) {
+      auto links = probe_links(*world_);
+      if (!links.ok()) return comm_failure(links.status());
+      link_gbps_ = std::move(*links);
+    }
     if (hub_ || publisher_) {
       comm_bytes_total_ += static_cast<int64_t>(comm_stats.comm_bytes);
       monitor::RankSnapshot snap;
@@ -735,6 +741,7 @@ Status Trainer::run(RunSummary* summary) {
       snap.comm_bytes_total = comm_bytes_total_;
       snap.memory_bytes = static_cast<int64_t>(memory_bytes());
       snap.expert_tokens = expert_tokens_total_;
+      snap.link_gbps = link_gbps_;
       report_step(snap, last);
     }
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;

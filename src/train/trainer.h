@@ -135,6 +135,7 @@ class Trainer {
   Progress progress_;
   std::unique_ptr<StepProfiler> profiler_;  // --profile only
   std::unique_ptr<GradWatch> grad_watch_;   // --grad-norms / --halt-on-nan only
+  std::vector<double> link_gbps_;           // the last --link-probe-every measurement
 };
 
 }  // namespace cann::train
