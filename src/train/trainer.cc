@@ -662,6 +662,7 @@ Status Trainer::run(RunSummary* summary) {
 
     JsonLine line;
     line.add("step", done)
+        .add("time", unix_seconds())
         .add("loss", st.loss)
         .add("lr", static_cast<double>(lr))
         .add("grad_norm", norm)

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Monitoring overhead: the same short training with --monitor off and with every monitor on.
+
+Runs cann-train alternately with `--monitor off` and `--monitor dashboard,prometheus,tensorboard`
+(profiling off in both), the same seed and data, several rounds, so drift in the machine's load
+falls on both sides. Validates first: the two modes must train identically (the same loss at
+every step). Then compares the iteration time, measured from the step log's `time` stamps
+(consecutive lines: a whole iteration, with the snapshot publishing, TensorBoard writing and
+step-log writing that monitoring adds), as the median over steps (after the first few) of each
+run, and the median over the rounds. Prints the ratio on / off. Exit status 1 when validation
+fails; an overhead above the 2% target is reported, not an error.
+
+    bench/monitor_overhead/run.py [--steps 60] [--rounds 4] [--nproc 2] [--threads 1]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MODES = {"off": "off", "on": "dashboard,prometheus,tensorboard"}
+
+
+def run(binary, mode, args, workdir, tag):
+    log = os.path.join(workdir, f"{tag}.jsonl")
+    cmd = [binary, "run", "--model", args.model, "--steps", str(args.steps), "--batch-size",
+           str(args.batch_size), "--seq-len", str(args.seq_len), "--eval-every", "0",
+           "--sample-tokens", "0", "--quiet", "--seed", "7", "--log-json", log,
+           "--monitor", MODES[mode], "--tensorboard-dir", os.path.join(workdir, f"tb-{tag}")]
+    if args.nproc > 1:
+        cmd += ["--nproc-per-node", str(args.nproc)]
+    if args.threads > 0:
+        cmd += ["--threads", str(args.threads)]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
+    if r.returncode != 0:
+        sys.exit(f"monitor_overhead: `{' '.join(cmd)}` failed ({r.returncode}):\n{r.stderr}")
+    rows = [json.loads(l) for l in open(log) if l.startswith("{")]
+    rows = [r for r in rows if "step" in r and "event" not in r]
+    return rows
+
+
+def iteration_times(rows, skip):
+    t = [r["time"] for r in rows]
+    return [b - a for a, b in zip(t[skip:], t[skip + 1:])]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="per process; 0: cann-train's default")
+    p.add_argument("--model", default="gpt_tiny")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    a = p.parse_args()
+    binary = os.path.join(a.build, "cann-train")
+    skip = 3  # the first iterations pay for page faults and BLAS warm-up in both modes
+
+    per_mode = {"off": [], "on": []}
+    losses = {}
+    with tempfile.TemporaryDirectory(prefix="cann-monitor-overhead-") as work:
+        for rnd in range(a.rounds):
+            order = ["off", "on"] if rnd % 2 == 0 else ["on", "off"]
+            for mode in order:
+                rows = run(binary, mode, a, work, f"{mode}{rnd}")
+                losses.setdefault(mode, [r["loss"] for r in rows])
+                per_mode[mode].append(statistics.median(iteration_times(rows, skip)))
+                print(f"round {rnd + 1} {mode:>3}: median iteration "
+                      f"{per_mode[mode][-1] * 1e3:8.2f} ms", flush=True)
+
+    # Validation: monitoring must not change training.
+    off, on = losses["off"], losses["on"]
+    same = len(off) == len(on) == a.steps and all(
+        abs(x - y) <= 1e-6 * max(1.0, abs(x)) for x, y in zip(off, on))
+    t_off = statistics.median(per_mode["off"])
+    t_on = statistics.median(per_mode["on"])
+    ratio = t_on / t_off
+    print(f"monitor_overhead: {a.model}, {a.nproc} process(es) x "
+          f"{a.threads or 'default'} thread(s), batch {a.batch_size} x {a.seq_len}, "
+          f"{a.steps} steps x {a.rounds} rounds per mode, alternating")
+    print(f"  --monitor off                              {t_off * 1e3:8.2f} ms/iteration")
+    print(f"  --monitor dashboard,prometheus,tensorboard {t_on * 1e3:8.2f} ms/iteration")
+    print(f"  ratio on/off: {ratio:.4f} (overhead {100 * (ratio - 1):+.2f}%; target <= +2%: "
+          f"{'PASS' if ratio <= 1.02 else 'MISSED'})")
+    print(f"  validation: losses {'identical' if same else 'DIFFER'} over {len(off)} steps")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
