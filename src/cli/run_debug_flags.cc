@@ -28,8 +28,8 @@ void add_run_debug_flags(CLI::App* run, train::TrainConfig* config) {
                 "gradient for NaN/Inf (the first layer and step where one appears is reported)")
       ->group(kDebug);
   run->add_flag("--halt-on-nan", config->halt_on_nan,
-                "With --grad-norms: stop at the first non-finite gradient, write a dump of the "
-                "offending tensors and exit with status 1")
+                "Stop at the first non-finite gradient (checked even without --grad-norms), write "
+                "a dump of the offending tensors and exit with status 1")
       ->group(kDebug);
   run->add_option("--link-probe-every", config->link_probe_every,
                   "Every K steps, measure the bandwidth between every pair of ranks (1 MiB "
