@@ -135,12 +135,19 @@ TEST(GradInspectorTest, LoggedLayerNormsCombineToTheGlobalNorm) {
 TEST(MultiProcGradInspectorTest, HaltNamesFirstLayerAndStepAndDumps) {
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), kTinyGpt);
-  const auto r = test::run_command(
-      {CANN_TRAIN_BINARY, "run", "--model", dir.file("m.yaml"), "--steps", "10", "--batch-size",
-       "8", "--seq-len", "16", "--sample-tokens", "0", "--eval-every", "0", "--monitor", "off",
-       "--nproc-per-node", "2", "--grad-norms", "--halt-on-nan", "--log-json",
-       dir.file("log.jsonl")},
-      120, {"CANN_TRAIN_FAULT_GRAD=3:h.0.mlp.fc.w,3:h.1.attn.qkv.w,5:wte"});
+  const auto r =
+      test::run_command({CANN_TRAIN_BINARY,  "run",
+                         "--model",          dir.file("m.yaml"),
+                         "--steps",          "10",
+                         "--batch-size",     "8",
+                         "--seq-len",        "16",
+                         "--sample-tokens",  "0",
+                         "--eval-every",     "0",
+                         "--monitor",        "off",
+                         "--nproc-per-node", "2",
+                         "--grad-norms",     "--halt-on-nan",
+                         "--log-json",       dir.file("log.jsonl")},
+                        120, {"CANN_TRAIN_FAULT_GRAD=3:h.0.mlp.fc.w,3:h.1.attn.qkv.w,5:wte"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("non-finite gradient at step 3, first in layer h.1 (backward order)"),
             std::string::npos)
@@ -156,8 +163,7 @@ TEST(MultiProcGradInspectorTest, HaltNamesFirstLayerAndStepAndDumps) {
   EXPECT_EQ(lines[3]["layer"], "h.1");
   EXPECT_EQ(lines[3]["step"], 3);
   for (int rank = 0; rank < 2; ++rank) {
-    const std::string dump =
-        dir.file("nonfinite-step3-rank" + std::to_string(rank) + ".json");
+    const std::string dump = dir.file("nonfinite-step3-rank" + std::to_string(rank) + ".json");
     const auto d = nlohmann::json::parse(test::read_text(dump));
     EXPECT_EQ(d["layer"], "h.1");
     int nan = 0;
@@ -181,11 +187,28 @@ TEST(MultiProcGradInspectorTest, HaltNamesFirstLayerAndStepAndDumps) {
 TEST(GradInspectorTest, WithoutHaltTheDetectionIsAnEvent) {
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), kTinyGpt);
-  const auto r = test::run_command(
-      {CANN_TRAIN_BINARY, "run", "--model", dir.file("m.yaml"), "--steps", "6", "--batch-size",
-       "4", "--seq-len", "16", "--sample-tokens", "0", "--eval-every", "0", "--monitor", "off",
-       "--threads", "1", "--grad-norms", "--log-json", dir.file("log.jsonl")},
-      60, {"CANN_TRAIN_FAULT_GRAD=2:h.0.attn.proj.w"});
+  const auto r = test::run_command({CANN_TRAIN_BINARY,
+                                    "run",
+                                    "--model",
+                                    dir.file("m.yaml"),
+                                    "--steps",
+                                    "6",
+                                    "--batch-size",
+                                    "4",
+                                    "--seq-len",
+                                    "16",
+                                    "--sample-tokens",
+                                    "0",
+                                    "--eval-every",
+                                    "0",
+                                    "--monitor",
+                                    "off",
+                                    "--threads",
+                                    "1",
+                                    "--grad-norms",
+                                    "--log-json",
+                                    dir.file("log.jsonl")},
+                                   60, {"CANN_TRAIN_FAULT_GRAD=2:h.0.attn.proj.w"});
   EXPECT_NE(r.output.find("warning: rank 0: non-finite gradient at step 2, first in layer h.0"),
             std::string::npos)
       << r.output;
@@ -202,8 +225,9 @@ TEST(GradSummaryTest, StatisticsSpikesAndFirstNonFinite) {
     const double a = step == 30 ? 50.0 : 1.0 + 0.01 * step;  // a spike at 30
     const std::string b = step >= 35 ? "null" : "0.5";       // non-finite from 35
     const std::string c = step >= 36 ? "null" : "2";
-    log += "{\"step\":" + std::to_string(step) + ",\"loss\":1,\"grad_norms\":{\"embed\":" +
-           std::to_string(a) + ",\"h.0\":" + c + ",\"h.1\":" + b + "}}\n";
+    log += "{\"step\":" + std::to_string(step) +
+           ",\"loss\":1,\"grad_norms\":{\"embed\":" + std::to_string(a) + ",\"h.0\":" + c +
+           ",\"h.1\":" + b + "}}\n";
   }
   auto s = debug::summarize_grad_log(log, "log");
   ASSERT_TRUE(s.ok()) << s.status().message();

@@ -97,11 +97,30 @@ void expect_nested(const std::vector<nlohmann::json>& events, const std::string&
 TEST(MultiProcProfileTest, TwoRanksWriteTracesAndOneMergedTrace) {
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), kTinyGpt);
-  const auto r = test::run_cann({"run", "--model", dir.file("m.yaml"), "--steps", "8",
-                                 "--batch-size", "8", "--seq-len", "16", "--sample-tokens", "0",
-                                 "--eval-every", "0", "--nproc-per-node", "2", "--monitor", "off",
-                                 "--checkpoint-dir", dir.file("ck"), "--checkpoint-every", "4",
-                                 "--profile", "wait=2,warmup=1,active=3", "--profile-dir",
+  const auto r = test::run_cann({"run",
+                                 "--model",
+                                 dir.file("m.yaml"),
+                                 "--steps",
+                                 "8",
+                                 "--batch-size",
+                                 "8",
+                                 "--seq-len",
+                                 "16",
+                                 "--sample-tokens",
+                                 "0",
+                                 "--eval-every",
+                                 "0",
+                                 "--nproc-per-node",
+                                 "2",
+                                 "--monitor",
+                                 "off",
+                                 "--checkpoint-dir",
+                                 dir.file("ck"),
+                                 "--checkpoint-every",
+                                 "4",
+                                 "--profile",
+                                 "wait=2,warmup=1,active=3",
+                                 "--profile-dir",
                                  dir.file("prof")},
                                 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -168,8 +187,8 @@ TEST(MultiProcProfileTest, TwoRanksWriteTracesAndOneMergedTrace) {
     EXPECT_GE(grad_buckets, 3);
     for (const auto& [key, events] : by_track) {
       if (key.first == rank)
-        expect_nested(events, "rank " + std::to_string(rank) + " track " +
-                                  std::to_string(key.second));
+        expect_nested(events,
+                      "rank " + std::to_string(rank) + " track " + std::to_string(key.second));
     }
     first_ts[rank] = by_track[{rank, compute}].front()["ts"].get<double>();
   }

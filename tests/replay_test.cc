@@ -11,11 +11,14 @@
 namespace cann {
 namespace {
 
-std::string event(int pid, const std::string& cat, const std::string& name, int seq,
-                  double bytes, double ts) {
-  nlohmann::json e = {{"ph", "X"}, {"pid", pid}, {"tid", 2},  {"cat", cat},
-                      {"name", name}, {"ts", ts}, {"dur", 50.0}};
-  e["args"] = {{"seq", seq}, {"bytes", bytes}, {"group_size", 2}, {"tag", std::string("t").append(std::to_string(seq))}};
+std::string event(int pid, const std::string& cat, const std::string& name, int seq, double bytes,
+                  double ts) {
+  nlohmann::json e = {{"ph", "X"},    {"pid", pid}, {"tid", 2},   {"cat", cat},
+                      {"name", name}, {"ts", ts},   {"dur", 50.0}};
+  e["args"] = {{"seq", seq},
+               {"bytes", bytes},
+               {"group_size", 2},
+               {"tag", std::string("t").append(std::to_string(seq))}};
   return e.dump();
 }
 
@@ -76,12 +79,28 @@ TEST(MultiProcReplayTest, ReplaysARecordedRunInOrder) {
   test::write_text(dir.file("m.yaml"),
                    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 2\n"
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
-  const auto run = test::run_cann(
-      {"run", "--model", dir.file("m.yaml"), "--steps", "6", "--batch-size", "8", "--seq-len",
-       "16", "--sample-tokens", "0", "--eval-every", "0", "--nproc-per-node", "2", "--monitor",
-       "off", "--profile", "wait=1,warmup=1,active=3",
-       "--profile-dir", dir.file("prof")},
-      120);
+  const auto run = test::run_cann({"run",
+                                   "--model",
+                                   dir.file("m.yaml"),
+                                   "--steps",
+                                   "6",
+                                   "--batch-size",
+                                   "8",
+                                   "--seq-len",
+                                   "16",
+                                   "--sample-tokens",
+                                   "0",
+                                   "--eval-every",
+                                   "0",
+                                   "--nproc-per-node",
+                                   "2",
+                                   "--monitor",
+                                   "off",
+                                   "--profile",
+                                   "wait=1,warmup=1,active=3",
+                                   "--profile-dir",
+                                   dir.file("prof")},
+                                  120);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   // The recorded sequence of rank 0, by sequence number.
   const auto trace = nlohmann::json::parse(test::read_text(dir.file("prof/trace.json")));
@@ -98,8 +117,7 @@ TEST(MultiProcReplayTest, ReplaysARecordedRunInOrder) {
                                  "--json", dir.file("replay.json")},
                                 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("recorded over 2 ranks, replayed over 2"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("recorded over 2 ranks, replayed over 2"), std::string::npos) << r.output;
   const auto rep = nlohmann::json::parse(test::read_text(dir.file("replay.json")));
   ASSERT_EQ(rep["ops"].size(), recorded.size());
   EXPECT_EQ(rep["replay_group_size"], 2);

@@ -53,9 +53,8 @@ class SlowPairGroup : public comm::Group {
                                         const comm::Options& o) override {
     return inner_.allreduce(d, n, t, op, o);
   }
-  std::shared_ptr<comm::Work> reduce_scatter(void* out, const void* in, size_t n,
-                                             comm::DataType t, comm::ReduceOp op,
-                                             const comm::Options& o) override {
+  std::shared_ptr<comm::Work> reduce_scatter(void* out, const void* in, size_t n, comm::DataType t,
+                                             comm::ReduceOp op, const comm::Options& o) override {
     return inner_.reduce_scatter(out, in, n, t, op, o);
   }
   std::shared_ptr<comm::Work> allgather(void* out, const void* in, size_t n, comm::DataType t,
@@ -79,8 +78,8 @@ class SlowPairGroup : public comm::Group {
                                         const comm::Options& o) override {
     return inner_.alltoallv(out, oc, in, ic, t, o);
   }
-  std::shared_ptr<comm::Work> send(const void* d, size_t n, comm::DataType t, int dst,
-                                   uint32_t tag, const comm::Options& o) override {
+  std::shared_ptr<comm::Work> send(const void* d, size_t n, comm::DataType t, int dst, uint32_t tag,
+                                   const comm::Options& o) override {
     return inner_.send(d, n, t, dst, tag, o);
   }
   std::shared_ptr<comm::Work> recv(void* d, size_t n, comm::DataType t, int src, uint32_t tag,
@@ -91,9 +90,7 @@ class SlowPairGroup : public comm::Group {
       return std::make_shared<DelayedWork>(std::move(w), delay_);
     return w;
   }
-  std::shared_ptr<comm::Work> barrier(const comm::Options& o) override {
-    return inner_.barrier(o);
-  }
+  std::shared_ptr<comm::Work> barrier(const comm::Options& o) override { return inner_.barrier(o); }
   StatusOr<std::unique_ptr<comm::Group>> new_subgroup(const std::vector<int>& ranks,
                                                       const std::string& name) override {
     return inner_.new_subgroup(ranks, name);
@@ -101,9 +98,7 @@ class SlowPairGroup : public comm::Group {
   comm::GroupStats stats() const override { return inner_.stats(); }
   void set_name(const std::string& name) override { inner_.set_name(name); }
   void set_default_timeout(std::chrono::milliseconds t) override { inner_.set_default_timeout(t); }
-  const comm::FlightRecorder& flight_recorder() const override {
-    return inner_.flight_recorder();
-  }
+  const comm::FlightRecorder& flight_recorder() const override { return inner_.flight_recorder(); }
 
  private:
   comm::Group& inner_;
@@ -199,11 +194,28 @@ TEST(MultiProcSlowLinkTest, ProbeResultsReachTheAgentsHub) {
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
   const int port = 25000 + getpid() % 20000;
   auto run = std::async(std::launch::async, [&] {
-    return test::run_cann({"run", "--model", dir.file("m.yaml"), "--steps", "100000",
-                           "--batch-size", "6", "--seq-len", "16", "--quiet", "--sample-tokens",
-                           "0", "--eval-every", "0", "--nproc-per-node", "3",
-                           "--link-probe-every", "2", "--monitor-port", std::to_string(port),
-                           "--monitor-token", "t0k"},
+    return test::run_cann({"run",
+                           "--model",
+                           dir.file("m.yaml"),
+                           "--steps",
+                           "100000",
+                           "--batch-size",
+                           "6",
+                           "--seq-len",
+                           "16",
+                           "--quiet",
+                           "--sample-tokens",
+                           "0",
+                           "--eval-every",
+                           "0",
+                           "--nproc-per-node",
+                           "3",
+                           "--link-probe-every",
+                           "2",
+                           "--monitor-port",
+                           std::to_string(port),
+                           "--monitor-token",
+                           "t0k"},
                           120);
   });
   httplib::Client client("127.0.0.1", port);

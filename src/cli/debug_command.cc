@@ -16,8 +16,9 @@ namespace cann::cli {
 
 CommandMain add_debug_command(CLI::App& app, std::vector<std::string> argv_after_binary) {
   CLI::App* debug = app.add_subcommand(
-      "debug", "Diagnose a job: hang (who is stuck where), grads (gradient health), replay (re-run "
-               "a trace's collectives)");
+      "debug",
+      "Diagnose a job: hang (who is stuck where), grads (gradient health), replay (re-run "
+      "a trace's collectives)");
   debug->require_subcommand(1);
   struct Flags {
     std::string job, store, prefix;

@@ -45,14 +45,16 @@ StatusOr<std::string> summarize_checkpoint(const std::string& path) {
   if (!ck.ok()) return ck.status();
   const auto meta = nlohmann::json::parse(ck->meta_json, nullptr, false);
   if (meta.is_discarded() || !meta.contains("param_table") || !meta["param_table"].is_array())
-    return InvalidArgument(ck->path + ": the manifest has no param_table; hint: pass a "
-                                      "checkpoint written by `cann-train run`");
+    return InvalidArgument(ck->path +
+                           ": the manifest has no param_table; hint: pass a "
+                           "checkpoint written by `cann-train run`");
   const ckpt::Section* params = ck->find("params");
   const ckpt::Section* m = ck->find("adam_m");
   const ckpt::Section* v = ck->find("adam_v");
   if (params == nullptr || m == nullptr || v == nullptr)
-    return InvalidArgument(ck->path + ": no params/adam_m/adam_v sections (not an AdamW "
-                                      "checkpoint)");
+    return InvalidArgument(ck->path +
+                           ": no params/adam_m/adam_v sections (not an AdamW "
+                           "checkpoint)");
   const size_t floats = params->data.size() / sizeof(float);
   if (m->data.size() != params->data.size() || v->data.size() != params->data.size())
     return InvalidArgument(ck->path + ": moment sections differ in size from params");
@@ -110,8 +112,8 @@ StatusOr<std::string> summarize_checkpoint(const std::string& path) {
     const LayerMoments& l = layers[name];
     std::string bad = "none";
     if (l.nonfinite_params + l.nonfinite_moments > 0) {
-      bad = std::to_string(l.nonfinite_params) + " params, " +
-            std::to_string(l.nonfinite_moments) + " moments";
+      bad = std::to_string(l.nonfinite_params) + " params, " + std::to_string(l.nonfinite_moments) +
+            " moments";
       first_bad = name;  // forward order: the last one is the first in backward order
     }
     std::snprintf(buf, sizeof(buf), "  %-10s %12.4g %14.4g %14.4g  %s\n", name.c_str(),
@@ -119,9 +121,9 @@ StatusOr<std::string> summarize_checkpoint(const std::string& path) {
                   bad.c_str());
     out += buf;
   }
-  out += first_bad.empty() ? "  every parameter and moment finite\n"
-                           : "  non-finite values, first in backward order: layer " + first_bad +
-                                 "\n";
+  out += first_bad.empty()
+             ? "  every parameter and moment finite\n"
+             : "  non-finite values, first in backward order: layer " + first_bad + "\n";
   return out;
 }
 
@@ -134,9 +136,10 @@ CommandMain add_debug_grads_command(CLI::App* debug) {
       "Gradient health: per-layer norm statistics (min/median/max, trend, spikes) and the first "
       "non-finite gradient from a step log written with --grad-norms, or per-layer gradient "
       "estimates from a checkpoint's AdamW moments");
-  grads->add_option("LOG_OR_CHECKPOINT", *path,
-                    "A --log-json step log, a checkpoint step directory, or a --checkpoint-dir "
-                    "(its newest checkpoint)")
+  grads
+      ->add_option("LOG_OR_CHECKPOINT", *path,
+                   "A --log-json step log, a checkpoint step directory, or a --checkpoint-dir "
+                   "(its newest checkpoint)")
       ->required();
   return [path]() -> int {
     auto fail = [](const Status& s) {

@@ -110,15 +110,17 @@ Status run_replay_worker(const ReplayFlags& f, const train::DistEnv& env) {
   if (env.rank != 0) return OkStatus();
 
   const int recorded_n = plan.group_size > 0 ? plan.group_size : P;
-  std::printf("replay of %s: rank %d's %zu collectives (%d skipped: p2p, alltoallv), recorded "
-              "over %d ranks, replayed over %d (%s), median of %d passes\n",
-              f.trace.c_str(), plan.rank, plan.ops.size(), plan.skipped, recorded_n, P,
-              group->backend().c_str(), f.repeat);
+  std::printf(
+      "replay of %s: rank %d's %zu collectives (%d skipped: p2p, alltoallv), recorded "
+      "over %d ranks, replayed over %d (%s), median of %d passes\n",
+      f.trace.c_str(), plan.rank, plan.ops.size(), plan.skipped, recorded_n, P,
+      group->backend().c_str(), f.repeat);
   if (recorded_n != P)
-    std::printf("note: the group sizes differ, so times compare loosely; bus bandwidths use "
-                "each side's own size\n");
-  std::printf("%5s %-15s %-20s %12s %10s %10s %10s %10s %8s\n", "#", "op", "tag", "bytes",
-              "rec ms", "replay ms", "rec busbw", "rep busbw", "rep/rec");
+    std::printf(
+        "note: the group sizes differ, so times compare loosely; bus bandwidths use "
+        "each side's own size\n");
+  std::printf("%5s %-15s %-20s %12s %10s %10s %10s %10s %8s\n", "#", "op", "tag", "bytes", "rec ms",
+              "replay ms", "rec busbw", "rep busbw", "rep/rec");
   constexpr size_t kMaxRows = 40;
   double rec_total = 0, rep_total = 0;
   std::string json_ops;
@@ -130,15 +132,15 @@ Status run_replay_worker(const ReplayFlags& f, const train::DistEnv& env) {
     if (i < kMaxRows) {
       char ratio[32] = "-";
       if (op.recorded_s > 0) std::snprintf(ratio, sizeof(ratio), "%.2fx", rep / op.recorded_s);
-      std::printf("%5zu %-15s %-20s %12llu %10.3f %10.3f %10s %10s %8s\n", i + 1, op.op.c_str(),
-                  op.tag.substr(0, 20).c_str(), static_cast<unsigned long long>(op.bytes),
-                  op.recorded_s * 1e3, rep * 1e3,
-                  gbps(static_cast<double>(op.bytes),
-                       debug::bus_bandwidth_factor(op.op, recorded_n), op.recorded_s)
-                      .c_str(),
-                  gbps(static_cast<double>(op.bytes), debug::bus_bandwidth_factor(op.op, P), rep)
-                      .c_str(),
-                  ratio);
+      std::printf(
+          "%5zu %-15s %-20s %12llu %10.3f %10.3f %10s %10s %8s\n", i + 1, op.op.c_str(),
+          op.tag.substr(0, 20).c_str(), static_cast<unsigned long long>(op.bytes),
+          op.recorded_s * 1e3, rep * 1e3,
+          gbps(static_cast<double>(op.bytes), debug::bus_bandwidth_factor(op.op, recorded_n),
+               op.recorded_s)
+              .c_str(),
+          gbps(static_cast<double>(op.bytes), debug::bus_bandwidth_factor(op.op, P), rep).c_str(),
+          ratio);
     } else if (i == kMaxRows) {
       std::printf("%5s (%zu more; --json FILE lists every op)\n", "...",
                   plan.ops.size() - kMaxRows);
@@ -182,11 +184,13 @@ CommandMain add_debug_replay_command(CLI::App* debug, std::vector<std::string> a
       "processes without the model, and compare each op's time and bandwidth with the recording");
   replay->add_option("TRACE", f->trace, "trace.json or trace-rank<R>.json from run --profile")
       ->required();
-  replay->add_option("--nproc", f->nproc,
-                     "Worker processes (default: the group size recorded in the trace)")
+  replay
+      ->add_option("--nproc", f->nproc,
+                   "Worker processes (default: the group size recorded in the trace)")
       ->check(CLI::PositiveNumber);
-  replay->add_option("--rank", f->rank,
-                     "Whose recorded sequence to replay (default: the lowest rank in the file)")
+  replay
+      ->add_option("--rank", f->rank,
+                   "Whose recorded sequence to replay (default: the lowest rank in the file)")
       ->check(CLI::NonNegativeNumber);
   replay->add_option("--repeat", f->repeat, "Timed passes over the sequence (after one warm-up)")
       ->check(CLI::PositiveNumber)
@@ -215,10 +219,9 @@ CommandMain add_debug_replay_command(CLI::App* debug, std::vector<std::string> a
     auto plan = debug::parse_replay_plan(*text, f->trace, f->rank);
     if (!plan.ok()) return fail(plan.status());
     elastic::AgentConfig ac;
-    ac.nproc_per_node = f->nproc > 0 ? f->nproc
-                        : plan->group_size > 0
-                            ? plan->group_size
-                            : static_cast<int>(plan->ranks_in_file.size());
+    ac.nproc_per_node = f->nproc > 0           ? f->nproc
+                        : plan->group_size > 0 ? plan->group_size
+                                               : static_cast<int>(plan->ranks_in_file.size());
     ac.backend = f->backend;
     ac.worker_args = argv_after_binary;
     ac.plain_rank0_stdout = true;

@@ -86,9 +86,8 @@ StatusOr<GradLogSummary> summarize_grad_log(const std::string& text, const std::
         continue;
       }
       if (finite.size() >= 5) {
-        const size_t from = finite.size() > static_cast<size_t>(kSpikeWindow)
-                                ? finite.size() - kSpikeWindow
-                                : 0;
+        const size_t from =
+            finite.size() > static_cast<size_t>(kSpikeWindow) ? finite.size() - kSpikeWindow : 0;
         const double base = median_of({finite.begin() + from, finite.end()});
         if (v > kSpikeFactor * base && base > 0) ls.spike_steps.push_back(s.steps[i]);
       }

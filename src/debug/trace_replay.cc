@@ -15,8 +15,7 @@ double bus_bandwidth_factor(const std::string& op, int n) {
   return 1.0;
 }
 
-StatusOr<ReplayPlan> parse_replay_plan(const std::string& text, const std::string& name,
-                                       int rank) {
+StatusOr<ReplayPlan> parse_replay_plan(const std::string& text, const std::string& name, int rank) {
   const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") ||
       !doc["traceEvents"].is_array())
@@ -56,7 +55,7 @@ StatusOr<ReplayPlan> parse_replay_plan(const std::string& text, const std::strin
       ++plan.skipped;
       continue;
     }
-    static const std::set<std::string> kKnown = {"allreduce", "allgather",  "allgatherv",
+    static const std::set<std::string> kKnown = {"allreduce",      "allgather", "allgatherv",
                                                  "reduce_scatter", "broadcast", "alltoall",
                                                  "barrier"};
     if (!kKnown.count(op.op))

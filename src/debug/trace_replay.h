@@ -20,12 +20,12 @@
 namespace cann::debug {
 
 struct ReplayOp {
-  std::string op;     // allreduce, allgather, allgatherv, reduce_scatter, broadcast, alltoall,
-                      // barrier
-  std::string tag;    // the caller's tag ("grad_bucket", "step_scalars", ...)
-  std::string group;  // "world"
-  uint64_t bytes = 0;       // payload as recorded (count x element size of the call)
-  uint64_t seq = 0;         // the group's sequence number when recorded
+  std::string op;      // allreduce, allgather, allgatherv, reduce_scatter, broadcast, alltoall,
+                       // barrier
+  std::string tag;     // the caller's tag ("grad_bucket", "step_scalars", ...)
+  std::string group;   // "world"
+  uint64_t bytes = 0;  // payload as recorded (count x element size of the call)
+  uint64_t seq = 0;    // the group's sequence number when recorded
   double recorded_s = 0.0;  // duration when recorded
   int step = -1;            // training step it belonged to, when known
 };

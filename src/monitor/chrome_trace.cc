@@ -10,8 +10,8 @@
 namespace cann::monitor {
 namespace {
 
-constexpr TraceTrack kTracks[] = {TraceTrack::kCompute, TraceTrack::kCollective,
-                                  TraceTrack::kSend, TraceTrack::kRecv, TraceTrack::kCheckpoint};
+constexpr TraceTrack kTracks[] = {TraceTrack::kCompute, TraceTrack::kCollective, TraceTrack::kSend,
+                                  TraceTrack::kRecv, TraceTrack::kCheckpoint};
 
 nlohmann::json metadata(const char* what, int pid, int tid, const std::string& name) {
   return {{"ph", "M"}, {"name", what}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}};
@@ -108,11 +108,10 @@ Status merge_chrome_traces(const std::vector<std::string>& inputs, const std::st
         doc["otherData"].contains("rank"))
       ranks.push_back(doc["otherData"]["rank"]);
   }
-  nlohmann::json doc = {{"displayTimeUnit", "ms"},
-                        {"otherData", {{"format", "cann-train profile"},
-                                       {"version", 1},
-                                       {"merged_ranks", ranks}}},
-                        {"traceEvents", events}};
+  nlohmann::json doc = {
+      {"displayTimeUnit", "ms"},
+      {"otherData", {{"format", "cann-train profile"}, {"version", 1}, {"merged_ranks", ranks}}},
+      {"traceEvents", events}};
   return write_file_atomic(output, doc.dump());
 }
 

@@ -76,8 +76,10 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
     s.memory_bytes = j.value("memory_bytes", int64_t{0});
     if (j.contains("expert_tokens"))
       s.expert_tokens = j["expert_tokens"].get<std::vector<int64_t>>();
-    if (j.contains("link_gbps") && j["link_gbps"].is_array())
-      for (const auto& v : j["link_gbps"]) s.link_gbps.push_back(v.is_number() ? v.get<double>() : 0.0);
+    if (j.contains("link_gbps") && j["link_gbps"].is_array()) {
+      for (const auto& v : j["link_gbps"])
+        s.link_gbps.push_back(v.is_number() ? v.get<double>() : 0.0);
+    }
   } catch (const std::exception& e) {
     return DataLoss(std::string("malformed rank snapshot: ") + e.what());
   }

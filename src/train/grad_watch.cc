@@ -22,9 +22,7 @@ std::vector<debug::GradLayer> backward_order_layers(const model::ParamTable& tab
   for (const model::TensorInfo& t : table.tensors()) {
     debug::GradLayer& l = by_layer[t.layer];
     if (l.name.empty())
-      l.name = t.layer < 0       ? "embed"
-               : t.layer == last ? "ln_f"
-                                 : "h." + std::to_string(t.layer);
+      l.name = t.layer < 0 ? "embed" : t.layer == last ? "ln_f" : "h." + std::to_string(t.layer);
     l.tensors.push_back({t.name, t.offset, t.numel});
   }
   std::vector<debug::GradLayer> out;

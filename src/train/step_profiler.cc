@@ -145,12 +145,12 @@ StatusOr<std::string> StepProfiler::finish(comm::Group* world) {
   recording_ = false;
   CANN_RETURN_IF_ERROR(make_dirs(dir_));
   const std::string mine = join_path(dir_, "trace-rank" + std::to_string(rank_) + ".json");
-  CANN_RETURN_IF_ERROR(trace_->write(
-      mine, {{"world_size", static_cast<double>(world_size_), ""},
-             {"wait", static_cast<double>(schedule_.wait), ""},
-             {"warmup", static_cast<double>(schedule_.warmup), ""},
-             {"active", static_cast<double>(schedule_.active), ""},
-             {"active_steps", static_cast<double>(active_steps_), ""}}));
+  CANN_RETURN_IF_ERROR(
+      trace_->write(mine, {{"world_size", static_cast<double>(world_size_), ""},
+                           {"wait", static_cast<double>(schedule_.wait), ""},
+                           {"warmup", static_cast<double>(schedule_.warmup), ""},
+                           {"active", static_cast<double>(schedule_.active), ""},
+                           {"active_steps", static_cast<double>(active_steps_), ""}}));
   trace_->clear();
   if (world != nullptr && world_size_ > 1) {
     comm::Options opts;
