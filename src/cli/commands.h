@@ -9,6 +9,9 @@
 namespace CLI {
 class App;
 }
+namespace cann::train {
+struct TrainConfig;
+}
 
 namespace cann::cli {
 
@@ -18,8 +21,18 @@ using CommandMain = std::function<int()>;
 // (which re-run the binary with `argv_after_binary`).
 CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary);
 
-// `cann-train debug hang`: diagnose a running job.
-CommandMain add_debug_command(CLI::App& app);
+// The debugging flags of `cann-train run`: --profile, --profile-dir, --grad-norms,
+// --halt-on-nan.
+void add_run_debug_flags(CLI::App* run, train::TrainConfig* config);
+
+// `cann-train debug hang|grads|replay`: diagnose a job (replay launches worker processes,
+// which re-run the binary with `argv_after_binary`).
+CommandMain add_debug_command(CLI::App& app, std::vector<std::string> argv_after_binary);
+
+// `cann-train debug grads` (debug_grads.cc), registered under `debug`.
+CommandMain add_debug_grads_command(CLI::App* debug);
+// `cann-train debug replay` (debug_replay.cc), registered under `debug`.
+CommandMain add_debug_replay_command(CLI::App* debug, std::vector<std::string> argv_after_binary);
 
 // `cann-train bench comm ...`: benchmarks that launch their own worker processes.
 CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after_binary);

@@ -1,5 +1,6 @@
-// `cann-train debug hang`: which rank is stuck where, from the beacons the workers of a running
-// job publish to its store (see debug/hang_analysis.h).
+// `cann-train debug`: `hang` (which rank is stuck where, from the beacons the workers of a
+// running job publish to its store, see debug/hang_analysis.h), `grads` (debug_grads.cc) and
+// `replay` (debug_replay.cc).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -13,8 +14,11 @@
 
 namespace cann::cli {
 
-CommandMain add_debug_command(CLI::App& app) {
-  CLI::App* debug = app.add_subcommand("debug", "Diagnose a running job");
+CommandMain add_debug_command(CLI::App& app, std::vector<std::string> argv_after_binary) {
+  CLI::App* debug = app.add_subcommand(
+      "debug",
+      "Diagnose a job: hang (who is stuck where), grads (gradient health), replay (re-run "
+      "a trace's collectives)");
   debug->require_subcommand(1);
   struct Flags {
     std::string job, store, prefix;
@@ -31,7 +35,13 @@ CommandMain add_debug_command(CLI::App& app) {
   hang->add_option("--prefix", f->prefix, "The job's key prefix (<job id>/round<r>)");
   hang->add_option("--world", f->world, "The job's world size")->check(CLI::PositiveNumber);
 
-  return [f]() -> int {
+  CommandMain grads_main = add_debug_grads_command(debug);
+  CLI::App* grads = debug->get_subcommand("grads");
+  CommandMain replay_main = add_debug_replay_command(debug, std::move(argv_after_binary));
+  CLI::App* replay = debug->get_subcommand("replay");
+  return [f, grads, grads_main, replay, replay_main]() -> int {
+    if (grads->parsed()) return grads_main();
+    if (replay->parsed()) return replay_main();
     auto fail = [](const Status& s) {
       std::fprintf(stderr, "cann-train debug hang: error: %s\n", s.message().c_str());
       return s.exit_code();

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   commands["run"] = cann::cli::add_run_command(app, args);
   commands["bench"] = cann::cli::add_bench_command(app, args);
-  commands["debug"] = cann::cli::add_debug_command(app);
+  commands["debug"] = cann::cli::add_debug_command(app, args);
   commands["search"] = cann::cli::add_search_command(app);
   commands["simulate"] = cann::cli::add_simulate_command(app);
 

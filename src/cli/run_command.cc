@@ -176,6 +176,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "printed with the URL")
       ->group(kMonitor);
 
+  add_run_debug_flags(run, config.get());
+
   const char* kLaunch = "Processes";
   run->add_option("--nproc-per-node", launch->nproc_per_node,
                   "Worker processes on this node (data parallel; each gets --threads or "

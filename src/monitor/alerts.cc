@@ -70,7 +70,39 @@ void AlertEngine::observe(const RankSnapshot& s) {
       check = true;
     }
   }
-  if (check) check_stragglers();
+  if (check) {
+    check_stragglers();
+    check_links();
+  }
+}
+
+void AlertEngine::check_links() {
+  std::vector<LinkBandwidth> measured;
+  for (const RankSnapshot& s : hub_.latest())
+    for (size_t peer = 0; peer < s.link_gbps.size(); ++peer)
+      if (static_cast<int>(peer) != s.rank && s.link_gbps[peer] > 0)
+        measured.push_back({static_cast<int>(peer), s.rank, s.link_gbps[peer]});
+  // One pair has no median to fall below; three ranks (three pairs) are the least that can
+  // single one out.
+  if (measured.size() < 3) return;
+  const SlowLinkReport report = find_slow_links(measured);
+  std::set<std::string> now;
+  std::vector<std::pair<std::string, int>> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const SlowLink& l : report.links) {
+      const std::string key = std::to_string(l.a) + "-" + std::to_string(l.b);
+      now.insert(key);
+      if (!flagged_links_.count(key)) fresh.push_back({"slow link: " + l.message, l.a});
+    }
+    for (const SlowRank& r : report.ranks) {
+      const std::string key = "rank " + std::to_string(r.rank);
+      now.insert(key);
+      if (!flagged_links_.count(key)) fresh.push_back({"slow link: " + r.message, r.rank});
+    }
+    flagged_links_ = now;
+  }
+  for (const auto& [message, rank] : fresh) raise(message, rank);
 }
 
 void AlertEngine::check_stragglers() {

@@ -6,7 +6,11 @@
 //   - stragglers: every `straggler_interval_s`, each rank's median forward, backward and exposed
 //     communication time over its last 20 steps go to find_stragglers (isolation forest plus the
 //     1.3x-the-median rule): "rank 3 on host h2: backward 1.8x the median"; a rank is named
-//     again only after it was not a straggler for one round.
+//     again only after it was not a straggler for one round;
+//   - slow links: on the same interval, the link bandwidths the ranks' last probes measured
+//     (RankSnapshot::link_gbps, from run --link-probe-every) go to find_slow_links: "pair 2-3
+//     at 0.3x the median bandwidth", or the rank when all its links are slow; a link or rank is
+//     named again only after one round without it.
 // An alert is a warning line on stderr ("alert: ..."), an "alert" event in the Hub (the
 // dashboard's timeline, /api/events, cann_train_events_total), and optionally a JSON POST to a
 // webhook ({"alert", "rank", "time", "job"}), sent from a thread of its own so a slow receiver
@@ -42,6 +46,8 @@ class AlertEngine {
   void observe(const RankSnapshot& s);
   // Runs the straggler check now (observe() runs it on its interval).
   void check_stragglers();
+  // Runs the slow-link check now (observe() runs it with the straggler check).
+  void check_links();
 
  private:
   void raise(const std::string& message, int rank);
@@ -56,6 +62,7 @@ class AlertEngine {
   int64_t last_rank0_step_ = -1;
   double last_straggler_check_ = 0.0;
   std::set<int> flagged_;  // ranks named in the last straggler round
+  std::set<std::string> flagged_links_;  // links ("2-3") and ranks ("rank 2") named last round
   // Webhook queue (its own mutex so raise() never waits on the network).
   std::mutex webhook_mutex_;
   std::condition_variable webhook_cv_;

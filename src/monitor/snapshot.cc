@@ -1,6 +1,9 @@
 // RankSnapshot <-> JSON.
 #include "monitor/snapshot.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "core/json_line.h"
@@ -30,6 +33,16 @@ std::string RankSnapshot::to_json() const {
       .add("comm_bytes_total", comm_bytes_total)
       .add("memory_bytes", memory_bytes)
       .add("expert_tokens", expert_tokens);
+  if (!link_gbps.empty()) {
+    std::string links = "[";
+    for (size_t i = 0; i < link_gbps.size(); ++i) {
+      if (i > 0) links += ",";
+      char num[32];
+      std::snprintf(num, sizeof(num), "%.6g", std::isfinite(link_gbps[i]) ? link_gbps[i] : 0.0);
+      links += num;
+    }
+    j.add_raw("link_gbps", links + "]");
+  }
   return j.str();
 }
 
@@ -63,6 +76,10 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
     s.memory_bytes = j.value("memory_bytes", int64_t{0});
     if (j.contains("expert_tokens"))
       s.expert_tokens = j["expert_tokens"].get<std::vector<int64_t>>();
+    if (j.contains("link_gbps") && j["link_gbps"].is_array()) {
+      for (const auto& v : j["link_gbps"])
+        s.link_gbps.push_back(v.is_number() ? v.get<double>() : 0.0);
+    }
   } catch (const std::exception& e) {
     return DataLoss(std::string("malformed rank snapshot: ") + e.what());
   }

@@ -34,6 +34,9 @@ struct RankSnapshot {
   int64_t comm_bytes_total = 0;  // since the start of the run
   int64_t memory_bytes = 0;
   std::vector<int64_t> expert_tokens;  // tokens routed per expert (summed over MoE layers)
+  // The last link probe (run --link-probe-every): GB/s this rank measured receiving from each
+  // peer, indexed by peer rank; <= 0 where not measured (itself). Empty when no probe ran.
+  std::vector<double> link_gbps;
 
   std::string to_json() const;
   static StatusOr<RankSnapshot> from_json(const std::string& text);

@@ -49,6 +49,12 @@ struct TrainConfig {
   }();
   monitor::AlertConfig alerts;
   std::string tensorboard_dir;  // rank 0 writes TensorBoard scalars here; empty: none
+  // Debugging (docs/monitoring.md).
+  std::string profile;                  // "wait=W,warmup=U,active=A"; empty: no profiling
+  std::string profile_dir = "profile";  // trace-rank<R>.json and the merged trace.json
+  bool grad_norms = false;              // per-layer gradient norms in the step log
+  bool halt_on_nan = false;             // stop with a dump at the first non-finite gradient
+  int link_probe_every = 0;             // measure every pair's bandwidth every K steps; 0: never
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

@@ -30,12 +30,13 @@ std::string Progress::format_duration(double s) {
 
 void Progress::step(const StepReport& r) {
   const int width = static_cast<int>(std::to_string(r.total).size());
+  // TFLOP/s with three significant digits: 0.0123 on a CPU, 312 on an accelerator.
   std::fprintf(out_,
-               "%sstep %*d/%d | loss %.4f | lr %.2e | norm %.2f | %.0f tok/s | %.1f ms/step | "
-               "%.1f GFLOP/s | ETA %s%s",
-               tty_ ? "\r\033[K" : "", width, r.step, r.total, r.loss, r.lr, r.grad_norm,
-               r.tokens_per_s, r.step_time_s * 1e3, r.gflops, format_duration(r.eta_s).c_str(),
-               tty_ ? "" : "\n");
+               "%sstep %*d/%d | samples %lld | loss %.4f | lr %.2e | norm %.2f | %.0f tok/s | "
+               "%.1f ms/it | %.3g TFLOP/s/device | ETA %s%s",
+               tty_ ? "\r\033[K" : "", width, r.step, r.total, static_cast<long long>(r.samples),
+               r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_time_s * 1e3, r.tflops_per_device,
+               format_duration(r.eta_s).c_str(), tty_ ? "" : "\n");
   std::fflush(out_);
   pending_ = tty_;
 }

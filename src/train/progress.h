@@ -1,7 +1,10 @@
-// The per-step progress line. On a terminal it redraws in place (carriage return and clear);
-// into a pipe or file it prints one plain line per step, so logs stay readable.
+// The per-step progress line: iteration, consumed samples, loss, learning rate, gradient norm,
+// tokens/s, ms per iteration, achieved TFLOP/s per device and ETA. On a terminal it redraws in
+// place (carriage return and clear); into a pipe or file it prints one plain line per step, so
+// logs stay readable.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -15,8 +18,10 @@ struct StepReport {
   double grad_norm = 0.0;
   double step_time_s = 0.0;
   double tokens_per_s = 0.0;
-  double gflops = 0.0;  // achieved model GFLOP/s
+  double gflops = 0.0;  // achieved model GFLOP/s, all ranks together
   double eta_s = 0.0;
+  int64_t samples = 0;             // global samples consumed so far (across resumes)
+  double tflops_per_device = 0.0;  // achieved model TFLOP/s per rank
 };
 
 class Progress {

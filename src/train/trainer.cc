@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 #include <cmath>
+#include <filesystem>
 
 #include <csignal>
 #include <cstring>
@@ -19,6 +20,8 @@
 #include "parallel/pipeline_runner.h"
 #include "plan/engine_memory.h"
 #include "plan/strategy.h"
+#include "train/link_probe.h"
+#include "train/step_profiler.h"
 
 namespace cann::train {
 namespace {
@@ -160,6 +163,20 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            ", beyond --steps " + std::to_string(config_.steps) +
                            "; hint: raise --steps to continue training");
   CANN_RETURN_IF_ERROR(start_monitoring(env));
+  if (!config_.profile.empty()) {
+    CANN_ASSIGN_OR_RETURN(const ProfileSchedule ps, parse_profile_schedule(config_.profile));
+    profiler_ =
+        std::make_unique<StepProfiler>(ps, config_.profile_dir, rank_, world_size_, host_name());
+  }
+  if (config_.grad_norms || config_.halt_on_nan) {
+    if (dp_ && zero_stage_ >= 2)
+      return InvalidArgument(std::string(config_.grad_norms ? "--grad-norms" : "--halt-on-nan") +
+                             " reads each layer's gradients in the full gradient buffer, which "
+                             "ZeRO stages 2 and 3 shard and release; hint: use zero=0 or 1");
+    const std::string dump_dir = std::filesystem::path(config_.log_json).parent_path().string();
+    grad_watch_ = std::make_unique<GradWatch>(model_->table(), config_.halt_on_nan,
+                                              dump_dir.empty() ? "." : dump_dir, rank_);
+  }
   if (!config_.tensorboard_dir.empty() && leader()) {
     CANN_ASSIGN_OR_RETURN(tensorboard_, monitor::TensorBoardWriter::open(config_.tensorboard_dir));
   }
@@ -516,11 +533,13 @@ Status Trainer::save_checkpoint(int step) {
   st.sampler = sampler_->state();
   st.rng = rng_.state();
   Stopwatch sw;
+  const double t0 = now_seconds();
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
   if (!leader()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(std::string path,
                         save_training_checkpoint(config_.checkpoint_dir, config_.keep_checkpoints,
                                                  *model_, snap, st, config_));
+  if (profiler_) profiler_->checkpoint(t0, now_seconds(), path);
   char buf[64];
   std::snprintf(buf, sizeof(buf), " (%.2f s)", sw.elapsed());
   progress_.line("checkpoint saved: " + path + buf);
@@ -562,6 +581,23 @@ std::string Trainer::generate_sample() {
   const std::string prompt = data::decode_bytes({ctx.data(), prompt_len});
   const std::string text = data::decode_bytes({ctx.data() + prompt_len, ctx.size() - prompt_len});
   return prompt + text;
+}
+
+Status Trainer::finish_profile() {
+  auto line = profiler_->finish(world_.get());
+  if (!line.ok()) return line.status();
+  if (!line->empty() && !config_.quiet) progress_.line(*line);
+  return OkStatus();
+}
+
+Status Trainer::report_nonfinite(int step) {
+  std::string event, message;
+  Status s = grad_watch_->on_nonfinite(step, model_->grads(), &event, &message);
+  if (!event.empty()) CANN_RETURN_IF_ERROR(write_log_line(event));
+  const std::string& text = s.ok() ? message : s.message();
+  if (hub_ && !text.empty()) hub_->add_event({unix_seconds(), "nonfinite_grad", rank_, text});
+  if (s.ok() && !message.empty()) log_warning("rank " + std::to_string(rank_) + ": " + message);
+  return s;
 }
 
 Status Trainer::write_log_line(const std::string& line) {
@@ -637,6 +673,7 @@ Status Trainer::run(RunSummary* summary) {
   int timed_steps = 0;
   for (int step = start_step_; step < config_.steps; ++step) {
     current_step_ = step;
+    if (profiler_) profiler_->begin_step(step - start_step_, step + 1);
     const double t0 = now_seconds();
     if (dp_)
       dp_->zero_grads();
@@ -658,6 +695,7 @@ Status Trainer::run(RunSummary* summary) {
       const double tf = now_seconds();
       const model::ForwardStats micro = model_->forward(inputs_.data(), targets_.data(), B, T);
       forward_s += now_seconds() - tf;
+      if (profiler_) profiler_->compute("forward", tf, now_seconds());
       const double tb = now_seconds();
       if (!std::isfinite(micro.loss))
         return FailedPrecondition("loss is " + std::to_string(micro.loss) + " at step " +
@@ -679,6 +717,7 @@ Status Trainer::run(RunSummary* summary) {
       if (!model_->tp_status().ok()) return comm_failure(model_->tp_status());
       if (dp_ && !dp_->param_status().ok()) return comm_failure(dp_->param_status());
       backward_s += now_seconds() - tb;
+      if (profiler_) profiler_->compute("backward", tb, now_seconds());
       if (spec_.is_moe()) {
         if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
         for (int i = 0; i < model_->num_moe_layers(); ++i) {
@@ -688,22 +727,26 @@ Status Trainer::run(RunSummary* summary) {
       }
     }
     const double compute_s = now_seconds() - t0 - comm_stats.comm_exposed_s;
+    bool grads_bad = grad_watch_ && grad_watch_->inspect(model_->grads(), step + 1);
     // The losses for the log and the stop request are agreed by all ranks (any rank's signal
     // stops all at the same step, so no rank waits in a collective the others never issue).
     bool stop_requested = g_stop_signal != 0 || (server_ != nullptr && server_->stop_requested());
     if (world_) {
-      float scalars[4] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
-                          static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f};
-      CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 4, "step_scalars"));
+      float scalars[5] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
+                          static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f,
+                          grads_bad ? 1.0f : 0.0f};
+      CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 5, "step_scalars"));
       // Under pp the stages' shares of the loss add up to it: the world mean is 1/pp of it.
       for (int i = 0; i < 3 && pipeline_; ++i) scalars[i] *= static_cast<float>(layout_.pp);
       st.loss = scalars[0];
       st.lm_loss = scalars[1];
       st.aux_loss = scalars[2];
       stop_requested = scalars[3] > 0.0f;
+      grads_bad = scalars[4] > 0.0f;
     }
     const float lr = schedule_.at(step);
     double norm = 0.0;
+    const double t_opt = now_seconds();
     if (dp_) {
       if (mp_) {
         Status tied = mp_->sync_tied_embedding(*model_);
@@ -717,6 +760,10 @@ Status Trainer::run(RunSummary* summary) {
       norm = opt_->step(model_->params(), model_->grads(), lr);
     }
     const double dt = now_seconds() - t0;
+    if (profiler_) {
+      profiler_->compute("optimizer", t_opt, t0 + dt);
+      profiler_->compute("step", t0, t0 + dt);
+    }
     // The first step pays for page faults and BLAS warm-up: keep it out of the ETA.
     if (step > start_step_) {
       time_sum += dt;
@@ -739,10 +786,13 @@ Status Trainer::run(RunSummary* summary) {
     r.tokens_per_s = tokens / dt;
     r.gflops = flops_per_token * tokens / dt / 1e9;
     r.eta_s = avg * (config_.steps - done);
+    r.samples = static_cast<int64_t>(sampler_->state().consumed);
+    r.tflops_per_device = r.gflops / 1e3 / world_size_;
     if (show) progress_.step(r);
 
     JsonLine line;
     line.add("step", done)
+        .add("time", unix_seconds())
         .add("loss", st.loss)
         .add("lr", static_cast<double>(lr))
         .add("grad_norm", norm)
@@ -763,7 +813,9 @@ Status Trainer::run(RunSummary* summary) {
     const bool stop_now =
         stop_requested || (config_.exit_interval > 0 && done % config_.exit_interval == 0 && !last);
     if ((config_.eval_every > 0 && done % config_.eval_every == 0) || last) {
+      const double t_eval = now_seconds();
       CANN_ASSIGN_OR_RETURN(const double val, evaluate());
+      if (profiler_) profiler_->compute("evaluate", t_eval, now_seconds());
       summary->last_val_loss = val;
       last_val_loss_ = val;
       line.add("val_loss", val);
@@ -772,7 +824,9 @@ Status Trainer::run(RunSummary* summary) {
                     st.loss);
       if (show) progress_.line(buf);
     }
+    if (config_.grad_norms) line.add_raw("grad_norms", grad_watch_->norms_json());
     CANN_RETURN_IF_ERROR(write_log_line(line.str()));
+    if (grads_bad) CANN_RETURN_IF_ERROR(report_nonfinite(done));
     if (tensorboard_) {
       const double wall = unix_seconds();
       Status tb = tensorboard_->add_scalar("train/loss", st.loss, done, wall);
@@ -789,6 +843,11 @@ Status Trainer::run(RunSummary* summary) {
       if (tb.ok() && last) tb = tensorboard_->flush();
       if (!tb.ok()) return tb;
     }
+    if (world_ && config_.link_probe_every > 0 && done % config_.link_probe_every == 0) {
+      auto links = probe_links(*world_);
+      if (!links.ok()) return comm_failure(links.status());
+      link_gbps_ = std::move(*links);
+    }
     if (hub_ || publisher_) {
       comm_bytes_total_ += static_cast<int64_t>(comm_stats.comm_bytes);
       monitor::RankSnapshot snap;
@@ -797,7 +856,7 @@ Status Trainer::run(RunSummary* summary) {
       snap.time = unix_seconds();
       snap.step = done;
       snap.total_steps = config_.steps;
-      snap.samples = static_cast<int64_t>(sampler_->state().consumed);
+      snap.samples = r.samples;
       snap.loss = st.loss;
       snap.val_loss = last_val_loss_;
       snap.lr = lr;
@@ -807,17 +866,20 @@ Status Trainer::run(RunSummary* summary) {
       snap.forward_s = forward_s;
       snap.backward_s = backward_s - comm_stats.comm_exposed_s;
       snap.tokens_per_s = r.tokens_per_s;
-      snap.tflops_per_device = r.gflops / 1e3 / world_size_;
+      snap.tflops_per_device = r.tflops_per_device;
       snap.comm_time_s = comm_stats.comm_time_s;
       snap.comm_exposed_s = comm_stats.comm_exposed_s;
       snap.comm_bytes_total = comm_bytes_total_;
       snap.memory_bytes = static_cast<int64_t>(memory_bytes());
       snap.expert_tokens = expert_tokens_total_;
+      snap.link_gbps = link_gbps_;
       report_step(snap, last);
     }
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
     if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
       CANN_RETURN_IF_ERROR(save_checkpoint(done));
+    if (profiler_ && world_) profiler_->collect_comm(*world_);
+    if (profiler_ && profiler_->end_step()) CANN_RETURN_IF_ERROR(finish_profile());
     if (stop_now) {
       summary->interrupted = stop_requested;
       if (leader())
@@ -828,6 +890,7 @@ Status Trainer::run(RunSummary* summary) {
       break;
     }
   }
+  if (profiler_) CANN_RETURN_IF_ERROR(finish_profile());  // the run ended inside the window
   progress_.finish();
   log_.reset();
   // (A tensor-parallel model's forward is a collective, so rank 0 cannot sample alone; under

@@ -36,8 +36,10 @@
 #include "train/config.h"
 #include "train/data_parallel.h"
 #include "train/distributed.h"
+#include "train/grad_watch.h"
 #include "train/model_parallel.h"
 #include "train/progress.h"
+#include "train/step_profiler.h"
 #include "train/train_state.h"
 
 namespace cann::train {
@@ -91,6 +93,10 @@ class Trainer {
   Status save_checkpoint(int step);
   std::string generate_sample();
   Status write_log_line(const std::string& line);
+  // --profile: writes the traces (a collective when several ranks run).
+  Status finish_profile();
+  // Some rank's gradients went non-finite at `step`: log, event, and with --halt-on-nan stop.
+  Status report_nonfinite(int step);
 
   TrainConfig config_;
   model::ModelSpec spec_;
@@ -140,6 +146,9 @@ class Trainer {
   };
   std::unique_ptr<FILE, CloseFile> log_;
   Progress progress_;
+  std::unique_ptr<StepProfiler> profiler_;  // --profile only
+  std::unique_ptr<GradWatch> grad_watch_;   // --grad-norms / --halt-on-nan only
+  std::vector<double> link_gbps_;           // the last --link-probe-every measurement
 };
 
 }  // namespace cann::train
