@@ -115,24 +115,21 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   sample_ids_.resize(micro_batch_);
 
   model_->init_params(config_.seed);
-  if (config_.resume) {
+  CANN_ASSIGN_OR_RETURN(keeper_, StateKeeper::create(config_, env, leader()));
+  if (keeper_->generation() > 0) {
+    // A restarted elastic generation: the committed step from memory, else from disk.
+    CANN_ASSIGN_OR_RETURN(auto ck, keeper_->recovery_state(config_.checkpoint_dir));
+    if (ck) {
+      CANN_RETURN_IF_ERROR(restore_state(*ck));
+      keeper_->event("state_restored", "step " + std::to_string(start_step_) + " from " + ck->path);
+    }
+  } else if (config_.resume) {
     if (config_.checkpoint_dir.empty())
       return InvalidArgument("--resume needs --checkpoint-dir DIR to resume from");
     auto ck = ckpt::read_latest_checkpoint(config_.checkpoint_dir);
     if (ck.ok()) {
-      ResumeState st;
-      if (dp_) {
-        CANN_RETURN_IF_ERROR(dp_->restore(*ck, &st));
-      } else {
-        int opt_step = 0;
-        CANN_RETURN_IF_ERROR(
-            restore_training_checkpoint(*ck, *model_, opt_->m(), opt_->v(), &opt_step, &st));
-        opt_->set_step_count(opt_step);
-      }
-      sampler_->restore(st.sampler);
-      rng_.set_state(st.rng);
-      start_step_ = st.step;
-      log_info("resumed from " + ck->path + " at step " + std::to_string(st.step));
+      CANN_RETURN_IF_ERROR(restore_state(*ck));
+      log_info("resumed from " + ck->path + " at step " + std::to_string(start_step_));
     } else if (ck.status().code() == StatusCode::kNotFound) {
       log_info("no checkpoint in " + config_.checkpoint_dir + " yet; starting from step 0");
     } else {
@@ -148,7 +145,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     CANN_ASSIGN_OR_RETURN(tensorboard_, monitor::TensorBoardWriter::open(config_.tensorboard_dir));
   }
   if (!config_.log_json.empty() && leader()) {
-    log_.reset(std::fopen(config_.log_json.c_str(), config_.resume ? "a" : "w"));
+    // Appending: the agent's events share the file (StateKeeper emptied it for a fresh run).
+    log_.reset(std::fopen(config_.log_json.c_str(), "a"));
     if (!log_)
       return IoError(config_.log_json +
                      ": cannot open the step log for writing: " + std::strerror(errno));
@@ -412,23 +410,50 @@ StatusOr<double> Trainer::evaluate() {
   return static_cast<double>(sum);
 }
 
+Status Trainer::restore_state(const ckpt::LoadedCheckpoint& ck) {
+  ResumeState st;
+  if (dp_) {
+    CANN_RETURN_IF_ERROR(dp_->restore(ck, &st));
+  } else {
+    int opt_step = 0;
+    CANN_RETURN_IF_ERROR(
+        restore_training_checkpoint(ck, *model_, opt_->m(), opt_->v(), &opt_step, &st));
+    opt_->set_step_count(opt_step);
+  }
+  sampler_->restore(st.sampler);
+  rng_.set_state(st.rng);
+  start_step_ = st.step;
+  return OkStatus();
+}
+
 // A collective under data parallelism (sharded or per-rank optimizer state is gathered first);
-// rank 0 writes.
-Status Trainer::save_checkpoint(int step) {
+// rank 0 copies the state and a background thread writes it (StateKeeper). With `wait` (the
+// last step, a stop), returns once the checkpoint is durable.
+Status Trainer::save_checkpoint(int step, bool wait) {
   ResumeState st;
   st.step = step;
   st.sampler = sampler_->state();
   st.rng = rng_.state();
-  Stopwatch sw;
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
   if (!leader()) return OkStatus();
-  CANN_ASSIGN_OR_RETURN(std::string path,
-                        save_training_checkpoint(config_.checkpoint_dir, config_.keep_checkpoints,
-                                                 *model_, snap, st, config_));
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), " (%.2f s)", sw.elapsed());
-  progress_.line("checkpoint saved: " + path + buf);
+  Stopwatch sw;
+  CANN_RETURN_IF_ERROR(keeper_->checkpoint(training_checkpoint(*model_, snap, st, config_), wait));
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "checkpoint of step %d %s (%.2f s)", step,
+                wait ? "saved" : "queued", sw.elapsed());
+  progress_.line(buf);
   return OkStatus();
+}
+
+Status Trainer::keep_state(int done) {
+  keeper_->set_step(done);
+  if (!keeper_->snapshot_due(done)) return OkStatus();
+  ResumeState st;
+  st.step = done;
+  st.sampler = sampler_->state();
+  st.rng = rng_.state();
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  return keeper_->snapshot(training_checkpoint(*model_, snap, st, config_));
 }
 
 // A sample from the model, prompted with the start of the first validation document, sampled at
@@ -690,8 +715,11 @@ Status Trainer::run(RunSummary* summary) {
       report_step(snap, last);
     }
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
+    CANN_RETURN_IF_ERROR(keep_state(done));
+    if (step == start_step_ && keeper_->generation() > 0 && leader())
+      keeper_->event("training_resumed", "step " + std::to_string(done) + " completed");
     if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
-      CANN_RETURN_IF_ERROR(save_checkpoint(done));
+      CANN_RETURN_IF_ERROR(save_checkpoint(done, last || stop_now));
     if (stop_now) {
       summary->interrupted = stop_requested;
       if (leader())

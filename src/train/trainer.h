@@ -36,6 +36,7 @@
 #include "train/data_parallel.h"
 #include "train/distributed.h"
 #include "train/progress.h"
+#include "train/state_keeper.h"
 #include "train/train_state.h"
 
 namespace cann::train {
@@ -82,7 +83,11 @@ class Trainer {
   StatusOr<OptimizerSnapshot> optimizer_snapshot();
   void next_batch();
   StatusOr<double> evaluate();
-  Status save_checkpoint(int step);
+  Status save_checkpoint(int step, bool wait);
+  // Loads a checkpoint or snapshot into the model, optimizer, sampler and RNG.
+  Status restore_state(const ckpt::LoadedCheckpoint& ck);
+  // After a completed step: in-memory snapshot (elastic) and heartbeat progress.
+  Status keep_state(int done);
   std::string generate_sample();
   Status write_log_line(const std::string& line);
 
@@ -126,6 +131,7 @@ class Trainer {
     void operator()(FILE* f) const { std::fclose(f); }
   };
   std::unique_ptr<FILE, CloseFile> log_;
+  std::unique_ptr<StateKeeper> keeper_;
   Progress progress_;
 };
 
