@@ -10,6 +10,7 @@
 // the same global batch (the sampler's stride), gradients are averaged over the world group
 // before the optimizer, and the stop decision is agreed by all ranks each step. Rank 0 alone
 // prints progress, writes the step log, checkpoints (parameters are replicated) and samples.
+// Checkpoints, in-memory snapshots, heartbeats and events go through StateKeeper.
 #pragma once
 
 #include <atomic>
