@@ -127,6 +127,14 @@ class Job {
     }
     return false;
   }
+  bool wait_for_output(const std::string& text, double timeout_s = 30) const {
+    const double end = now_s() + timeout_s;
+    while (now_s() < end) {
+      if (output().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
   // Sends `sig` to rank's worker; returns the time it was sent (0 if not found).
   double signal_rank(int rank, int sig) const {
     for (int i = 0; i < 500; ++i) {
@@ -245,6 +253,10 @@ TEST_F(MultiProcFaultTest, SigkillWorkerMidStep) {
   EXPECT_TRUE(find_event(ev, "rendezvous_complete", 1));
   EXPECT_EQ((*detected)["rank"], 1);
   EXPECT_NE((*detected)["detail"].get<std::string>().find("signal 9"), std::string::npos);
+  // Rank 0 survived in its own process; only rank 1 was replaced.
+  EXPECT_NE(job.output().find("rank 0 rejoined as generation 1"), std::string::npos)
+      << job.output();
+  EXPECT_NE(job.output().find("generation 1 replaces 1 worker "), std::string::npos);
   const double detect = (*detected)["time"].get<double>() - killed_at;
   const double back = (*resumed)["time"].get<double>() - killed_at;
   std::printf("SIGKILL: detected after %.3f s, training again (a step completed) after %.3f s\n",
@@ -307,7 +319,8 @@ TEST_F(MultiProcFaultTest, OwnSnapshotCorruptTakesTheNeighboursReplica) {
   args.insert(args.end(), {"--elastic", "--rdzv-id", "neighbour" + std::to_string(getpid())});
   Job job(dir_.path(), args);
   ASSERT_TRUE(job.wait_for_step(90)) << job.output();
-  // Freeze both workers, damage every snapshot rank 1 holds, then kill rank 1.
+  // Freeze both workers, damage every snapshot rank 1 holds, then kill rank 1; rank 0, the
+  // survivor, keeps its process and its own snapshot.
   const pid_t w0 = job.worker(0), w1 = job.worker(1);
   ASSERT_GT(w0, 0);
   ASSERT_GT(w1, 0);
@@ -327,6 +340,9 @@ TEST_F(MultiProcFaultTest, OwnSnapshotCorruptTakesTheNeighboursReplica) {
   }
   ASSERT_EQ(damaged, 2);
   kill(w1, SIGKILL);
+  // Rank 0 survives: it goes on once the agent has chosen the copies to load.
+  ASSERT_TRUE(job.wait_for_output("restart 1 of")) << job.output();
+  kill(w0, SIGCONT);
   ASSERT_EQ(job.wait(), 0) << job.output();
   const std::string out = job.output();
   EXPECT_NE(out.find("unusable, trying the next copy"), std::string::npos) << out;
@@ -355,6 +371,8 @@ TEST_F(MultiProcFaultTest, BothCopiesGoneFallsBackToDisk) {
   }
   ASSERT_EQ(removed, 2);
   kill(w1, SIGKILL);
+  ASSERT_TRUE(job.wait_for_output("restart 1 of")) << job.output();
+  kill(w0, SIGCONT);
   ASSERT_EQ(job.wait(), 0) << job.output();
   const auto ev = events(dir_.file("log.jsonl"));
   const auto* restored = find_event(ev, "state_restored", 1);

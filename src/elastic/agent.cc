@@ -120,6 +120,19 @@ StatusOr<std::string> make_snapshot_root(const std::string& job) {
   return std::string(buf.data());
 }
 
+// Whether `pid` is stopped (SIGSTOP, or a debugger): state T or t in /proc/<pid>/stat.
+bool process_stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char line[512] = {};
+  const bool got = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  const char* close = got ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
+  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3f s", s);
@@ -231,10 +244,11 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   int restarts = 0;
 
   std::vector<Worker> workers(P);
-  auto spawn_generation = [&](const ckpt::ReplicaPlan* plan) -> Status {
-    workers = std::vector<Worker>(P);
-    for (int l = 0; l < P; ++l) {
+  // Starts local worker l of the current generation (a replacement loads plan's copies).
+  auto spawn_worker = [&](int l, const ckpt::ReplicaPlan* plan) -> Status {
+    {
       Worker& w = workers[l];
+      w = Worker();
       w.local_rank = l;
       w.rank = node.node_rank * P + l;
       int out[2], err[2];
@@ -280,9 +294,17 @@ StatusOr<int> run_agent(const AgentConfig& config) {
           stdout, config.plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
       w.err = std::make_unique<OutputForwarder>(stderr, prefix);
     }
-    if (!config.elastic) return OkStatus();
-    // The membership record: which generation is current, and who is in it.
-    std::string members;
+    return OkStatus();
+  };
+  // The membership record: which generation is current, who is in it, and which snapshot copies
+  // each rank loads (survivors read theirs here; replacements get them in the environment).
+  auto publish_membership = [&](const ckpt::ReplicaPlan* plan) -> Status {
+    std::string members, restore;
+    for (int r = 0; r < world; ++r) {
+      if (!restore.empty()) restore += ",";
+      restore += "\"" +
+                 (plan != nullptr && plan->step >= 0 ? plan->candidates[r] : std::string()) + "\"";
+    }
     for (const Worker& w : workers) {
       if (!members.empty()) members += ",";
       members += "{\"rank\":" + std::to_string(w.rank) + ",\"pid\":" + std::to_string(w.pid) +
@@ -291,28 +313,34 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     CANN_RETURN_IF_ERROR(store->set(job_keys + "/membership",
                                     "{\"generation\":" + std::to_string(generation) +
                                         ",\"world_size\":" + std::to_string(world) +
-                                        ",\"members\":[" + members + "]}"));
+                                        ",\"members\":[" + members + "],\"restore_step\":" +
+                                        std::to_string(plan != nullptr ? plan->step : -1) +
+                                        ",\"restore_from\":[" + restore + "]}"));
     heartbeats->start_generation(generation, world, now_seconds());
     return OkStatus();
   };
-  CANN_RETURN_IF_ERROR(spawn_generation(nullptr));
+  for (int l = 0; l < P; ++l) CANN_RETURN_IF_ERROR(spawn_worker(l, nullptr));
+  if (config.elastic) CANN_RETURN_IF_ERROR(publish_membership(nullptr));
   bool rendezvous_pending = config.elastic;
   double failure_at = 0.0;  // steady time the last failure was detected
 
-  // Elastic recovery: the generation's workers are killed (survivors would wait on the lost
-  // rank until their collectives time out), their output drained, and a new generation started
-  // from the committed step.
-  auto restart_generation = [&](int rank, const std::string& cause) -> Status {
+  // Elastic recovery. The failed worker is replaced by a fresh process; the survivors keep
+  // theirs: their collectives fail on the lost peer, they wait for the new generation in the
+  // membership record and load the committed step from their own snapshot. With `whole`
+  // (a hang that cannot be pinned on one rank) every worker of the node is replaced.
+  auto restart_generation = [&](int rank, const std::string& cause, bool whole) -> Status {
     failure_at = now_seconds();
     (void)events.append({"failure_detected", unix_seconds(), rank, generation, cause});
     if (hub) hub->add_event({unix_seconds(), "failure_detected", rank, cause});
     for (auto& w : workers)
-      if (w.running) kill(w.pid, SIGKILL);
+      if (w.running && (whole || w.rank == rank)) kill(w.pid, SIGKILL);
+    int replaced = 0;
     for (auto& w : workers) {
-      if (w.running) {
+      if (w.running && (whole || w.rank == rank)) {
         waitpid(w.pid, &w.status, 0);
         w.running = false;
       }
+      if (w.running) continue;
       for (int* fd : {&w.out_fd, &w.err_fd}) {
         while (*fd >= 0 && pump(*fd, fd == &w.out_fd ? *w.out : *w.err)) {
         }
@@ -321,18 +349,25 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       }
       w.out->finish();
       w.err->finish();
+      ++replaced;
     }
     ++generation;
     ++restarts;
     const ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(snapshot_root, world);
+    const std::string from =
+        plan.step >= 0 ? "the in-memory snapshot of step " + std::to_string(plan.step)
+                       : std::string("the newest disk checkpoint (no snapshot survived)");
     std::fprintf(stderr,
-                 "cann-train run: %s; restart %d of %d: generation %d resumes from %s\n",
-                 cause.c_str(), restarts, config.max_restarts, generation,
-                 plan.step >= 0 ? ("the in-memory snapshot of step " + std::to_string(plan.step)).c_str()
-                                : "the newest disk checkpoint (no snapshot survived)");
+                 "cann-train run: %s; restart %d of %d: generation %d replaces %d worker%s and "
+                 "resumes from %s\n",
+                 cause.c_str(), restarts, config.max_restarts, generation, replaced,
+                 replaced == 1 ? "" : "s", from.c_str());
     std::fflush(stderr);
     rendezvous_pending = true;
-    return spawn_generation(&plan);
+    CANN_RETURN_IF_ERROR(publish_membership(&plan));
+    for (int l = 0; l < P; ++l)
+      if (!workers[l].running) CANN_RETURN_IF_ERROR(spawn_worker(l, &plan));
+    return OkStatus();
   };
 
   bool any_failure = false;
@@ -411,6 +446,17 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       // A usage error (exit 2) is the same in every generation: no restart for it.
       const bool usage_error = failure_seen && WIFEXITED(first_failed->status) &&
                                WEXITSTATUS(first_failed->status) == 2;
+      // A stopped worker may hold a lock of the file store that the others' heartbeats wait
+      // on, so theirs go stale too: the stopped process is the one to blame.
+      if (hang && hang->verdict == HeartbeatVerdict::kStale) {
+        for (const auto& w : workers)
+          if (w.running && process_stopped(w.pid)) {
+            hang->rank = w.rank;
+            hang->detail = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) +
+                           ") is stopped: its heartbeat is stale";
+            break;
+          }
+      }
       if ((failure_seen || hang) && !usage_error && restarts < config.max_restarts) {
         const int rank = hang ? hang->rank : first_failed->rank;
         const std::string cause =
@@ -418,7 +464,10 @@ StatusOr<int> run_agent(const AgentConfig& config) {
                  : "rank " + std::to_string(first_failed->rank) + " (pid " +
                        std::to_string(first_failed->pid) + ") " +
                        describe_exit(first_failed->status);
-        CANN_RETURN_IF_ERROR(restart_generation(rank, cause));
+        // A worker that beats but makes no progress may only be waiting on the hung one:
+        // replace them all. A dead or silent worker is replaced alone.
+        const bool whole = hang && hang->verdict == HeartbeatVerdict::kNoProgress;
+        CANN_RETURN_IF_ERROR(restart_generation(rank, cause, whole));
         continue;
       }
       if (hang) {

@@ -16,11 +16,11 @@
 //
 // Elastic (one node, `elastic`): failures do not end the job. The agent watches waitpid and
 // the workers' heartbeats (HeartbeatMonitor); on a dead, stopped or hung worker it records a
-// failure_detected event, kills the generation's remaining workers (they would wait on the lost
-// rank), bumps the generation in the membership record cann/<job>/membership, and starts a new
-// generation whose workers rebuild their groups under a new key prefix and load the committed
-// step from the in-memory snapshots (ckpt/replicas.h), or from the newest disk checkpoint when
-// no snapshot survived. After `max_restarts` restarts the next failure ends the job as above.
+// failure_detected event, kills that worker, bumps the generation in the membership record
+// cann/<job>/membership (with the snapshot copies each rank loads, ckpt/replicas.h) and starts
+// a replacement. Survivors keep their processes: they rejoin the new generation themselves
+// (train/trainer_rejoin.cc). After `max_restarts` restarts the next failure ends the job as
+// above.
 // See docs/elastic.md.
 #pragma once
 

@@ -28,8 +28,11 @@ namespace cann::elastic {
 inline constexpr double kHangFactor = 10.0;
 inline constexpr double kHangFloorSeconds = 5.0;
 
+enum class HeartbeatVerdict { kSilent, kStale, kNoProgress };
+
 struct HeartbeatFailure {
   int rank = 0;
+  HeartbeatVerdict verdict = HeartbeatVerdict::kStale;
   std::string detail;
 };
 

@@ -14,6 +14,8 @@
 #include "train/config.h"
 #include "train/dist_env.h"
 
+#include <nlohmann/json.hpp>
+
 namespace cann::train {
 namespace {
 
@@ -78,6 +80,7 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
   if (env != nullptr && env->elastic() && !env->store_url.empty()) {
     CANN_ASSIGN_OR_RETURN(k->store_, comm::open_store(env->store_url));
     k->heartbeat_key_ = "cann/" + env->job_id + "/heartbeat/rank" + std::to_string(env->rank);
+    k->membership_key_ = "cann/" + env->job_id + "/membership";
     k->beat();  // the first beat says this rank is up, before the first step
     StateKeeper* self = k.get();
     k->heartbeat_ = std::thread([self] {
@@ -131,6 +134,38 @@ void StateKeeper::event(const std::string& name, const std::string& detail) {
   if (!events_) return;
   Status s = events_->append({name, unix_seconds(), rank_, generation(), detail});
   if (!s.ok()) log_warning(s.message());
+}
+
+StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()) {
+  if (!store_) return FailedPrecondition("rejoining needs the elastic agent's store");
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (stop != nullptr && stop())
+      return IoError("rank " + std::to_string(rank_) +
+                     ": stopped while waiting for the next generation");
+    auto text = store_->try_get(membership_key_);
+    if (text.ok() && text->has_value()) {
+      try {
+        const nlohmann::json m = nlohmann::json::parse(**text);
+        const int gen = m.at("generation").get<int>();
+        if (gen > generation_) {
+          std::string from;
+          if (m.contains("restore_from") && static_cast<int>(m["restore_from"].size()) > rank_)
+            from = m["restore_from"][rank_].get<std::string>();
+          restore_from_ = from;
+          generation_ = gen;
+          return gen;
+        }
+      } catch (const std::exception& e) {
+        return DataLoss(membership_key_ + ": malformed membership record (" + e.what() + ")");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return IoError("rank " + std::to_string(rank_) + ": no new generation within " +
+                 fixed(timeout_s, 0) + " s of the failure");
 }
 
 StatusOr<std::optional<ckpt::LoadedCheckpoint>> StateKeeper::recovery_state(

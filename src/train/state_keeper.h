@@ -47,7 +47,10 @@ class StateKeeper {
                                                        const DistEnv* env, bool leader);
   ~StateKeeper();
 
-  int generation() const { return generation_ < 0 ? 0 : generation_; }
+  int generation() const {
+    const int g = generation_.load();
+    return g < 0 ? 0 : g;
+  }
   bool elastic() const { return generation_ >= 0; }
 
   // The state a restarted elastic worker must load: the snapshot the agent named (the first of
@@ -65,12 +68,19 @@ class StateKeeper {
 
   void event(const std::string& name, const std::string& detail);
 
+  // A survivor's wait for the agent's next generation: polls the membership record until its
+  // generation exceeds this keeper's, up to timeout_s. Then this keeper belongs to the new
+  // generation (heartbeats carry it) and recovery_state() reads the copies the record names
+  // for this rank. Returns the new generation; DeadlineExceeded-like IoError on timeout.
+  // `stop` is polled too: when it returns true the wait ends with an error (the job is ending).
+  StatusOr<int> join_next_generation(double timeout_s, bool (*stop)());
+
  private:
   StateKeeper() = default;
   void beat();
 
   int rank_ = 0;
-  int generation_ = -1;
+  std::atomic<int> generation_{-1};  // read by the heartbeat thread
   bool leader_ = false;
   int snapshot_every_ = 1;
   int keep_checkpoints_ = 3;
@@ -82,6 +92,7 @@ class StateKeeper {
   int total_steps_ = 0;
   std::shared_ptr<comm::Store> store_;
   std::string heartbeat_key_;
+  std::string membership_key_;
   double heartbeat_interval_s_ = 0.1;
   std::atomic<int> step_{0};
   int64_t beats_ = 0;  // heartbeat thread only

@@ -62,6 +62,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     job_id_ = env->job_id;
     start_beacon(*env);
   }
+  if (env != nullptr) env_ = std::make_unique<DistEnv>(*env);
+  comm_ = comm;
   CANN_RETURN_IF_ERROR(resolve_layout());
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
   if (spec_.architecture == model::Architecture::kVit)
@@ -86,12 +88,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   oc.weight_decay = config_.weight_decay;
   oc.grad_clip = config_.grad_clip;
   if (world_) {
-    DataParallelConfig dc;
-    dc.zero = zero_stage_;
-    dc.compress = config_.compress;
-    dc.onebit_warmup = config_.onebit_warmup;
-    dc.bucket_mb = config_.bucket_mb;
-    CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, *world_, oc, dc, config_.steps));
+    CANN_RETURN_IF_ERROR(make_data_parallel_engine());
   } else {
     if (config_.compress != "none" || zero_stage_ != 0)
       return InvalidArgument(std::string(config_.compress != "none" ? "--compress" : "zero>0") +
@@ -260,7 +257,11 @@ Status Trainer::resolve_layout() {
 }
 
 StatusOr<OptimizerSnapshot> Trainer::optimizer_snapshot() {
-  if (dp_) return dp_->snapshot();
+  if (dp_) {
+    StatusOr<OptimizerSnapshot> snap = dp_->snapshot();
+    if (!snap.ok()) return comm_failure(snap.status());
+    return snap;
+  }
   OptimizerSnapshot s;
   s.m = opt_->m();
   s.v = opt_->v();
@@ -378,6 +379,7 @@ void Trainer::explain_stall() {
 }
 
 Status Trainer::comm_failure(const Status& s) {
+  comm_failed_ = true;
   explain_stall();
   return Status(s.code(), "rank " + std::to_string(rank_) + ": " + s.message());
 }
@@ -445,6 +447,10 @@ Status Trainer::save_checkpoint(int step, bool wait) {
   return OkStatus();
 }
 
+bool Trainer::stop_signalled() {
+  return g_stop_signal != 0;
+}
+
 Status Trainer::keep_state(int done) {
   keeper_->set_step(done);
   if (!keeper_->snapshot_due(done)) return OkStatus();
@@ -453,7 +459,11 @@ Status Trainer::keep_state(int done) {
   st.sampler = sampler_->state();
   st.rng = rng_.state();
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
-  return keeper_->snapshot(training_checkpoint(*model_, snap, st, config_));
+  // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
+  // more; training goes on.
+  Status s = keeper_->snapshot(training_checkpoint(*model_, snap, st, config_));
+  if (!s.ok()) log_warning(s.message());
+  return OkStatus();
 }
 
 // A sample from the model, prompted with the start of the first validation document, sampled at
@@ -502,9 +512,8 @@ Status Trainer::write_log_line(const std::string& line) {
 }
 
 Status Trainer::run(RunSummary* summary) {
-  const int B = micro_batch_, T = seq_len_;
+  const int T = seq_len_;
   const bool show = leader() && !config_.quiet;
-  const double flops_per_token = model::train_flops_per_token(spec_, T);
   const double params = static_cast<double>(model_->table().num_parameters());
   char header[512];
   std::snprintf(header, sizeof(header),
@@ -553,6 +562,21 @@ Status Trainer::run(RunSummary* summary) {
 
   summary->first_step = start_step_;
   summary->last_step = start_step_;
+  // Under --elastic, a survivor of a lost peer rejoins the next generation and trains on.
+  Status trained = train_steps(summary);
+  while (!trained.ok() && rejoinable()) {
+    CANN_RETURN_IF_ERROR(rejoin(trained));
+    trained = train_steps(summary);
+  }
+  CANN_RETURN_IF_ERROR(trained);
+  return finish_run(summary, show);
+}
+
+// The steps from start_step_ to the end, or to a stop.
+Status Trainer::train_steps(RunSummary* summary) {
+  const int B = micro_batch_, T = seq_len_;
+  const bool show = leader() && !config_.quiet;
+  const double flops_per_token = model::train_flops_per_token(spec_, T);
   double time_sum = 0.0;
   int timed_steps = 0;
   for (int step = start_step_; step < config_.steps; ++step) {
@@ -730,6 +754,10 @@ Status Trainer::run(RunSummary* summary) {
       break;
     }
   }
+  return OkStatus();
+}
+
+Status Trainer::finish_run(RunSummary* summary, bool show) {
   progress_.finish();
   log_.reset();
   if (spec_.architecture == model::Architecture::kGpt && config_.sample_tokens > 0 &&

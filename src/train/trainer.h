@@ -85,6 +85,15 @@ class Trainer {
   void next_batch();
   StatusOr<double> evaluate();
   Status save_checkpoint(int step, bool wait);
+  Status train_steps(RunSummary* summary);
+  Status finish_run(RunSummary* summary, bool show);
+  Status make_data_parallel_engine();
+  // Elastic (trainer_rejoin.cc): whether a failure can be survived by rejoining (a collective
+  // failed under --elastic), and the rejoin: wait for the next generation, rebuild the group
+  // and the engine under its key prefix, and load the committed step.
+  bool rejoinable() const;
+  static bool stop_signalled();  // SIGINT/SIGTERM arrived
+  Status rejoin(const Status& cause);
   // Loads a checkpoint or snapshot into the model, optimizer, sampler and RNG.
   Status restore_state(const ckpt::LoadedCheckpoint& ck);
   // After a completed step: in-memory snapshot (elastic) and heartbeat progress.
@@ -133,6 +142,9 @@ class Trainer {
   };
   std::unique_ptr<FILE, CloseFile> log_;
   std::unique_ptr<StateKeeper> keeper_;
+  std::unique_ptr<DistEnv> env_;  // a copy of the launcher's environment (multi-process)
+  CommConfig comm_;
+  bool comm_failed_ = false;  // a collective failed since the last (re)join
   Progress progress_;
 };
 
