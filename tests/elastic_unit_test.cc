@@ -242,3 +242,25 @@ TEST_F(HeartbeatMonitorTest, NoProgressWhileBeatingIsAHang) {
 
 }  // namespace
 }  // namespace cann
+
+namespace cann {
+namespace {
+
+TEST(ElasticFlagsTest, BadCombinationsAreUsageErrors) {
+  auto r = test::run_cann({"run", "--elastic", "--nnodes", "2", "--rdzv", "redis://127.0.0.1:1",
+                           "--steps", "1"},
+                          60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--elastic supports one node"), std::string::npos) << r.output;
+  r = test::run_cann({"run", "--elastic", "--heartbeat-interval", "0.5", "--heartbeat-timeout",
+                      "0.2", "--steps", "1"},
+                     60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--heartbeat-timeout 0.2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("must exceed --heartbeat-interval 0.5"), std::string::npos) << r.output;
+  r = test::run_cann({"run", "--max-restarts", "-1"}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+}  // namespace
+}  // namespace cann

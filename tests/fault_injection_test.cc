@@ -464,5 +464,47 @@ TEST_F(MultiProcFaultTest, FullDiskDuringACheckpointWrite) {
   expect_same_as_reference();
 }
 
+// Not a fault, but what a job that comes back at another size needs: a checkpoint of 2 ranks
+// (zero=0) loads in 1 process and in 4 ranks under ZeRO-1, the flat buffers sliced through the
+// ParamTable, and training ends where the 2-rank run did, up to fp32 summation order.
+TEST_F(MultiProcFaultTest, CheckpointLoadsAtAnotherWorldSizeAndStrategy) {
+  auto first = job_args(dir_.path());
+  first.insert(first.end(), {"--exit-interval", "100"});
+  auto r = test::run_cann(first, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto final_loss = [](const std::string& log) {
+    double loss = -1;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("step", 0) == kSteps) loss = j["loss"].get<double>();
+    }
+    return loss;
+  };
+  const double expected = final_loss(reference_dir_->file("log.jsonl"));
+  ASSERT_GT(expected, 0);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--nproc-per-node", "1"},
+        std::vector<std::string>{"--nproc-per-node", "4", "--strategy", "dp=4,zero=1"}}) {
+    const std::string copy = dir_.file("ck-" + layout[1]);
+    fs::copy(dir_.file("ck"), copy, fs::copy_options::recursive);
+    auto args = job_args(dir_.path());
+    for (auto& a : args)
+      if (a == dir_.path() + "/ck") a = copy;
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--nproc-per-node") args.erase(args.begin() + i, args.begin() + i + 2);
+    for (auto& a : args)
+      if (a == dir_.file("log.jsonl")) a = dir_.file("log-" + layout[1] + ".jsonl");
+    args.insert(args.end(), layout.begin(), layout.end());
+    args.push_back("--resume");
+    r = test::run_cann(args, 120);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("steps 101..200"), std::string::npos) << r.output;
+    const double got = final_loss(dir_.file("log-" + layout[1] + ".jsonl"));
+    std::printf("%s ranks: final loss %.6f, 2-rank run %.6f\n", layout[1].c_str(), got, expected);
+    EXPECT_NEAR(got, expected, 5e-3) << layout[1] << " ranks";
+  }
+}
+
 }  // namespace
 }  // namespace cann
