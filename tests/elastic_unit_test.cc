@@ -86,10 +86,10 @@ TEST(AsyncCheckpointWriterTest, FailedWriteIsReportedAndKeepsEarlierOnes) {
   TempDir dir;
   test::write_text(dir.file("blocker"), "x");
   std::string message;
-  ckpt::AsyncCheckpointWriter writer(
-      dir.file("blocker/ck"), ckpt::WriteOptions{}, [&](const ckpt::AsyncWriteResult& r) {
-        if (!r.status.ok()) message = r.status.message();
-      });
+  ckpt::AsyncCheckpointWriter writer(dir.file("blocker/ck"), ckpt::WriteOptions{},
+                                     [&](const ckpt::AsyncWriteResult& r) {
+                                       if (!r.status.ok()) message = r.status.message();
+                                     });
   std::vector<char> state(10, 'x');
   writer.submit(one_section(4, state));
   Status s = writer.wait();
@@ -104,8 +104,9 @@ TEST(ReplicaPlanTest, CommittedStepIsTheSmallestNewestAndNeighboursBackUp) {
   const std::vector<std::vector<int>> steps = {{7, 8}, {6, 7}, {7, 8}};
   for (int r = 0; r < 3; ++r)
     for (int s : steps[r])
-      ASSERT_TRUE(ckpt::write_checkpoint(dir.file("rank" + std::to_string(r)), one_section(s, data), 2)
-                      .ok());
+      ASSERT_TRUE(
+          ckpt::write_checkpoint(dir.file("rank" + std::to_string(r)), one_section(s, data), 2)
+              .ok());
   ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(dir.path(), 3);
   EXPECT_EQ(plan.step, 7);
   const std::string r0 = dir.file("rank0/step-00000007"), r1 = dir.file("rank1/step-00000007"),
@@ -164,8 +165,9 @@ TEST(EventLogTest, LinesFromManyWritersStayWholeJson) {
 class HeartbeatMonitorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = comm::open_store("memory://heartbeat-" + std::string(
-                                  ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    auto s = comm::open_store(
+        "memory://heartbeat-" +
+        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     ASSERT_TRUE(s.ok());
     store_ = *s;
   }
@@ -247,9 +249,8 @@ namespace cann {
 namespace {
 
 TEST(ElasticFlagsTest, BadCombinationsAreUsageErrors) {
-  auto r = test::run_cann({"run", "--elastic", "--nnodes", "2", "--rdzv", "redis://127.0.0.1:1",
-                           "--steps", "1"},
-                          60);
+  auto r = test::run_cann(
+      {"run", "--elastic", "--nnodes", "2", "--rdzv", "redis://127.0.0.1:1", "--steps", "1"}, 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--elastic supports one node"), std::string::npos) << r.output;
   r = test::run_cann({"run", "--elastic", "--heartbeat-interval", "0.5", "--heartbeat-timeout",

@@ -6,8 +6,8 @@
 //
 // The model is small so a run takes about a second; steps are a millisecond or two, so a fault
 // lands at a random point of a step (forward, backward, a collective, the snapshot).
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -40,17 +40,37 @@ const char kModel[] =
 constexpr int kSteps = 200;
 
 std::vector<std::string> job_args(const std::string& dir, int steps = kSteps) {
-  return {"run",          "--model",        dir + "/m.yaml", "--steps",     std::to_string(steps),
-          "--batch-size", "8",              "--seq-len",     "32",          "--sample-tokens",
-          "0",            "--eval-every",   "0",             "--eval-batches", "1",
-          "--monitor",    "off",            "--threads",     "1",           "--nproc-per-node",
-          "2",            "--checkpoint-dir", dir + "/ck",   "--checkpoint-every", "50",
-          "--log-json",   dir + "/log.jsonl"};
+  return {"run",
+          "--model",
+          dir + "/m.yaml",
+          "--steps",
+          std::to_string(steps),
+          "--batch-size",
+          "8",
+          "--seq-len",
+          "32",
+          "--sample-tokens",
+          "0",
+          "--eval-every",
+          "0",
+          "--eval-batches",
+          "1",
+          "--monitor",
+          "off",
+          "--threads",
+          "1",
+          "--nproc-per-node",
+          "2",
+          "--checkpoint-dir",
+          dir + "/ck",
+          "--checkpoint-every",
+          "50",
+          "--log-json",
+          dir + "/log.jsonl"};
 }
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // A job running in the background: the agent's pid, its output in a file.

@@ -29,10 +29,10 @@ namespace cann::ckpt {
 struct AsyncWriteResult {
   int64_t step = 0;
   Status status;
-  std::string path;       // the step directory, when the write succeeded
-  uint64_t bytes = 0;     // sum of the section sizes
-  double copy_s = 0.0;    // time submit() spent copying the snapshot (what the step paid)
-  double write_s = 0.0;   // time the background write took
+  std::string path;      // the step directory, when the write succeeded
+  uint64_t bytes = 0;    // sum of the section sizes
+  double copy_s = 0.0;   // time submit() spent copying the snapshot (what the step paid)
+  double write_s = 0.0;  // time the background write took
 };
 
 class AsyncCheckpointWriter {

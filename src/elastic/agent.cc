@@ -527,7 +527,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     int stopped = 0;
     for (const auto& o : workers) stopped += (&o != &w);
     const std::string after =
-        config.elastic ? " after " + std::to_string(restarts) + " restart" +
+        config.elastic && restarts > 0 ? " after " + std::to_string(restarts) + " restart" +
                              (restarts == 1 ? "" : "s") + " (--max-restarts " +
                              std::to_string(config.max_restarts) + ")"
                        : std::string();

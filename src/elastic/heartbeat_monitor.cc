@@ -72,20 +72,19 @@ std::optional<HeartbeatFailure> HeartbeatMonitor::poll(comm::Store& store,
       if (now - started_at_ > start_timeout_s_)
         return HeartbeatFailure{rank, HeartbeatVerdict::kSilent,
                                 "rank " + std::to_string(rank) + " sent no heartbeat within " +
-                                          seconds(start_timeout_s_) + " of its start"};
+                                    seconds(start_timeout_s_) + " of its start"};
       continue;
     }
     if (now - rk.changed_at > timeout_s_)
       return HeartbeatFailure{rank, HeartbeatVerdict::kStale,
                               "rank " + std::to_string(rank) + "'s heartbeat is stale (" +
-                                        seconds(now - rk.changed_at) +
-                                        " without a beat): stopped or hung"};
+                                  seconds(now - rk.changed_at) +
+                                  " without a beat): stopped or hung"};
     if (median > 0 && rk.step < rk.total && now - rk.step_at > hang_limit)
       return HeartbeatFailure{rank, HeartbeatVerdict::kNoProgress,
                               "rank " + std::to_string(rank) + " made no progress for " +
-                                        seconds(now - rk.step_at) + " (median step " +
-                                        seconds(median) + "): hung inside step " +
-                                        std::to_string(rk.step + 1)};
+                                  seconds(now - rk.step_at) + " (median step " + seconds(median) +
+                                  "): hung inside step " + std::to_string(rk.step + 1)};
   }
   return std::nullopt;
 }

@@ -70,11 +70,10 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
             log_warning(r.status.message());
             return;
           }
-          self->event("checkpoint_saved",
-                      r.path + ": step " + std::to_string(r.step) + ", " +
-                          fixed(static_cast<double>(r.bytes) / (1 << 20), 1) + " MiB, copy " +
-                          fixed(r.copy_s, 3) + " s, background write " + fixed(r.write_s, 3) +
-                          " s");
+          self->event("checkpoint_saved", r.path + ": step " + std::to_string(r.step) + ", " +
+                                              fixed(static_cast<double>(r.bytes) / (1 << 20), 1) +
+                                              " MiB, copy " + fixed(r.copy_s, 3) +
+                                              " s, background write " + fixed(r.write_s, 3) + " s");
         });
   }
   if (env != nullptr && env->elastic() && !env->store_url.empty()) {
@@ -117,9 +116,9 @@ bool StateKeeper::snapshot_due(int done) const {
 Status StateKeeper::snapshot(const ckpt::CheckpointWrite& w) {
   StatusOr<std::string> path = ckpt::write_checkpoint(snapshot_dir_, w, kSnapshotsKept);
   if (!path.ok())
-    return Status(path.status().code(), "rank " + std::to_string(rank_) +
-                                            ": in-memory snapshot failed: " +
-                                            path.status().message());
+    return Status(path.status().code(),
+                  "rank " + std::to_string(rank_) +
+                      ": in-memory snapshot failed: " + path.status().message());
   return OkStatus();
 }
 

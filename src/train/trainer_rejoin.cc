@@ -39,7 +39,8 @@ Status Trainer::rejoin(const Status& cause) {
   const double t0 = now_seconds();
   log_warning(cause.message() + "; rank " + std::to_string(rank_) +
               " waits for the next generation");
-  StatusOr<int> gen = keeper_->join_next_generation(kRejoinTimeoutSeconds, &Trainer::stop_signalled);
+  StatusOr<int> gen =
+      keeper_->join_next_generation(kRejoinTimeoutSeconds, &Trainer::stop_signalled);
   if (!gen.ok()) return Status(cause.code(), cause.message() + " (" + gen.status().message() + ")");
   // The beacon thread reads the group's flight recorder: stop it before the group goes.
   beacon_stop_ = true;
@@ -65,8 +66,8 @@ Status Trainer::rejoin(const Status& cause) {
     start_step_ = 0;
   }
   log_info("rank " + std::to_string(rank_) + " rejoined as generation " + std::to_string(*gen) +
-           " at step " + std::to_string(start_step_) + " in " +
-           std::to_string(now_seconds() - t0) + " s");
+           " at step " + std::to_string(start_step_) + " in " + std::to_string(now_seconds() - t0) +
+           " s");
   return OkStatus();
 }
 
