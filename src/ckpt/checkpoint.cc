@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "ckpt/format.h"
@@ -61,12 +63,47 @@ int64_t parse_step_name(const std::string& name) {
   return step;
 }
 
+// Paces writes to an average rate: after each chunk, sleeps until the bytes written so far
+// would have taken that long at the cap. With a 10 MB/s cap, 30 MB take at least 3 s.
+class WritePacer {
+ public:
+  explicit WritePacer(double bytes_per_second)
+      : rate_(bytes_per_second), start_(std::chrono::steady_clock::now()) {}
+  bool active() const { return rate_ > 0; }
+  void wrote(size_t bytes) {
+    if (rate_ <= 0) return;
+    written_ += static_cast<double>(bytes);
+    const auto due = start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  std::chrono::duration<double>(written_ / rate_));
+    std::this_thread::sleep_until(due);
+  }
+
+ private:
+  double rate_;
+  double written_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+constexpr size_t kPacedChunk = size_t{1} << 20;
+
 // Writes `parts` (each a pointer and a size) into a new file, fsyncs and closes it.
 Status write_new_file(const std::string& path,
-                      const std::vector<std::pair<const void*, size_t>>& parts) {
+                      const std::vector<std::pair<const void*, size_t>>& parts,
+                      WritePacer* pacer = nullptr) {
   FileHandle f(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (f.fd() < 0) return IoError(path + ": cannot create: " + errno_text());
-  for (const auto& [data, size] : parts) CANN_RETURN_IF_ERROR(write_all(f.fd(), data, size, path));
+  for (const auto& [data, size] : parts) {
+    if (pacer == nullptr || !pacer->active()) {
+      CANN_RETURN_IF_ERROR(write_all(f.fd(), data, size, path));
+      continue;
+    }
+    const char* p = static_cast<const char*>(data);
+    for (size_t done = 0; done < size; done += kPacedChunk) {
+      const size_t n = std::min(kPacedChunk, size - done);
+      CANN_RETURN_IF_ERROR(write_all(f.fd(), p + done, n, path));
+      pacer->wrote(n);
+    }
+  }
   if (::fsync(f.fd()) != 0) {
     if (errno == ENOSPC) return IoError(path + ": disk full while syncing; hint: free space");
     return IoError(path + ": fsync failed: " + errno_text());
@@ -93,7 +130,8 @@ class TempDirCleanup {
 };
 
 // data.bin and manifest.json for `w` inside the (empty) directory `tmp`.
-Status write_files(const std::string& tmp, const CheckpointWrite& w, const Json& meta) {
+Status write_files(const std::string& tmp, const CheckpointWrite& w, const Json& meta,
+                   double bytes_per_second) {
   // Offsets: the header takes [0, 64); section i starts at align_up(end of section i-1).
   // Sections of 100 and 10 bytes land at 64 and 192 (64 + 100 = 164, rounded up to 192), and
   // data_bytes is 202: there is no padding after the last section.
@@ -116,7 +154,8 @@ Status write_files(const std::string& tmp, const CheckpointWrite& w, const Json&
                         {"crc32c", crc32c(s.data, s.bytes)}});
     end = offset + s.bytes;
   }
-  CANN_RETURN_IF_ERROR(write_new_file(join_path(tmp, kDataName), parts));
+  WritePacer pacer(bytes_per_second);
+  CANN_RETURN_IF_ERROR(write_new_file(join_path(tmp, kDataName), parts, &pacer));
 
   Json manifest = {{"format", kFormatName}, {"version", kFormatVersion}, {"step", w.step},
                    {"meta", meta},          {"data_file", kDataName},    {"data_bytes", end},
@@ -194,6 +233,14 @@ void prune(const std::string& dir, const std::string& keep_name, int keep_last) 
 
 StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointWrite& w,
                                        int keep_last) {
+  WriteOptions options;
+  options.keep_last = keep_last;
+  return write_checkpoint(dir, w, options);
+}
+
+StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointWrite& w,
+                                       const WriteOptions& options) {
+  const int keep_last = options.keep_last;
   if (w.step < 0) {
     return InvalidArgument("checkpoint step " + std::to_string(w.step) +
                            " is negative; hint: steps count up from 0");
@@ -238,7 +285,7 @@ StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointW
   TempDirCleanup cleanup(tmp);
   const std::string failed = "checkpoint for step " + std::to_string(w.step) +
                              " not written (earlier checkpoints are untouched): ";
-  Status s = write_files(tmp, w, meta);
+  Status s = write_files(tmp, w, meta, options.bytes_per_second);
   if (!s.ok()) return Status(s.code(), failed + s.message());
   StatusOr<std::string> replaced = publish(tmp, final_path, trash);
   if (!replaced.ok()) return Status(replaced.status().code(), failed + replaced.status().message());

@@ -55,6 +55,14 @@ struct LoadedCheckpoint {
   const Section* find(const std::string& name) const;
 };
 
+struct WriteOptions {
+  int keep_last = 3;
+  // Average write rate cap in bytes per second (0: none). A background writer uses it so the
+  // checkpoint does not starve the step's own I/O; sleeping between 1 MiB chunks keeps the
+  // average at or under the cap.
+  double bytes_per_second = 0.0;
+};
+
 // Writes a checkpoint for w.step under dir (created if missing) and prunes old ones.
 // Returns the path of the new step directory. meta_json that is not a JSON object, a negative
 // step, or empty or repeated section names: InvalidArgument, nothing written. Disk full or any
@@ -62,6 +70,8 @@ struct LoadedCheckpoint {
 // names the path.
 StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointWrite& w,
                                        int keep_last);
+StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointWrite& w,
+                                       const WriteOptions& options);
 
 // Reads and verifies one step directory (manifest parse, magic, version, sizes, CRC-32C of every
 // section). Any mismatch is DataLoss naming the file and what is wrong.

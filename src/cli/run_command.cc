@@ -7,6 +7,7 @@
 
 #include "cli/auto_strategy.h"
 #include "cli/commands.h"
+#include "cli/resilience_flags.h"
 #include "cli/validators.h"
 #include "core/threads.h"
 #include "elastic/agent.h"
@@ -219,10 +220,13 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                 "Check that every rank issues the same collective (op, size, type) before it runs")
       ->group(kLaunch);
 
+  auto resilience = std::make_shared<ResilienceFlags>();
+  add_resilience_flags(run, config.get(), resilience.get());
+
   auto threads_given = run->get_option("--threads");
   auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
-  return [config, launch, comm, threads_given, nproc_given, port_given, monitor_list, monitor_port,
+  return [config, launch, comm, resilience, threads_given, nproc_given, port_given, monitor_list, monitor_port,
           tensorboard_dir, argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
@@ -258,6 +262,10 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     }
     config->monitor_server.port = *monitor_port;
     config->monitor_server.try_next_ports = port_given->count() == 0;
+    if (const std::string bad = check_resilience_flags(*resilience); !bad.empty()) {
+      std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
+      return 2;
+    }
     auto env = train::detect_dist_env();
     if (!env.ok()) return report(env.status());
     std::vector<std::string> worker_args = argv_after_binary;
@@ -293,7 +301,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
         worker_args = args;
       }
     }
-    if (!env->has_value() && (launch->nproc_per_node > 1 || launch->nnodes > 1)) {
+    if (!env->has_value() &&
+        (launch->nproc_per_node > 1 || launch->nnodes > 1 || resilience->elastic)) {
       // This process is the agent: launch the workers with the same arguments.
       if (Status st = train::check_strategy_for_launch(
               config->strategy, config->model, launch->nproc_per_node * launch->nnodes);
@@ -311,6 +320,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ac.monitor = config->monitor;
       ac.monitor_server = config->monitor_server;
       ac.alerts = config->alerts;
+      apply_resilience_flags(*resilience, *config, &ac);
       auto code = elastic::run_agent(ac);
       if (!code.ok()) return report(code.status());
       return *code;

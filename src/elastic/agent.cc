@@ -12,12 +12,16 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 
+#include "ckpt/replicas.h"
+#include "core/event_log.h"
 #include "core/fs.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "debug/job_registry.h"
+#include "elastic/heartbeat_monitor.h"
 #include "elastic/output_forwarder.h"
 #include "elastic/rendezvous.h"
 #include "monitor/alerts.h"
@@ -103,10 +107,45 @@ bool pump(int fd, OutputForwarder& fwd) {
   return n < 0 && (errno == EAGAIN || errno == EINTR);
 }
 
+// A directory for the workers' in-memory snapshots: in /dev/shm (memory) when it exists.
+StatusOr<std::string> make_snapshot_root(const std::string& job) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string base = is_directory("/dev/shm") ? "/dev/shm" : (tmp ? tmp : "/tmp");
+  std::string templ = base + "/cann-train-snap-" + job.substr(0, 16) + "-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr)
+    return IoError(templ + ": cannot create the snapshot directory: " + std::strerror(errno) +
+                   "; hint: check that /dev/shm or TMPDIR is writable");
+  return std::string(buf.data());
+}
+
+// Whether `pid` is stopped (SIGSTOP, or a debugger): state T or t in /proc/<pid>/stat.
+bool process_stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char line[512] = {};
+  const bool got = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  const char* close = got ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
+  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f s", s);
+  return buf;
+}
+
 }  // namespace
 
 StatusOr<int> run_agent(const AgentConfig& config) {
   const int P = config.nproc_per_node;
+  if (config.elastic && config.nnodes > 1)
+    return InvalidArgument("--elastic supports one node (--nnodes 1) in this build; hint: drop "
+                           "--elastic for a multi-node job, or run on one node");
   std::string job = config.rdzv_id.empty() ? random_id() : config.rdzv_id;
   std::string store_url = config.rdzv;
   std::string temp_dir;
@@ -182,44 +221,154 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
-  std::vector<Worker> workers(P);
-  for (int l = 0; l < P; ++l) {
-    Worker& w = workers[l];
-    w.local_rank = l;
-    w.rank = node.node_rank * P + l;
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
-      return IoError(std::string("pipe failed: ") + std::strerror(errno));
-    std::vector<std::string> env = {
-        "RANK=" + std::to_string(w.rank),
-        "WORLD_SIZE=" + std::to_string(world),
-        "LOCAL_RANK=" + std::to_string(l),
-        "LOCAL_WORLD_SIZE=" + std::to_string(P),
-        "GROUP_RANK=" + std::to_string(node.node_rank),
-        "CANN_TRAIN_STORE=" + store_url,
-        "CANN_TRAIN_JOB=" + node.job_prefix,
-        "CANN_TRAIN_HOST_ID=" + job + "/node" + std::to_string(node.node_rank),
-        "CANN_TRAIN_COMM_ADDR=" + comm_addr,
-        "CANN_TRAIN_BACKEND=" + config.backend,
-        "CANN_TRAIN_DEFAULT_THREADS=" + std::to_string(threads_per_worker),
-        "CANN_TRAIN_TTY=" + std::string(tty && w.rank == 0 ? "1" : "0"),
-        "CANN_TRAIN_MONITOR=" + std::string(config.monitor ? "1" : "0"),
-    };
-    auto pid = spawn(config.worker_args, env, out[1], err[1]);
-    close(out[1]);
-    close(err[1]);
-    if (!pid.ok()) return pid.status();
-    w.pid = *pid;
-    w.running = true;
-    w.out_fd = out[0];
-    w.err_fd = err[0];
-    fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
-    fcntl(w.err_fd, F_SETFL, O_NONBLOCK);
-    const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
-    w.out = std::make_unique<OutputForwarder>(
-        stdout, config.plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
-    w.err = std::make_unique<OutputForwarder>(stderr, prefix);
+  // Elastic state: snapshots in memory, events, heartbeats, the membership record.
+  std::string snapshot_root;
+  std::shared_ptr<comm::Store> store;
+  EventLog events;
+  std::unique_ptr<HeartbeatMonitor> heartbeats;
+  const std::string job_keys = "cann/" + node.job_prefix;
+  if (config.elastic) {
+    CANN_ASSIGN_OR_RETURN(snapshot_root, make_snapshot_root(job));
+    CANN_ASSIGN_OR_RETURN(store, comm::open_store(store_url));
+    CANN_RETURN_IF_ERROR(events.open(config.log_json));
+    heartbeats = std::make_unique<HeartbeatMonitor>(job_keys, config.heartbeat_timeout_s,
+                                                    config.start_timeout_s);
   }
+  struct RemoveSnapshots {
+    const std::string& root;
+    ~RemoveSnapshots() {
+      if (!root.empty()) (void)remove_all(root);
+    }
+  } remove_snapshots{snapshot_root};
+  int generation = 0;
+  int restarts = 0;
+
+  std::vector<Worker> workers(P);
+  // Starts local worker l of the current generation (a replacement loads plan's copies).
+  auto spawn_worker = [&](int l, const ckpt::ReplicaPlan* plan) -> Status {
+    {
+      Worker& w = workers[l];
+      w = Worker();
+      w.local_rank = l;
+      w.rank = node.node_rank * P + l;
+      int out[2], err[2];
+      if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+        return IoError(std::string("pipe failed: ") + std::strerror(errno));
+      std::vector<std::string> env = {
+          "RANK=" + std::to_string(w.rank),
+          "WORLD_SIZE=" + std::to_string(world),
+          "LOCAL_RANK=" + std::to_string(l),
+          "LOCAL_WORLD_SIZE=" + std::to_string(P),
+          "GROUP_RANK=" + std::to_string(node.node_rank),
+          "CANN_TRAIN_STORE=" + store_url,
+          "CANN_TRAIN_JOB=" + node.job_prefix,
+          "CANN_TRAIN_HOST_ID=" + job + "/node" + std::to_string(node.node_rank),
+          "CANN_TRAIN_COMM_ADDR=" + comm_addr,
+          "CANN_TRAIN_BACKEND=" + config.backend,
+          "CANN_TRAIN_DEFAULT_THREADS=" + std::to_string(threads_per_worker),
+          "CANN_TRAIN_TTY=" + std::string(tty && w.rank == 0 ? "1" : "0"),
+          "CANN_TRAIN_MONITOR=" + std::string(config.monitor ? "1" : "0"),
+      };
+      if (config.elastic) {
+        char interval[32];
+        std::snprintf(interval, sizeof(interval), "%g", config.heartbeat_interval_s);
+        env.push_back("CANN_TRAIN_GENERATION=" + std::to_string(generation));
+        env.push_back("CANN_TRAIN_SNAPSHOT_DIR=" + snapshot_root);
+        env.push_back("CANN_TRAIN_SNAPSHOT_EVERY=" + std::to_string(config.snapshot_every));
+        env.push_back(std::string("CANN_TRAIN_HEARTBEAT_INTERVAL=") + interval);
+        if (plan != nullptr && plan->step >= 0)
+          env.push_back("CANN_TRAIN_RESTORE_FROM=" + plan->candidates[w.rank]);
+      }
+      auto pid = spawn(config.worker_args, env, out[1], err[1]);
+      close(out[1]);
+      close(err[1]);
+      if (!pid.ok()) return pid.status();
+      w.pid = *pid;
+      w.running = true;
+      w.out_fd = out[0];
+      w.err_fd = err[0];
+      fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
+      fcntl(w.err_fd, F_SETFL, O_NONBLOCK);
+      const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
+      w.out = std::make_unique<OutputForwarder>(
+          stdout, config.plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
+      w.err = std::make_unique<OutputForwarder>(stderr, prefix);
+    }
+    return OkStatus();
+  };
+  // The membership record: which generation is current, who is in it, and which snapshot copies
+  // each rank loads (survivors read theirs here; replacements get them in the environment).
+  auto publish_membership = [&](const ckpt::ReplicaPlan* plan) -> Status {
+    std::string members, restore;
+    for (int r = 0; r < world; ++r) {
+      if (!restore.empty()) restore += ",";
+      restore += "\"" +
+                 (plan != nullptr && plan->step >= 0 ? plan->candidates[r] : std::string()) + "\"";
+    }
+    for (const Worker& w : workers) {
+      if (!members.empty()) members += ",";
+      members += "{\"rank\":" + std::to_string(w.rank) + ",\"pid\":" + std::to_string(w.pid) +
+                 ",\"node\":" + std::to_string(node.node_rank) + "}";
+    }
+    CANN_RETURN_IF_ERROR(store->set(job_keys + "/membership",
+                                    "{\"generation\":" + std::to_string(generation) +
+                                        ",\"world_size\":" + std::to_string(world) +
+                                        ",\"members\":[" + members + "],\"restore_step\":" +
+                                        std::to_string(plan != nullptr ? plan->step : -1) +
+                                        ",\"restore_from\":[" + restore + "]}"));
+    heartbeats->start_generation(generation, world, now_seconds());
+    return OkStatus();
+  };
+  for (int l = 0; l < P; ++l) CANN_RETURN_IF_ERROR(spawn_worker(l, nullptr));
+  if (config.elastic) CANN_RETURN_IF_ERROR(publish_membership(nullptr));
+  bool rendezvous_pending = config.elastic;
+  double failure_at = 0.0;  // steady time the last failure was detected
+
+  // Elastic recovery. The failed worker is replaced by a fresh process; the survivors keep
+  // theirs: their collectives fail on the lost peer, they wait for the new generation in the
+  // membership record and load the committed step from their own snapshot. With `whole`
+  // (a hang that cannot be pinned on one rank) every worker of the node is replaced.
+  auto restart_generation = [&](int rank, const std::string& cause, bool whole) -> Status {
+    failure_at = now_seconds();
+    (void)events.append({"failure_detected", unix_seconds(), rank, generation, cause});
+    if (hub) hub->add_event({unix_seconds(), "failure_detected", rank, cause});
+    for (auto& w : workers)
+      if (w.running && (whole || w.rank == rank)) kill(w.pid, SIGKILL);
+    int replaced = 0;
+    for (auto& w : workers) {
+      if (w.running && (whole || w.rank == rank)) {
+        waitpid(w.pid, &w.status, 0);
+        w.running = false;
+      }
+      if (w.running) continue;
+      for (int* fd : {&w.out_fd, &w.err_fd}) {
+        while (*fd >= 0 && pump(*fd, fd == &w.out_fd ? *w.out : *w.err)) {
+        }
+        if (*fd >= 0) close(*fd);
+        *fd = -1;
+      }
+      w.out->finish();
+      w.err->finish();
+      ++replaced;
+    }
+    ++generation;
+    ++restarts;
+    const ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(snapshot_root, world);
+    const std::string from =
+        plan.step >= 0 ? "the in-memory snapshot of step " + std::to_string(plan.step)
+                       : std::string("the newest disk checkpoint (no snapshot survived)");
+    std::fprintf(stderr,
+                 "cann-train run: %s; restart %d of %d: generation %d replaces %d worker%s and "
+                 "resumes from %s\n",
+                 cause.c_str(), restarts, config.max_restarts, generation, replaced,
+                 replaced == 1 ? "" : "s", from.c_str());
+    std::fflush(stderr);
+    rendezvous_pending = true;
+    CANN_RETURN_IF_ERROR(publish_membership(&plan));
+    for (int l = 0; l < P; ++l)
+      if (!workers[l].running) CANN_RETURN_IF_ERROR(spawn_worker(l, &plan));
+    return OkStatus();
+  };
 
   bool any_failure = false;
   double settle_deadline = 0.0;
@@ -263,6 +412,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       stop_deadline = now_seconds() + config.grace_s;
     }
     bool failure_seen = false;
+    const Worker* first_failed = nullptr;
     for (auto& w : workers) {
       if (!w.running) continue;
       int status = 0;
@@ -271,8 +421,61 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       w.status = status;
       w.exit_order = exits++;
       failure_seen |= failed(status);
+      // The cause, when several exit at once: a worker killed by a signal over its survivors.
+      if (failed(status) && (first_failed == nullptr ||
+                             (WIFSIGNALED(status) && !WIFSIGNALED(first_failed->status))))
+        first_failed = &w;
       if (hub && failed(status))
         hub->add_event({unix_seconds(), "worker_exited", w.rank, describe_exit(status)});
+    }
+    if (config.elastic && !interrupted && !any_failure) {
+      std::optional<HeartbeatFailure> hang;
+      if (!failure_seen) {
+        std::vector<bool> running;
+        for (const auto& w : workers) running.push_back(w.running);
+        hang = heartbeats->poll(*store, running, now_seconds());
+        if (rendezvous_pending && heartbeats->all_joined()) {
+          rendezvous_pending = false;
+          std::string detail = "generation " + std::to_string(generation) + ": " +
+                               std::to_string(world) + " workers joined";
+          if (generation > 0)
+            detail += ", " + seconds_text(now_seconds() - failure_at) + " after the failure";
+          (void)events.append({"rendezvous_complete", unix_seconds(), -1, generation, detail});
+        }
+      }
+      // A usage error (exit 2) is the same in every generation: no restart for it.
+      const bool usage_error = failure_seen && WIFEXITED(first_failed->status) &&
+                               WEXITSTATUS(first_failed->status) == 2;
+      // A stopped worker may hold a lock of the file store that the others' heartbeats wait
+      // on, so theirs go stale too: the stopped process is the one to blame.
+      if (hang && hang->verdict == HeartbeatVerdict::kStale) {
+        for (const auto& w : workers)
+          if (w.running && process_stopped(w.pid)) {
+            hang->rank = w.rank;
+            hang->detail = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) +
+                           ") is stopped: its heartbeat is stale";
+            break;
+          }
+      }
+      if ((failure_seen || hang) && !usage_error && restarts < config.max_restarts) {
+        const int rank = hang ? hang->rank : first_failed->rank;
+        const std::string cause =
+            hang ? hang->detail
+                 : "rank " + std::to_string(first_failed->rank) + " (pid " +
+                       std::to_string(first_failed->pid) + ") " +
+                       describe_exit(first_failed->status);
+        // A worker that beats but makes no progress may only be waiting on the hung one:
+        // replace them all. A dead or silent worker is replaced alone.
+        const bool whole = hang && hang->verdict == HeartbeatVerdict::kNoProgress;
+        CANN_RETURN_IF_ERROR(restart_generation(rank, cause, whole));
+        continue;
+      }
+      if (hang) {
+        // Out of restarts: the hung worker is stopped and counts as the failure.
+        for (auto& w : workers)
+          if (w.rank == hang->rank && w.running) kill(w.pid, SIGKILL);
+        std::fprintf(stderr, "cann-train run: %s\n", hang->detail.c_str());
+      }
     }
     // After the first failure, let exits settle for a moment before stopping the rest: the
     // workers that fail on their own (a killed peer's survivors, which fail within
@@ -323,9 +526,14 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     const Worker& w = *cause;
     int stopped = 0;
     for (const auto& o : workers) stopped += (&o != &w);
-    std::fprintf(stderr, "cann-train run: rank %d (pid %d) %s; the other %d worker%s stopped\n",
-                 w.rank, static_cast<int>(w.pid), describe_exit(w.status).c_str(), stopped,
-                 stopped == 1 ? "" : "s");
+    const std::string after =
+        config.elastic && restarts > 0 ? " after " + std::to_string(restarts) + " restart" +
+                             (restarts == 1 ? "" : "s") + " (--max-restarts " +
+                             std::to_string(config.max_restarts) + ")"
+                       : std::string();
+    std::fprintf(stderr, "cann-train run: rank %d (pid %d) %s%s; the other %d worker%s stopped\n",
+                 w.rank, static_cast<int>(w.pid), describe_exit(w.status).c_str(), after.c_str(),
+                 stopped, stopped == 1 ? "" : "s");
     return WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2 ? 2 : 1;
   }
   if (interrupted) return 130;

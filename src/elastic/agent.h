@@ -13,6 +13,15 @@
 // SIGTERM to the other workers, SIGKILL after `grace_s`, and returns non-zero. SIGINT/SIGTERM
 // to the agent are forwarded as SIGTERM (workers checkpoint and stop). Workers die with the
 // agent (PR_SET_PDEATHSIG).
+//
+// Elastic (one node, `elastic`): failures do not end the job. The agent watches waitpid and
+// the workers' heartbeats (HeartbeatMonitor); on a dead, stopped or hung worker it records a
+// failure_detected event, kills that worker, bumps the generation in the membership record
+// cann/<job>/membership (with the snapshot copies each rank loads, ckpt/replicas.h) and starts
+// a replacement. Survivors keep their processes: they rejoin the new generation themselves
+// (train/trainer_rejoin.cc). After `max_restarts` restarts the next failure ends the job as
+// above.
+// See docs/elastic.md.
 #pragma once
 
 #include <string>
@@ -41,6 +50,14 @@ struct AgentConfig {
   bool monitor = false;
   monitor::ServerConfig monitor_server;
   monitor::AlertConfig alerts;
+  // Elastic training (one node).
+  bool elastic = false;
+  double heartbeat_interval_s = 0.1;
+  double heartbeat_timeout_s = 1.0;
+  double start_timeout_s = 120.0;  // a worker must send its first heartbeat within this
+  int max_restarts = 3;
+  int snapshot_every = 1;
+  std::string log_json;  // the step log the events go to (the workers' --log-json)
 };
 
 // Runs the workers to completion. Returns the process exit status for the agent: 0 when every

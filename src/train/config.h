@@ -28,6 +28,7 @@ struct TrainConfig {
   std::string checkpoint_dir;
   int checkpoint_every = 0;  // 0: only at the end (when checkpoint_dir is set)
   int keep_checkpoints = 3;
+  double checkpoint_bandwidth_mb = 0.0;  // MB/s cap on the background write; 0: none
   bool resume = false;
   int exit_interval = 0;    // stop (after checkpointing) at the first step that is a multiple
   int sample_tokens = 256;  // gpt: bytes generated at the end; 0: none

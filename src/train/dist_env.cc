@@ -85,6 +85,19 @@ StatusOr<std::optional<DistEnv>> detect_dist_env() {
     if (const char* id = env("TORCHELASTIC_RUN_ID")) e.job_id = id;
   }
   if (e.job_id.empty()) e.job_id = "job";
+  if (env("CANN_TRAIN_GENERATION") != nullptr) {
+    CANN_ASSIGN_OR_RETURN(e.generation, env_int("CANN_TRAIN_GENERATION", 0, true));
+    CANN_ASSIGN_OR_RETURN(e.snapshot_every, env_int("CANN_TRAIN_SNAPSHOT_EVERY", 1, false));
+    if (const char* d = env("CANN_TRAIN_SNAPSHOT_DIR")) e.snapshot_dir = d;
+    if (const char* r = env("CANN_TRAIN_RESTORE_FROM")) e.restore_from = r;
+    if (const char* h = env("CANN_TRAIN_HEARTBEAT_INTERVAL")) {
+      char* end = nullptr;
+      e.heartbeat_interval_s = std::strtod(h, &end);
+      if (*end != '\0' || !(e.heartbeat_interval_s > 0))
+        return InvalidArgument("environment variable CANN_TRAIN_HEARTBEAT_INTERVAL='" +
+                               std::string(h) + "' is not a positive number of seconds");
+    }
+  }
   return std::optional<DistEnv>(e);
 }
 

@@ -32,6 +32,13 @@ struct DistEnv {
   std::string job_id;
   std::string host_id;    // empty: the backend's default (hostname + boot id)
   std::string comm_addr;  // empty: the backend's default
+  // Set by cann-train's agent under --elastic (see docs/elastic.md):
+  int generation = -1;          // CANN_TRAIN_GENERATION; -1: not an elastic job
+  std::string snapshot_dir;     // CANN_TRAIN_SNAPSHOT_DIR: where ranks keep in-memory snapshots
+  std::string restore_from;     // CANN_TRAIN_RESTORE_FROM: snapshot candidates, ';'-separated
+  double heartbeat_interval_s = 0.1;  // CANN_TRAIN_HEARTBEAT_INTERVAL
+  int snapshot_every = 1;             // CANN_TRAIN_SNAPSHOT_EVERY
+  bool elastic() const { return generation >= 0; }
 };
 
 // Reads the environment. nullopt when no launcher variables are set (a plain single process).

@@ -24,7 +24,9 @@ StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
   if (g.backend == "auto")
     g.backend = env.local_world_size == env.world_size ? "shm" : "hierarchical";
   g.store = std::move(store);
+  // Gloo keys are write-once: each elastic generation rebuilds the group under its own prefix.
   g.prefix = "cann/" + env.job_id + "/world";
+  if (env.generation > 0) g.prefix += "/gen" + std::to_string(env.generation);
   g.rank = env.rank;
   g.size = env.world_size;
   g.timeout = timeout;

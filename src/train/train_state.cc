@@ -20,11 +20,8 @@ std::string hex64(uint64_t v) {
 
 }  // namespace
 
-StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_last,
-                                               const model::Model& model,
-                                               const OptimizerSnapshot& opt,
-                                               const ResumeState& state,
-                                               const TrainConfig& config) {
+ckpt::CheckpointWrite training_checkpoint(const model::Model& model, const OptimizerSnapshot& opt,
+                                          const ResumeState& state, const TrainConfig& config) {
   nlohmann::json meta;
   meta["model_name"] = model.spec().name;
   meta["model_spec"] = nlohmann::json::parse(model::spec_to_json(model.spec()));
@@ -51,9 +48,19 @@ StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_
   w.meta_json = meta.dump();
   const size_t bytes = model.table().total_floats() * sizeof(float);
   w.sections = {
-      {"params", opt.params != nullptr ? opt.params : model.params(), bytes}, {"adam_m", opt.m, bytes}, {"adam_v", opt.v, bytes}};
+      {"params", opt.params != nullptr ? opt.params : model.params(), bytes},
+      {"adam_m", opt.m, bytes},
+      {"adam_v", opt.v, bytes}};
   for (const auto& extra : opt.extra_sections) w.sections.push_back(extra);
-  return ckpt::write_checkpoint(dir, w, keep_last);
+  return w;
+}
+
+StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_last,
+                                               const model::Model& model,
+                                               const OptimizerSnapshot& opt,
+                                               const ResumeState& state,
+                                               const TrainConfig& config) {
+  return ckpt::write_checkpoint(dir, training_checkpoint(model, opt, state, config), keep_last);
 }
 
 std::string checkpoint_optimizer_extra(const ckpt::LoadedCheckpoint& ck) {

@@ -37,6 +37,11 @@ struct OptimizerSnapshot {
   std::string extra_meta_json = "{}";
 };
 
+// The checkpoint of a training run as sections over the live buffers (no copy) and metadata.
+// The views stay valid while model and opt do.
+ckpt::CheckpointWrite training_checkpoint(const model::Model& model, const OptimizerSnapshot& opt,
+                                          const ResumeState& state, const TrainConfig& config);
+
 StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_last,
                                                const model::Model& model,
                                                const OptimizerSnapshot& opt,

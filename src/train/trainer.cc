@@ -63,6 +63,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     job_id_ = env->job_id;
     start_beacon(*env);
   }
+  if (env != nullptr) env_ = std::make_unique<DistEnv>(*env);
+  comm_ = comm;
   CANN_RETURN_IF_ERROR(resolve_layout());
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
   if (spec_.architecture == model::Architecture::kVit)
@@ -99,14 +101,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   oc.weight_decay = config_.weight_decay;
   oc.grad_clip = config_.grad_clip;
   if (world_) {
-    DataParallelConfig dc;
-    dc.zero = zero_stage_;
-    dc.compress = config_.compress;
-    dc.onebit_warmup = config_.onebit_warmup;
-    dc.bucket_mb = config_.bucket_mb;
-    if (mp_) dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
-    CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, mp_ ? mp_->dp_group() : *world_,
-                                                          oc, dc, config_.steps));
+    CANN_RETURN_IF_ERROR(make_data_parallel_engine());
   } else {
     if (config_.compress != "none" || zero_stage_ != 0)
       return InvalidArgument(std::string(config_.compress != "none" ? "--compress" : "zero>0") +
@@ -134,24 +129,24 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     const Status adopted = dp_->adopt_params();
     if (!adopted.ok()) return comm_failure(adopted);
   }
-  if (config_.resume) {
+  CANN_ASSIGN_OR_RETURN(keeper_, StateKeeper::create(config_, env, leader()));
+  if (keeper_->elastic() && mp_)
+    return InvalidArgument("--elastic with tp or pp > 1: a new generation rebuilds the world and "
+                           "data-parallel groups only; hint: use a data-parallel --strategy");
+  if (keeper_->generation() > 0) {
+    // A restarted elastic generation: the committed step from memory, else from disk.
+    CANN_ASSIGN_OR_RETURN(auto ck, keeper_->recovery_state(config_.checkpoint_dir));
+    if (ck) {
+      CANN_RETURN_IF_ERROR(restore_state(*ck));
+      keeper_->event("state_restored", "step " + std::to_string(start_step_) + " from " + ck->path);
+    }
+  } else if (config_.resume) {
     if (config_.checkpoint_dir.empty())
       return InvalidArgument("--resume needs --checkpoint-dir DIR to resume from");
     auto ck = ckpt::read_latest_checkpoint(config_.checkpoint_dir);
     if (ck.ok()) {
-      ResumeState st;
-      if (dp_) {
-        CANN_RETURN_IF_ERROR(dp_->restore(*ck, &st));
-      } else {
-        int opt_step = 0;
-        CANN_RETURN_IF_ERROR(
-            restore_training_checkpoint(*ck, *model_, opt_->m(), opt_->v(), &opt_step, &st));
-        opt_->set_step_count(opt_step);
-      }
-      sampler_->restore(st.sampler);
-      rng_.set_state(st.rng);
-      start_step_ = st.step;
-      log_info("resumed from " + ck->path + " at step " + std::to_string(st.step));
+      CANN_RETURN_IF_ERROR(restore_state(*ck));
+      log_info("resumed from " + ck->path + " at step " + std::to_string(start_step_));
     } else if (ck.status().code() == StatusCode::kNotFound) {
       log_info("no checkpoint in " + config_.checkpoint_dir + " yet; starting from step 0");
     } else {
@@ -181,7 +176,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     CANN_ASSIGN_OR_RETURN(tensorboard_, monitor::TensorBoardWriter::open(config_.tensorboard_dir));
   }
   if (!config_.log_json.empty() && leader()) {
-    log_.reset(std::fopen(config_.log_json.c_str(), config_.resume ? "a" : "w"));
+    // Appending: the agent's events share the file (StateKeeper emptied it for a fresh run).
+    log_.reset(std::fopen(config_.log_json.c_str(), "a"));
     if (!log_)
       return IoError(config_.log_json +
                      ": cannot open the step log for writing: " + std::strerror(errno));
@@ -366,7 +362,11 @@ std::string Trainer::planner_memory_note() const {
 }
 
 StatusOr<OptimizerSnapshot> Trainer::optimizer_snapshot() {
-  if (dp_) return dp_->snapshot();
+  if (dp_) {
+    StatusOr<OptimizerSnapshot> snap = dp_->snapshot();
+    if (!snap.ok()) return comm_failure(snap.status());
+    return snap;
+  }
   OptimizerSnapshot s;
   s.m = opt_->m();
   s.v = opt_->v();
@@ -484,6 +484,7 @@ void Trainer::explain_stall() {
 }
 
 Status Trainer::comm_failure(const Status& s) {
+  comm_failed_ = true;
   explain_stall();
   return Status(s.code(), "rank " + std::to_string(rank_) + ": " + s.message());
 }
@@ -525,24 +526,60 @@ StatusOr<double> Trainer::evaluate() {
   return static_cast<double>(sum);
 }
 
+Status Trainer::restore_state(const ckpt::LoadedCheckpoint& ck) {
+  ResumeState st;
+  if (dp_) {
+    CANN_RETURN_IF_ERROR(dp_->restore(ck, &st));
+  } else {
+    int opt_step = 0;
+    CANN_RETURN_IF_ERROR(
+        restore_training_checkpoint(ck, *model_, opt_->m(), opt_->v(), &opt_step, &st));
+    opt_->set_step_count(opt_step);
+  }
+  sampler_->restore(st.sampler);
+  rng_.set_state(st.rng);
+  start_step_ = st.step;
+  return OkStatus();
+}
+
 // A collective under data parallelism (sharded or per-rank optimizer state is gathered first);
-// rank 0 writes.
-Status Trainer::save_checkpoint(int step) {
+// rank 0 copies the state and a background thread writes it (StateKeeper). With `wait` (the
+// last step, a stop), returns once the checkpoint is durable.
+Status Trainer::save_checkpoint(int step, bool wait) {
   ResumeState st;
   st.step = step;
   st.sampler = sampler_->state();
   st.rng = rng_.state();
-  Stopwatch sw;
-  const double t0 = now_seconds();
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
   if (!leader()) return OkStatus();
-  CANN_ASSIGN_OR_RETURN(std::string path,
-                        save_training_checkpoint(config_.checkpoint_dir, config_.keep_checkpoints,
-                                                 *model_, snap, st, config_));
-  if (profiler_) profiler_->checkpoint(t0, now_seconds(), path);
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), " (%.2f s)", sw.elapsed());
-  progress_.line("checkpoint saved: " + path + buf);
+  Stopwatch sw;
+  const double t0 = now_seconds();
+  CANN_RETURN_IF_ERROR(keeper_->checkpoint(training_checkpoint(*model_, snap, st, config_), wait));
+  if (profiler_)
+    profiler_->checkpoint(t0, now_seconds(), config_.checkpoint_dir + " step " + std::to_string(step));
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "checkpoint of step %d %s (%.2f s)", step,
+                wait ? "saved" : "queued", sw.elapsed());
+  progress_.line(buf);
+  return OkStatus();
+}
+
+bool Trainer::stop_signalled() {
+  return g_stop_signal != 0;
+}
+
+Status Trainer::keep_state(int done) {
+  keeper_->set_step(done);
+  if (!keeper_->snapshot_due(done)) return OkStatus();
+  ResumeState st;
+  st.step = done;
+  st.sampler = sampler_->state();
+  st.rng = rng_.state();
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
+  // more; training goes on.
+  Status s = keeper_->snapshot(training_checkpoint(*model_, snap, st, config_));
+  if (!s.ok()) log_warning(s.message());
   return OkStatus();
 }
 
@@ -609,7 +646,7 @@ Status Trainer::write_log_line(const std::string& line) {
 }
 
 Status Trainer::run(RunSummary* summary) {
-  const int B = micro_batch_, T = seq_len_;
+  const int T = seq_len_;
   const bool show = leader() && !config_.quiet;
   const double flops_per_token = model::train_flops_per_token(spec_, T);
   // The whole model's count (a tensor-parallel rank's table holds only its shards).
@@ -669,6 +706,21 @@ Status Trainer::run(RunSummary* summary) {
 
   summary->first_step = start_step_;
   summary->last_step = start_step_;
+  // Under --elastic, a survivor of a lost peer rejoins the next generation and trains on.
+  Status trained = train_steps(summary);
+  while (!trained.ok() && rejoinable()) {
+    CANN_RETURN_IF_ERROR(rejoin(trained));
+    trained = train_steps(summary);
+  }
+  CANN_RETURN_IF_ERROR(trained);
+  return finish_run(summary, show);
+}
+
+// The steps from start_step_ to the end, or to a stop.
+Status Trainer::train_steps(RunSummary* summary) {
+  const int B = micro_batch_, T = seq_len_;
+  const bool show = leader() && !config_.quiet;
+  const double flops_per_token = model::train_flops_per_token(spec_, T);
   double time_sum = 0.0;
   int timed_steps = 0;
   for (int step = start_step_; step < config_.steps; ++step) {
@@ -876,8 +928,11 @@ Status Trainer::run(RunSummary* summary) {
       report_step(snap, last);
     }
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;
+    CANN_RETURN_IF_ERROR(keep_state(done));
+    if (step == start_step_ && keeper_->generation() > 0 && leader())
+      keeper_->event("training_resumed", "step " + std::to_string(done) + " completed");
     if (!config_.checkpoint_dir.empty() && (periodic || last || stop_now))
-      CANN_RETURN_IF_ERROR(save_checkpoint(done));
+      CANN_RETURN_IF_ERROR(save_checkpoint(done, last || stop_now));
     if (profiler_ && world_) profiler_->collect_comm(*world_);
     if (profiler_ && profiler_->end_step()) CANN_RETURN_IF_ERROR(finish_profile());
     if (stop_now) {
@@ -890,6 +945,10 @@ Status Trainer::run(RunSummary* summary) {
       break;
     }
   }
+  return OkStatus();
+}
+
+Status Trainer::finish_run(RunSummary* summary, bool show) {
   if (profiler_) CANN_RETURN_IF_ERROR(finish_profile());  // the run ended inside the window
   progress_.finish();
   log_.reset();

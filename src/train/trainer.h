@@ -10,6 +10,7 @@
 // the same global batch (the sampler's stride), gradients are averaged over the world group
 // before the optimizer, and the stop decision is agreed by all ranks each step. Rank 0 alone
 // prints progress, writes the step log, checkpoints (parameters are replicated) and samples.
+// Checkpoints, in-memory snapshots, heartbeats and events go through StateKeeper.
 #pragma once
 
 #include <atomic>
@@ -40,6 +41,7 @@
 #include "train/model_parallel.h"
 #include "train/progress.h"
 #include "train/step_profiler.h"
+#include "train/state_keeper.h"
 #include "train/train_state.h"
 
 namespace cann::train {
@@ -90,7 +92,20 @@ class Trainer {
   StatusOr<OptimizerSnapshot> optimizer_snapshot();
   void next_batch();
   StatusOr<double> evaluate();
-  Status save_checkpoint(int step);
+  Status save_checkpoint(int step, bool wait);
+  Status train_steps(RunSummary* summary);
+  Status finish_run(RunSummary* summary, bool show);
+  Status make_data_parallel_engine();
+  // Elastic (trainer_rejoin.cc): whether a failure can be survived by rejoining (a collective
+  // failed under --elastic), and the rejoin: wait for the next generation, rebuild the group
+  // and the engine under its key prefix, and load the committed step.
+  bool rejoinable() const;
+  static bool stop_signalled();  // SIGINT/SIGTERM arrived
+  Status rejoin(const Status& cause);
+  // Loads a checkpoint or snapshot into the model, optimizer, sampler and RNG.
+  Status restore_state(const ckpt::LoadedCheckpoint& ck);
+  // After a completed step: in-memory snapshot (elastic) and heartbeat progress.
+  Status keep_state(int done);
   std::string generate_sample();
   Status write_log_line(const std::string& line);
   // --profile: writes the traces (a collective when several ranks run).
@@ -145,6 +160,10 @@ class Trainer {
     void operator()(FILE* f) const { std::fclose(f); }
   };
   std::unique_ptr<FILE, CloseFile> log_;
+  std::unique_ptr<StateKeeper> keeper_;
+  std::unique_ptr<DistEnv> env_;  // a copy of the launcher's environment (multi-process)
+  CommConfig comm_;
+  bool comm_failed_ = false;  // a collective failed since the last (re)join
   Progress progress_;
   std::unique_ptr<StepProfiler> profiler_;  // --profile only
   std::unique_ptr<GradWatch> grad_watch_;   // --grad-norms / --halt-on-nan only

@@ -1,0 +1,62 @@
+// Registration and validation of the fault-tolerance flags.
+#include "cli/resilience_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "cli/validators.h"
+#include "elastic/agent.h"
+#include "train/config.h"
+
+namespace cann::cli {
+
+void add_resilience_flags(CLI::App* run, train::TrainConfig* config, ResilienceFlags* flags) {
+  const char* kGroup = "Fault tolerance";
+  run->add_option("--checkpoint-bandwidth", config->checkpoint_bandwidth_mb,
+                  "Cap in MB/s on the background checkpoint write (0: none)")
+      ->check(kNonNegative)
+      ->group(kGroup);
+  run->add_flag("--elastic", flags->elastic,
+                "Survive worker failures: a dead, stopped or hung worker is detected and the "
+                "workers restart from the last committed step held in memory (one node)")
+      ->group(kGroup);
+  run->add_option("--heartbeat-interval", flags->heartbeat_interval_s,
+                  "Seconds between a worker's heartbeats (--elastic)")
+      ->check(kPositive)
+      ->group(kGroup)
+      ->capture_default_str();
+  run->add_option("--heartbeat-timeout", flags->heartbeat_timeout_s,
+                  "Seconds without a heartbeat after which a worker counts as hung (--elastic)")
+      ->check(kPositive)
+      ->group(kGroup)
+      ->capture_default_str();
+  run->add_option("--max-restarts", flags->max_restarts,
+                  "Restarts after failures before the job gives up (--elastic)")
+      ->check(kNonNegative)
+      ->group(kGroup)
+      ->capture_default_str();
+  run->add_option("--snapshot-every", flags->snapshot_every,
+                  "Steps between in-memory snapshots of the run state (--elastic)")
+      ->check(kPositive)
+      ->group(kGroup)
+      ->capture_default_str();
+}
+
+std::string check_resilience_flags(const ResilienceFlags& flags) {
+  if (flags.heartbeat_timeout_s <= flags.heartbeat_interval_s)
+    return "--heartbeat-timeout " + std::to_string(flags.heartbeat_timeout_s) +
+           " must exceed --heartbeat-interval " + std::to_string(flags.heartbeat_interval_s) +
+           "; hint: a timeout of 5 to 10 intervals tolerates a late beat";
+  return "";
+}
+
+void apply_resilience_flags(const ResilienceFlags& flags, const train::TrainConfig& config,
+                            elastic::AgentConfig* agent) {
+  agent->elastic = flags.elastic;
+  agent->heartbeat_interval_s = flags.heartbeat_interval_s;
+  agent->heartbeat_timeout_s = flags.heartbeat_timeout_s;
+  agent->max_restarts = flags.max_restarts;
+  agent->snapshot_every = flags.snapshot_every;
+  agent->log_json = config.log_json;
+}
+
+}  // namespace cann::cli

@@ -1,0 +1,37 @@
+// The fault-tolerance flags of `cann-train run`: elastic supervision (--elastic, heartbeats,
+// restarts, in-memory snapshots) and asynchronous checkpoint pacing. Kept apart from
+// run_command.cc so that file stays a list of the training flags.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+namespace cann::train {
+struct TrainConfig;
+}
+namespace cann::elastic {
+struct AgentConfig;
+}
+
+namespace cann::cli {
+
+struct ResilienceFlags {
+  bool elastic = false;
+  double heartbeat_interval_s = 0.1;
+  double heartbeat_timeout_s = 1.0;
+  int max_restarts = 3;
+  int snapshot_every = 1;
+};
+
+void add_resilience_flags(CLI::App* run, train::TrainConfig* config, ResilienceFlags* flags);
+
+// Checks the combination; returns an error line for the user, or "" when it is fine.
+std::string check_resilience_flags(const ResilienceFlags& flags);
+
+// Fills the agent's elastic settings.
+void apply_resilience_flags(const ResilienceFlags& flags, const train::TrainConfig& config,
+                            elastic::AgentConfig* agent);
+
+}  // namespace cann::cli

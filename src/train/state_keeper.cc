@@ -1,0 +1,201 @@
+// Snapshots, asynchronous checkpoints, heartbeat and events of one worker.
+#include "train/state_keeper.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "ckpt/async_writer.h"
+#include "comm/store.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/config.h"
+#include "train/dist_env.h"
+
+#include <nlohmann/json.hpp>
+
+namespace cann::train {
+namespace {
+
+// Snapshots live in a memory file system: fsync is free there, and the write is a copy.
+constexpr int kSnapshotsKept = 2;
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& config,
+                                                           const DistEnv* env, bool leader) {
+  std::unique_ptr<StateKeeper> k(new StateKeeper());
+  k->leader_ = leader;
+  k->keep_checkpoints_ = config.keep_checkpoints;
+  k->total_steps_ = config.steps;
+  if (env != nullptr) {
+    k->rank_ = env->rank;
+    k->generation_ = env->generation;
+    k->snapshot_every_ = std::max(1, env->snapshot_every);
+    k->restore_from_ = env->restore_from;
+    k->heartbeat_interval_s_ = env->heartbeat_interval_s;
+    if (env->elastic() && !env->snapshot_dir.empty()) {
+      k->snapshot_dir_ = join_path(env->snapshot_dir, "rank" + std::to_string(env->rank));
+      CANN_RETURN_IF_ERROR(make_dirs(k->snapshot_dir_));
+    }
+  }
+  if (leader && !config.log_json.empty()) {
+    // The step log is shared with the agent's events: everyone appends. A fresh run empties it
+    // first (a restarted generation or --resume continues it).
+    if (!config.resume && k->generation_ <= 0) {
+      std::FILE* f = std::fopen(config.log_json.c_str(), "w");
+      if (f == nullptr)
+        return IoError(config.log_json + ": cannot open the step log for writing: " + errno_text());
+      std::fclose(f);
+    }
+    k->events_ = std::make_unique<EventLog>();
+    CANN_RETURN_IF_ERROR(k->events_->open(config.log_json));
+  }
+  if (!config.checkpoint_dir.empty() && leader) {
+    ckpt::WriteOptions options;
+    options.keep_last = config.keep_checkpoints;
+    options.bytes_per_second = config.checkpoint_bandwidth_mb * 1e6;
+    StateKeeper* self = k.get();
+    k->writer_ = std::make_unique<ckpt::AsyncCheckpointWriter>(
+        config.checkpoint_dir, options, [self](const ckpt::AsyncWriteResult& r) {
+          if (!r.status.ok()) {
+            log_warning(r.status.message());
+            return;
+          }
+          self->event("checkpoint_saved", r.path + ": step " + std::to_string(r.step) + ", " +
+                                              fixed(static_cast<double>(r.bytes) / (1 << 20), 1) +
+                                              " MiB, copy " + fixed(r.copy_s, 3) +
+                                              " s, background write " + fixed(r.write_s, 3) + " s");
+        });
+  }
+  if (env != nullptr && env->elastic() && !env->store_url.empty()) {
+    CANN_ASSIGN_OR_RETURN(k->store_, comm::open_store(env->store_url));
+    k->heartbeat_key_ = "cann/" + env->job_id + "/heartbeat/rank" + std::to_string(env->rank);
+    k->membership_key_ = "cann/" + env->job_id + "/membership";
+    k->beat();  // the first beat says this rank is up, before the first step
+    StateKeeper* self = k.get();
+    k->heartbeat_ = std::thread([self] {
+      while (!self->stop_) {
+        const auto next = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(self->heartbeat_interval_s_));
+        // Sleep in short slices so the destructor does not wait a whole interval.
+        while (!self->stop_ && std::chrono::steady_clock::now() < next)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (!self->stop_) self->beat();
+      }
+    });
+  }
+  return k;
+}
+
+StateKeeper::~StateKeeper() {
+  stop_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+  writer_.reset();  // waits for a write in flight
+}
+
+void StateKeeper::beat() {
+  const std::string value = std::to_string(generation()) + " " + std::to_string(step_.load()) +
+                            " " + std::to_string(total_steps_) + " " + std::to_string(++beats_);
+  (void)store_->set(heartbeat_key_, value);  // a missed beat is the agent's to judge
+}
+
+bool StateKeeper::snapshot_due(int done) const {
+  return !snapshot_dir_.empty() && done % snapshot_every_ == 0;
+}
+
+Status StateKeeper::snapshot(const ckpt::CheckpointWrite& w) {
+  StatusOr<std::string> path = ckpt::write_checkpoint(snapshot_dir_, w, kSnapshotsKept);
+  if (!path.ok())
+    return Status(path.status().code(),
+                  "rank " + std::to_string(rank_) +
+                      ": in-memory snapshot failed: " + path.status().message());
+  return OkStatus();
+}
+
+Status StateKeeper::checkpoint(const ckpt::CheckpointWrite& w, bool wait) {
+  if (!writer_) return OkStatus();
+  writer_->submit(w);
+  if (!wait) return OkStatus();
+  return writer_->wait();
+}
+
+void StateKeeper::event(const std::string& name, const std::string& detail) {
+  if (!events_) return;
+  Status s = events_->append({name, unix_seconds(), rank_, generation(), detail});
+  if (!s.ok()) log_warning(s.message());
+}
+
+StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()) {
+  if (!store_) return FailedPrecondition("rejoining needs the elastic agent's store");
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (stop != nullptr && stop())
+      return IoError("rank " + std::to_string(rank_) +
+                     ": stopped while waiting for the next generation");
+    auto text = store_->try_get(membership_key_);
+    if (text.ok() && text->has_value()) {
+      try {
+        const nlohmann::json m = nlohmann::json::parse(**text);
+        const int gen = m.at("generation").get<int>();
+        if (gen > generation_) {
+          std::string from;
+          if (m.contains("restore_from") && static_cast<int>(m["restore_from"].size()) > rank_)
+            from = m["restore_from"][rank_].get<std::string>();
+          restore_from_ = from;
+          generation_ = gen;
+          return gen;
+        }
+      } catch (const std::exception& e) {
+        return DataLoss(membership_key_ + ": malformed membership record (" + e.what() + ")");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return IoError("rank " + std::to_string(rank_) + ": no new generation within " +
+                 fixed(timeout_s, 0) + " s of the failure");
+}
+
+StatusOr<std::optional<ckpt::LoadedCheckpoint>> StateKeeper::recovery_state(
+    const std::string& checkpoint_dir) {
+  if (generation_ <= 0) return std::optional<ckpt::LoadedCheckpoint>();
+  // Candidates are the same step: this rank's own snapshot first, then its neighbour's.
+  size_t start = 0;
+  while (start < restore_from_.size()) {
+    size_t end = restore_from_.find(';', start);
+    if (end == std::string::npos) end = restore_from_.size();
+    const std::string path = restore_from_.substr(start, end - start);
+    start = end + 1;
+    if (path.empty()) continue;
+    StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(path);
+    if (ck.ok()) return std::optional<ckpt::LoadedCheckpoint>(std::move(*ck));
+    log_warning("rank " + std::to_string(rank_) + ": snapshot " + path +
+                " unusable, trying the next copy: " + ck.status().message());
+  }
+  if (!restore_from_.empty())
+    return DataLoss("rank " + std::to_string(rank_) +
+                    ": no copy of the committed snapshot verifies (" + restore_from_ +
+                    "); hint: rerun with --resume to continue from the disk checkpoint");
+  if (checkpoint_dir.empty()) {
+    log_warning("rank " + std::to_string(rank_) +
+                ": no in-memory snapshot and no --checkpoint-dir: restarting from step 0");
+    return std::optional<ckpt::LoadedCheckpoint>();
+  }
+  StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_latest_checkpoint(checkpoint_dir);
+  if (ck.ok()) return std::optional<ckpt::LoadedCheckpoint>(std::move(*ck));
+  if (ck.status().code() == StatusCode::kNotFound) return std::optional<ckpt::LoadedCheckpoint>();
+  return ck.status();
+}
+
+}  // namespace cann::train

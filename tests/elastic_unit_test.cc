@@ -1,0 +1,267 @@
+// Unit tests of the fault-tolerance pieces below the agent: the background checkpoint writer
+// (snapshot semantics, pacing, failures), the choice of in-memory snapshots after a failure,
+// event lines under concurrent writers, and the heartbeat monitor's three verdicts.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/async_writer.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/replicas.h"
+#include "comm/store.h"
+#include "core/event_log.h"
+#include "core/fs.h"
+#include "elastic/heartbeat_monitor.h"
+#include "test_util.h"
+
+namespace cann {
+namespace {
+
+using test::TempDir;
+
+ckpt::CheckpointWrite one_section(int64_t step, const std::vector<char>& data) {
+  ckpt::CheckpointWrite w;
+  w.step = step;
+  w.meta_json = "{}";
+  w.sections.push_back({"params", data.data(), data.size()});
+  return w;
+}
+
+TEST(AsyncCheckpointWriterTest, WritesTheStateAsItWasAtSubmit) {
+  TempDir dir;
+  std::mutex mu;
+  std::vector<ckpt::AsyncWriteResult> results;
+  ckpt::AsyncCheckpointWriter writer(dir.file("ck"), ckpt::WriteOptions{2, 0.0},
+                                     [&](const ckpt::AsyncWriteResult& r) {
+                                       std::lock_guard lock(mu);
+                                       results.push_back(r);
+                                     });
+  std::vector<char> state(100000, 'a');
+  writer.submit(one_section(1, state));
+  // The next "step" changes the buffer at once; the checkpoint must not see it.
+  std::fill(state.begin(), state.end(), 'b');
+  writer.submit(one_section(2, state));
+  std::fill(state.begin(), state.end(), 'c');
+  writer.submit(one_section(3, state));
+  ASSERT_TRUE(writer.wait().ok());
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) EXPECT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(results[2].bytes, 100000u);
+  // keep_last 2: step 1 pruned; steps 2 and 3 hold what they held at submit.
+  auto listed = ckpt::list_checkpoints(dir.file("ck"));
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  for (char expected : {'c', 'b'}) {
+    const std::string& path = (*listed)[expected == 'c' ? 0 : 1];
+    auto ck = ckpt::read_checkpoint(path);
+    ASSERT_TRUE(ck.ok()) << ck.status().message();
+    EXPECT_EQ(ck->find("params")->data, std::vector<char>(100000, expected)) << path;
+  }
+}
+
+TEST(AsyncCheckpointWriterTest, BandwidthCapPacesTheWrite) {
+  // 3 MB at 20 MB/s: at least 0.15 s, whatever the disk's speed.
+  TempDir dir;
+  ckpt::AsyncCheckpointWriter writer(dir.file("ck"), ckpt::WriteOptions{1, 20e6}, nullptr);
+  std::vector<char> state(3000000, 'x');
+  const auto t0 = std::chrono::steady_clock::now();
+  writer.submit(one_section(1, state));
+  const double submit_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(writer.wait().ok());
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("submit %.3f s, paced write %.3f s\n", submit_s, total_s);
+  EXPECT_GE(total_s, 0.14);
+  EXPECT_LT(submit_s, total_s / 2) << "the caller waited for the paced write";
+}
+
+TEST(AsyncCheckpointWriterTest, FailedWriteIsReportedAndKeepsEarlierOnes) {
+  TempDir dir;
+  test::write_text(dir.file("blocker"), "x");
+  std::string message;
+  ckpt::AsyncCheckpointWriter writer(dir.file("blocker/ck"), ckpt::WriteOptions{},
+                                     [&](const ckpt::AsyncWriteResult& r) {
+                                       if (!r.status.ok()) message = r.status.message();
+                                     });
+  std::vector<char> state(10, 'x');
+  writer.submit(one_section(4, state));
+  Status s = writer.wait();
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(message.find("blocker"), std::string::npos) << message;
+}
+
+// The worked example of ckpt/replicas.h.
+TEST(ReplicaPlanTest, CommittedStepIsTheSmallestNewestAndNeighboursBackUp) {
+  TempDir dir;
+  std::vector<char> data(8, 'x');
+  const std::vector<std::vector<int>> steps = {{7, 8}, {6, 7}, {7, 8}};
+  for (int r = 0; r < 3; ++r)
+    for (int s : steps[r])
+      ASSERT_TRUE(
+          ckpt::write_checkpoint(dir.file("rank" + std::to_string(r)), one_section(s, data), 2)
+              .ok());
+  ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(dir.path(), 3);
+  EXPECT_EQ(plan.step, 7);
+  const std::string r0 = dir.file("rank0/step-00000007"), r1 = dir.file("rank1/step-00000007"),
+                    r2 = dir.file("rank2/step-00000007");
+  EXPECT_EQ(plan.candidates[0], r0 + ";" + r1 + ";" + r2);
+  EXPECT_EQ(plan.candidates[1], r1 + ";" + r2 + ";" + r0);
+  EXPECT_EQ(plan.candidates[2], r2 + ";" + r0 + ";" + r1);
+
+  // Rank 1 lost its copies: it takes its neighbour's first.
+  ASSERT_TRUE(remove_all(dir.file("rank1")).ok());
+  plan = ckpt::plan_replica_restore(dir.path(), 3);
+  EXPECT_EQ(plan.step, 8);
+  EXPECT_EQ(plan.candidates[1],
+            dir.file("rank2/step-00000008") + ";" + dir.file("rank0/step-00000008"));
+}
+
+TEST(ReplicaPlanTest, NoSnapshotsMeansDisk) {
+  TempDir dir;
+  EXPECT_EQ(ckpt::plan_replica_restore(dir.path(), 4).step, -1);
+  EXPECT_EQ(ckpt::plan_replica_restore(dir.file("missing"), 1).step, -1);
+  // A world of one: its own copy only.
+  std::vector<char> data(8, 'x');
+  ASSERT_TRUE(ckpt::write_checkpoint(dir.file("rank0"), one_section(3, data), 2).ok());
+  auto plan = ckpt::plan_replica_restore(dir.path(), 1);
+  EXPECT_EQ(plan.step, 3);
+  EXPECT_EQ(plan.candidates[0], dir.file("rank0/step-00000003"));
+}
+
+TEST(EventLogTest, LinesFromManyWritersStayWholeJson) {
+  TempDir dir;
+  const std::string path = dir.file("log.jsonl");
+  constexpr int kThreads = 4, kEach = 200;
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        EventLog log;  // each its own descriptor, as the agent and rank 0 have
+        ASSERT_TRUE(log.open(path).ok());
+        for (int i = 0; i < kEach; ++i)
+          ASSERT_TRUE(log.append({"checkpoint_saved", 1.5, t, i, std::string(300, 'a' + t)}).ok());
+      });
+    for (auto& th : threads) th.join();
+  }
+  std::ifstream in(path);
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("event"), "checkpoint_saved");
+    EXPECT_EQ(j.at("detail").get<std::string>().size(), 300u);
+  }
+  EXPECT_EQ(lines, kThreads * kEach);
+  EXPECT_EQ(event_json({"scaled", 2.25, -1, 3, "x"}),
+            R"({"event":"scaled","time":2.25,"rank":null,"generation":3,"detail":"x"})");
+}
+
+class HeartbeatMonitorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = comm::open_store(
+        "memory://heartbeat-" +
+        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    ASSERT_TRUE(s.ok());
+    store_ = *s;
+  }
+  void beat(int rank, int gen, int step, int total, int seq) {
+    ASSERT_TRUE(store_
+                    ->set("job/heartbeat/rank" + std::to_string(rank),
+                          std::to_string(gen) + " " + std::to_string(step) + " " +
+                              std::to_string(total) + " " + std::to_string(seq))
+                    .ok());
+  }
+  std::shared_ptr<comm::Store> store_;
+};
+
+TEST_F(HeartbeatMonitorTest, StaleBeatIsAFailureNamingTheRank) {
+  elastic::HeartbeatMonitor m("job", 1.0, 30.0);
+  m.start_generation(0, 2, 100.0);
+  beat(0, 0, 0, 10, 1);
+  beat(1, 0, 0, 10, 1);
+  EXPECT_FALSE(m.poll(*store_, {true, true}, 100.1));
+  EXPECT_TRUE(m.all_joined());
+  beat(0, 0, 0, 10, 2);  // rank 1 stops beating
+  EXPECT_FALSE(m.poll(*store_, {true, true}, 100.9));
+  beat(0, 0, 0, 10, 3);
+  auto f = m.poll(*store_, {true, true}, 101.2);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_NE(f->detail.find("stale"), std::string::npos) << f->detail;
+  // An exited rank's heartbeat does not count.
+  beat(0, 0, 0, 10, 4);
+  EXPECT_FALSE(m.poll(*store_, {true, false}, 101.3));
+}
+
+TEST_F(HeartbeatMonitorTest, OldGenerationsBeatsDoNotCount) {
+  elastic::HeartbeatMonitor m("job", 1.0, 5.0);
+  m.start_generation(1, 1, 0.0);
+  beat(0, 0, 50, 100, 9);  // left over from generation 0
+  EXPECT_FALSE(m.poll(*store_, {true}, 1.0));
+  EXPECT_FALSE(m.all_joined());
+  auto f = m.poll(*store_, {true}, 5.5);
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->detail.find("no heartbeat"), std::string::npos) << f->detail;
+}
+
+TEST_F(HeartbeatMonitorTest, NoProgressWhileBeatingIsAHang) {
+  elastic::HeartbeatMonitor m("job", 1.0, 30.0);
+  m.start_generation(0, 1, 0.0);
+  double t = 0.0;
+  int seq = 0;
+  // Steps of 1 s each: the median is 1 s, the limit max(10 x 1 s, 5 s) = 10 s.
+  for (int step = 0; step <= 4; ++step, t += 1.0) {
+    beat(0, 0, step, 100, ++seq);
+    EXPECT_FALSE(m.poll(*store_, {true}, t));
+  }
+  // Beating on, step stuck at 4 (reached at t = 4).
+  for (; t < 13.9; t += 0.5) {
+    beat(0, 0, 4, 100, ++seq);
+    EXPECT_FALSE(m.poll(*store_, {true}, t)) << t;
+  }
+  beat(0, 0, 4, 100, ++seq);
+  auto f = m.poll(*store_, {true}, 14.5);
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->detail.find("no progress"), std::string::npos) << f->detail;
+  // After the last step, work without steps (the final sample) is not a hang.
+  m.start_generation(1, 1, 20.0);
+  seq = 0;
+  t = 20.0;
+  for (int step = 96; step <= 100; ++step, t += 1.0) {
+    beat(0, 1, step, 100, ++seq);
+    EXPECT_FALSE(m.poll(*store_, {true}, t));
+  }
+  beat(0, 1, 100, 100, ++seq);
+  EXPECT_FALSE(m.poll(*store_, {true}, t + 59.9)) << "heartbeat fresh, run done";
+}
+
+}  // namespace
+}  // namespace cann
+
+namespace cann {
+namespace {
+
+TEST(ElasticFlagsTest, BadCombinationsAreUsageErrors) {
+  auto r = test::run_cann(
+      {"run", "--elastic", "--nnodes", "2", "--rdzv", "redis://127.0.0.1:1", "--steps", "1"}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--elastic supports one node"), std::string::npos) << r.output;
+  r = test::run_cann({"run", "--elastic", "--heartbeat-interval", "0.5", "--heartbeat-timeout",
+                      "0.2", "--steps", "1"},
+                     60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--heartbeat-timeout 0.2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("must exceed --heartbeat-interval 0.5"), std::string::npos) << r.output;
+  r = test::run_cann({"run", "--max-restarts", "-1"}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+}  // namespace
+}  // namespace cann
