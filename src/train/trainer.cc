@@ -555,8 +555,11 @@ Status Trainer::save_checkpoint(int step, bool wait) {
   Stopwatch sw;
   const double t0 = now_seconds();
   CANN_RETURN_IF_ERROR(keeper_->checkpoint(training_checkpoint(*model_, snap, st, config_), wait));
-  if (profiler_)
-    profiler_->checkpoint(t0, now_seconds(), config_.checkpoint_dir + " step " + std::to_string(step));
+  if (profiler_) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "/step-%08d", step);
+    profiler_->checkpoint(t0, now_seconds(), config_.checkpoint_dir + name);
+  }
   char buf[96];
   std::snprintf(buf, sizeof(buf), "checkpoint of step %d %s (%.2f s)", step,
                 wait ? "saved" : "queued", sw.elapsed());
