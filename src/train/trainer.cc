@@ -576,6 +576,10 @@ Status Trainer::run(RunSummary* summary) {
                   static_cast<double>(memory_bytes()) * mb);
     progress_.line(mem);
     if (mp_) progress_.line("process mesh: " + mp_->describe() + "\n" + mp_->rank_table());
+    if (pipeline_)
+      progress_.line("pipeline: " + std::to_string(layout_.pp) + " stages, schedule " +
+                     config_.pipeline_schedule + ", " + std::to_string(accum_steps_) +
+                     " micro-batches of " + std::to_string(micro_batch_) + " per step");
     if (dp_)
       progress_.line("data parallel: " + std::to_string(data_world_) + " ranks, " +
                      std::to_string(accum_steps_) + " micro-step" + (accum_steps_ == 1 ? "" : "s") +
