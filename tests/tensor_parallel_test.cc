@@ -294,6 +294,21 @@ TEST(TensorParallelTest, ShardsRoundTripAndCoverEveryElementOnce) {
   EXPECT_EQ(gpt2.at(*gpt2.find("wte")).shape[0], 31);
 }
 
+// Sequence parallelism keeps 1/tp of the residual-stream and layernorm rows: for gpt_tiny at
+// 4 x 64 tokens those are 10 (N, C) buffers per layer of the 4 layers' ~25, so activations
+// shrink by well over 10% at tp = 2.
+TEST(TensorParallelTest, SequenceParallelHoldsFewerActivations) {
+  test::run_group("shm", 2, [&](int rank, comm::Group& g) {
+    parallel::GroupTensorParallelComm comm(g);
+    const ModelSpec s = shipped("gpt_tiny");
+    auto plain = Model::create(s, 4, 64, {rank, 2, false, &comm});
+    auto sp = Model::create(s, 4, 64, {rank, 2, true, &comm});
+    ASSERT_TRUE(plain.ok() && sp.ok());
+    EXPECT_LT((*sp)->activation_bytes(), 0.9 * (*plain)->activation_bytes())
+        << (*sp)->activation_bytes() << " vs " << (*plain)->activation_bytes();
+  });
+}
+
 TEST(TensorParallelTest, SplitsThatDoNotDivideAreRefused) {
   const Status heads = model::check_tp_divides(spec_from(kGpt), 3);
   ASSERT_FALSE(heads.ok());

@@ -117,6 +117,9 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
 void Model::layout_activations() {
   const ModelSpec& s = spec_;
   const size_t N = static_cast<size_t>(max_batch_) * max_seq_;
+  // Rows of the residual stream and its layernorms held by this rank: all N, or under sequence
+  // parallelism its 1/tp of them (the saving sp is for).
+  const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
   const size_t C = s.hidden_size, V = vocab_, QKV = qkv_, F = ff_, AC = attn_c_;
   const size_t att = static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_;
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
@@ -142,20 +145,20 @@ void Model::layout_activations() {
       Slot& slot = slots_[si];
       slot.layers.clear();
       slot.moe_layers.clear();
-      slot.encoded = take(N * C);
+      slot.encoded = take(R * C);
       for (int l = first_layer_; l < end_layer_; ++l) {
         LayerActs a{};
-        a.ln1 = take(N * C);
-        a.ln1_mean = take(N);
-        a.ln1_rstd = take(N);
+        a.ln1 = take(R * C);
+        a.ln1_mean = take(R);
+        a.ln1_rstd = take(R);
         a.qkv = take(N * QKV);
         a.att = take(att);
         a.atty = take(N * AC);
-        a.resid_attn = take(N * C);
-        a.ln2 = take(N * C);
-        a.ln2_mean = take(N);
-        a.ln2_rstd = take(N);
-        a.out = take(N * C);
+        a.resid_attn = take(R * C);
+        a.ln2 = take(R * C);
+        a.ln2_mean = take(R);
+        a.ln2_rstd = take(R);
+        a.out = take(R * C);
         if (s.is_moe_layer(l)) {
           MoeActs m{};
           m.router_logits = take(N * E);
@@ -178,9 +181,9 @@ void Model::layout_activations() {
         slot.layers.push_back(a);
       }
       if (head_) {
-        slot.lnf = take(N * C);
-        slot.lnf_mean = take(N);
-        slot.lnf_rstd = take(N);
+        slot.lnf = take(R * C);
+        slot.lnf_mean = take(R);
+        slot.lnf_rstd = take(R);
         slot.logits = take(N * V);
         slot.losses = take(N);
         if (tp_.size > 1) {
@@ -193,8 +196,8 @@ void Model::layout_activations() {
       slot.targets = itake(N);
     }
     // Backward scratch, shared by the slots (one backward runs at a time).
-    d_resid_ = take(N * C);
-    d_branch_ = take(N * C);
+    d_resid_ = take(R * C);
+    d_branch_ = take(R * C);
     d_ln_ = take(N * C);
     d_atty_ = take(N * AC);
     d_qkv_ = take(N * QKV);
@@ -333,8 +336,9 @@ long Model::dropped_assignments() const {
 }
 
 // Under tensor parallelism the residual stream has R rows on this rank: all N tokens, or with
-// sequence parallelism the N/tp tokens [rank*R, (rank+1)*R). Layernorm outputs, which feed the
-// column-parallel linears, are written at their place in an (N,C) buffer and all-gathered.
+// sequence parallelism the N/tp tokens [rank*R, (rank+1)*R). Under sp, layernorm outputs keep
+// only those rows; the column-parallel linears read them all-gathered into tp_full_, which
+// each use overwrites (tp_full_ is also where row-parallel partial sums are reduced from).
 ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T) {
   CANN_CHECK(B > 0 && B <= max_batch_ && T > 0 && T <= max_seq_)
       << "batch " << B << "x" << T << " exceeds the model's buffers " << max_batch_ << "x"
@@ -346,7 +350,6 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   CANN_CHECK(!sp || N % tp_.size == 0)
       << "sequence parallelism needs B*T = " << N << " divisible by tp = " << tp_.size;
   const int R = sp ? N / tp_.size : N;
-  const size_t mine = sp ? static_cast<size_t>(tp_.rank) * R * C : 0;  // my rows in (N,C)
   const bool first_rank = tp_.rank == 0;
   B_ = B;
   T_ = T;
@@ -376,23 +379,22 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     LayerActs& a = layers_[i];
     // Row-parallel biases are added by one rank so that the reduced sum holds them once.
     const bool add_bias = !tp || first_rank;
-    layernorm_forward(a.ln1 + mine, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
-    if (sp) tp_allgather(a.ln1, R, C);
-    linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, QKV);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
+    const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
+    linear_forward(a.qkv, ln1_all, P + o.qkvw, P + o.qkvb, N, C, QKV);
     attention_forward(a.atty, a.att, a.qkv, ash);
     float* attn_out = sp ? tp_full_ : a.resid_attn;
     linear_forward(attn_out, a.atty, P + o.projw, add_bias ? P + o.projb : nullptr, N, AC, C);
     if (tp) tp_row_parallel_out(a.resid_attn, attn_out, N);
     residual_forward(a.resid_attn, a.resid_attn, x, static_cast<size_t>(R) * C);
-    layernorm_forward(a.ln2 + mine, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b,
-                      R, C);
-    if (sp) tp_allgather(a.ln2, R, C);
+    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b, R, C);
+    const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
     if (a.moe_index >= 0) {
       // Experts are whole on every tp rank (sp is refused with MoE): the same computation on
       // the same input everywhere.
       aux_total += moe_forward(a.out, a.ln2, P, o.moe, moe_layers_[a.moe_index], md, N);
     } else {
-      linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, F);
+      linear_forward(a.fch, ln2_all, P + o.fcw, P + o.fcb, N, C, F);
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * F);
       float* mlp_out = sp ? tp_full_ : a.out;
       linear_forward(mlp_out, a.fch_gelu, P + o.fcprojw, add_bias ? P + o.fcprojb : nullptr, N, F,
@@ -409,9 +411,8 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     if (have_targets_) std::memcpy(targets_, targets, sizeof(int) * N);
     return st;
   }
-  layernorm_forward(lnf_ + mine, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
-  if (sp) tp_allgather(lnf_, R, C);
-  linear_forward(logits_, lnf_, P + wte_, nullptr, N, C, V);
+  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
+  linear_forward(logits_, sp ? tp_gather_rows(lnf_, R) : lnf_, P + wte_, nullptr, N, C, V);
   if (!have_targets_) return st;
   std::memcpy(targets_, targets, sizeof(int) * N);
   if (tp)
@@ -451,12 +452,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);
   // The gradient of a row-parallel linear's output, whole: d_resid_ itself, or under sp its
   // rows gathered from every rank (the backward of the forward's reduce-scatter).
-  auto full_dout = [&]() -> const float* {
-    if (!sp) return d_resid_;
-    std::memcpy(tp_full_ + static_cast<size_t>(tp_.rank) * RC, d_resid_, RC * sizeof(float));
-    tp_allgather(tp_full_, R, C);
-    return tp_full_;
-  };
+  auto full_dout = [&]() -> const float* { return sp ? tp_gather_rows(d_resid_, R) : d_resid_; };
 
   // Head: the logits buffer becomes its own gradient (fused softmax cross-entropy). A stage
   // without the head starts from d_resid_, filled by the caller (stage_output_grad()).
@@ -468,7 +464,10 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
                       vocab_begin_);
   else
     softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
-  linear_backward(d_ln_, G + wte_, nullptr, logits_, lnf_, P + wte_, N, C, V);
+  // Under sp only this rank's rows of the layernorm outputs were kept: the column-parallel
+  // linears' weight gradients gather them again (one all-gather per linear, as Megatron does).
+  linear_backward(d_ln_, G + wte_, nullptr, logits_, sp ? tp_gather_rows(lnf_, R) : lnf_,
+                  P + wte_, N, C, V);
   const float* x_last = local_layers > 0 ? layers_.back().out : encoded_;
   const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
   layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
@@ -492,7 +491,8 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
       linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F,
                       C);
       gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
-      linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, a.ln2, P + o.fcw, N, C, F);
+      const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
+      linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, ln2_all, P + o.fcw, N, C, F);
       if (tp) d_ln2 = tp_column_parallel_dinput(d_ln_, N);
     }
     layernorm_backward_tp(d_branch_, G + o.ln2w, G + o.ln2b, d_ln2, a.resid_attn, P + o.ln2w,
@@ -502,7 +502,8 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     const float* dy = full_dout();
     linear_backward(d_atty_, G + o.projw, G + o.projb, dy, a.atty, P + o.projw, N, AC, C);
     attention_backward(d_qkv_, d_atty_, a.qkv, a.att, ash);
-    linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, a.ln1, P + o.qkvw, N, C, QKV);
+    const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
+    linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
     const float* d_ln1 = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
     layernorm_backward_tp(d_branch_, G + o.ln1w, G + o.ln1b, d_ln1, x_in, P + o.ln1w, a.ln1_mean,
                           a.ln1_rstd, R, C);

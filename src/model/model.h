@@ -140,7 +140,7 @@ class Model {
   void load_slot(int i);
   // Tensor-parallel plumbing; each records the first failure in tp_status_ and then does nothing.
   void tp_allreduce(float* data, size_t count);
-  void tp_allgather(float* full, size_t rows_per_rank, int width);
+  const float* tp_gather_rows(const float* mine, int rows);
   void tp_reduce_scatter(float* out, const float* full, size_t rows_per_rank, int width);
   // Row-parallel output: partial (N,C) summed over ranks into out (all of it, or this rank's
   // rows under sp). Without sp out must be partial.
