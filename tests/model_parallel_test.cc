@@ -299,6 +299,7 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "3", "--strategy", "tp=2"},
       {"--nproc-per-node", "2", "--strategy", "tp=2,pp=2"},
       {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
+      {"--nproc-per-node", "2", "--strategy", "tp=2", "--checkpoint-dir", "unused"},
       {"--strategy", "tp=2"},  // one process
   };
   for (const auto& flags : bad) {

@@ -14,6 +14,10 @@
 
 namespace cann::train {
 
+const char kNoModelParallelCheckpoints[] =
+    "checkpoints of tensor- or pipeline-parallel runs are not available in this build; hint: "
+    "drop --checkpoint-dir/--resume or use tp=1,pp=1";
+
 StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::string& text,
                                          int world) {
   auto refuse = [&](const std::string& what) {
@@ -53,11 +57,13 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 }
 
 Status check_strategy_for_launch(const std::string& strategy, const std::string& model_name,
-                                 int world) {
+                                 int world, bool checkpoints) {
   if (strategy.empty()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(strategy));
   CANN_ASSIGN_OR_RETURN(ParallelLayout layout, parallel_layout(st, strategy, world));
   if (layout.tp == 1 && layout.pp == 1) return OkStatus();
+  if (checkpoints)
+    return InvalidArgument("--strategy " + strategy + ": " + kNoModelParallelCheckpoints);
   auto spec = model::load_model_spec(model_name);
   if (!spec.ok()) return OkStatus();  // the workers report a bad model with its own message
   if (layout.pp > spec->num_hidden_layers)

@@ -34,6 +34,9 @@ class GroupTensorParallelComm;
 
 namespace cann::train {
 
+// The refusal of --checkpoint-dir/--resume under model parallelism (launcher and worker).
+extern const char kNoModelParallelCheckpoints[];
+
 struct ParallelLayout {
   int dp = 1;
   int tp = 1;
@@ -48,8 +51,9 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 // What the launcher checks before it starts `world` workers, so a strategy that cannot run is
 // reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
 // the model splits that way. `model` is a shipped name or a spec path.
+// `checkpoints`: the run asked for --checkpoint-dir or --resume (refused with tp or pp > 1).
 Status check_strategy_for_launch(const std::string& strategy, const std::string& model,
-                                 int world);
+                                 int world, bool checkpoints = false);
 
 class ModelParallel {
  public:

@@ -244,9 +244,7 @@ Status Trainer::setup_model_parallel() {
                            " tokens of a micro-batch over tp=" + std::to_string(layout_.tp) +
                            " ranks; hint: pick mbs or --seq-len so that tp divides mbs*seq_len");
   if (!config_.checkpoint_dir.empty() || config_.resume)
-    return InvalidArgument(where + "checkpoints of tensor- or pipeline-parallel runs are not "
-                           "available in this build; hint: drop --checkpoint-dir/--resume or use "
-                           "tp=1,pp=1");
+    return InvalidArgument(where + kNoModelParallelCheckpoints);
   CANN_ASSIGN_OR_RETURN(mp_, ModelParallel::create(*world_, layout_));
   return OkStatus();
 }
