@@ -154,8 +154,7 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
   double worst_grad = 0, worst_param = 0;
   for (const auto& t : full.tensors()) {
     float scale = 1e-12f;
-    for (size_t i = 0; i < t.numel; ++i)
-      scale = std::max(scale, std::abs(ref_grads[t.offset + i]));
+    for (size_t i = 0; i < t.numel; ++i) scale = std::max(scale, std::abs(ref_grads[t.offset + i]));
     double gdev = 0, pdev = 0;
     for (int d = 0; d < dp; ++d) {
       for (size_t i = 0; i < t.numel; ++i) {
@@ -163,8 +162,10 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
         float g = 0, p = 0;
         if (t.tp_split == model::TpSplit::kReplicated) {
           for (int r = 0; r < tp; ++r) {
-            gdev = std::max(gdev, static_cast<double>(std::abs(grads[d * tp + r][k] - ref_grads[k])));
-            pdev = std::max(pdev, static_cast<double>(std::abs(params[d * tp + r][k] - ref_params[k])));
+            gdev =
+                std::max(gdev, static_cast<double>(std::abs(grads[d * tp + r][k] - ref_grads[k])));
+            pdev = std::max(pdev,
+                            static_cast<double>(std::abs(params[d * tp + r][k] - ref_params[k])));
           }
           continue;
         }
@@ -182,9 +183,10 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
     worst_param = std::max(worst_param, pdev);
   }
   for (double n : norms) EXPECT_NEAR(n, ref_norm, 1e-5 * ref_norm);
-  std::printf("dp2 x tp2 one step: max gradient deviation %.2e, max parameter deviation %.2e, "
-              "norm %.6f vs %.6f\n",
-              worst_grad, worst_param, norms[0], ref_norm);
+  std::printf(
+      "dp2 x tp2 one step: max gradient deviation %.2e, max parameter deviation %.2e, "
+      "norm %.6f vs %.6f\n",
+      worst_grad, worst_param, norms[0], ref_norm);
 }
 
 // ---- Through the binary -------------------------------------------------------------------
@@ -200,11 +202,10 @@ class MultiProcModelParallelTest : public ::testing::Test {
  protected:
   std::vector<nlohmann::json> train(const std::string& model, const std::string& name,
                                     std::vector<std::string> extra) {
-    std::vector<std::string> args = {"run",          "--model",        model,   "--seq-len",
-                                     "64",           "--steps",        "20",    "--batch-size",
-                                     "8",            "--eval-every",   "0",     "--sample-tokens",
-                                     "0",            "--monitor",      "off",   "--quiet",
-                                     "--log-json",   dir_.file(name + ".jsonl")};
+    std::vector<std::string> args = {
+        "run", "--model",      model, "--seq-len",    "64",         "--steps",
+        "20",  "--batch-size", "8",   "--eval-every", "0",          "--sample-tokens",
+        "0",   "--monitor",    "off", "--quiet",      "--log-json", dir_.file(name + ".jsonl")};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = test::run_cann(args, 240);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;

@@ -170,8 +170,7 @@ void expect_equivalent(const char* label, const ModelSpec& s, int tp, bool sp) {
   const model::ParamTable full = model::build_param_table(s);
   for (const auto& t : full.tensors()) {
     float scale = 1e-12f;
-    for (size_t i = 0; i < t.numel; ++i)
-      scale = std::max(scale, std::abs(ref.grads[t.offset + i]));
+    for (size_t i = 0; i < t.numel; ++i) scale = std::max(scale, std::abs(ref.grads[t.offset + i]));
     double dev = 0;
     for (size_t i = 0; i < t.numel; ++i) {
       const float want = ref.grads[t.offset + i];
@@ -189,8 +188,8 @@ void expect_equivalent(const char* label, const ModelSpec& s, int tp, bool sp) {
     EXPECT_LT(dev / scale, 2e-5) << what << " tensor " << t.name << " (max |g| " << scale << ")";
   }
   EXPECT_LT(worst_loss, 1e-5) << what;
-  std::printf("%-10s tp=%d sp=%-3s max loss deviation %.2e, max gradient deviation %.2e\n",
-              label, tp, sp ? "on" : "off", worst_loss, worst_grad);
+  std::printf("%-10s tp=%d sp=%-3s max loss deviation %.2e, max gradient deviation %.2e\n", label,
+              tp, sp ? "on" : "off", worst_loss, worst_grad);
 }
 
 void expect_equivalent(const char* label, const std::string& yaml, int tp, bool sp) {

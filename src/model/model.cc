@@ -368,8 +368,8 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     // Vocabulary-parallel embedding: each rank looks up the tokens it holds, one rank adds the
     // positions, and the partial sums are reduced (scattered by rows under sp).
     float* partial = sp ? tp_full_ : encoded_;
-    embedding_forward_vocab_range(partial, inputs_, P + wte_, first_rank ? P + wpe_ : nullptr, B,
-                                  T, C, vocab_begin_, vocab_begin_ + vocab_valid_);
+    embedding_forward_vocab_range(partial, inputs_, P + wte_, first_rank ? P + wpe_ : nullptr, B, T,
+                                  C, vocab_begin_, vocab_begin_ + vocab_valid_);
     tp_row_parallel_out(encoded_, partial, N);
   }
   const float* x = encoded_;
@@ -458,21 +458,21 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   // without the head starts from d_resid_, filled by the caller (stage_output_grad()).
   const int local_layers = end_layer_ - first_layer_;
   if (head_) {
-  const float logit_scale = scored_ > 0 ? grad_scale / scored_ : 0.0f;
-  if (tp)
-    vocab_ce_backward(logits_, logits_, tp_shift_, targets_, logit_scale, N, V, vocab_valid_,
-                      vocab_begin_);
-  else
-    softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
-  // Under sp only this rank's rows of the layernorm outputs were kept: the column-parallel
-  // linears' weight gradients gather them again (one all-gather per linear, as Megatron does).
-  linear_backward(d_ln_, G + wte_, nullptr, logits_, sp ? tp_gather_rows(lnf_, R) : lnf_,
-                  P + wte_, N, C, V);
-  const float* x_last = local_layers > 0 ? layers_.back().out : encoded_;
-  const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
-  layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
-                        lnf_rstd_, R, C);
-  done(s.num_hidden_layers);
+    const float logit_scale = scored_ > 0 ? grad_scale / scored_ : 0.0f;
+    if (tp)
+      vocab_ce_backward(logits_, logits_, tp_shift_, targets_, logit_scale, N, V, vocab_valid_,
+                        vocab_begin_);
+    else
+      softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
+    // Under sp only this rank's rows of the layernorm outputs were kept: the column-parallel
+    // linears' weight gradients gather them again (one all-gather per linear, as Megatron does).
+    linear_backward(d_ln_, G + wte_, nullptr, logits_, sp ? tp_gather_rows(lnf_, R) : lnf_,
+                    P + wte_, N, C, V);
+    const float* x_last = local_layers > 0 ? layers_.back().out : encoded_;
+    const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
+    layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
+                          lnf_rstd_, R, C);
+    done(s.num_hidden_layers);
   }
 
   // d_resid_ carries the gradient of the residual stream down through the layers.
@@ -488,8 +488,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
                    aux_grad, d_branch_);
     } else {
       const float* dy = full_dout();
-      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F,
-                      C);
+      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);
       gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
       const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
       linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, ln2_all, P + o.fcw, N, C, F);

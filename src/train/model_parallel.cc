@@ -3,13 +3,13 @@
 
 #include "comm/group.h"
 #include "kernels/cpu/grad_norm.h"
+#include "model/model.h"
 #include "model/param_table.h"
 #include "model/spec.h"
-#include "model/model.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
-#include "plan/partition.h"
 #include "parallel/tp_comm.h"
+#include "plan/partition.h"
 #include "plan/strategy.h"
 
 namespace cann::train {
@@ -23,16 +23,19 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   auto refuse = [&](const std::string& what) {
     return InvalidArgument("--strategy " + text + ": " + what);
   };
-  const char* later = " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, sp, "
-                      "zero, mbs and gbs)";
+  const char* later =
+      " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, sp, "
+      "zero, mbs and gbs)";
   if (s.ep != 1) return refuse("expert parallelism (ep=" + std::to_string(s.ep) + ")" + later);
   if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
-  if (s.vpp != 1) return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
+  if (s.vpp != 1)
+    return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
   if (s.recompute != plan::Recompute::kNone)
     return refuse("recompute=" + std::string(plan::recompute_name(s.recompute)) + later);
   if (s.sp && s.tp == 1)
-    return refuse("sp=on shards the sequence inside the tensor-parallel group, so it needs tp > 1; "
-                  "hint: add tp=2 or drop sp");
+    return refuse(
+        "sp=on shards the sequence inside the tensor-parallel group, so it needs tp > 1; "
+        "hint: add tp=2 or drop sp");
   ParallelLayout l;
   l.tp = s.tp;
   l.pp = s.pp;
@@ -127,9 +130,8 @@ std::function<double(const float*)> ModelParallel::grad_sum_of_squares(
     // fp32 on the wire: the norm only scales the clipping, 7 digits are plenty.
     float wire = static_cast<float>(sum);
     if (status_.ok())
-      status_ = mesh_->mp()
-                    .allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)
-                    ->wait();
+      status_ =
+          mesh_->mp().allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
     return static_cast<double>(wire);
   };
 }
@@ -153,10 +155,10 @@ model::PipelineStage ModelParallel::pipeline_stage(const model::ModelSpec& s, in
   const double C = s.hidden_size, T = s.seq_length;
   for (int l = 0; l < L; ++l) {
     const double attn = C * s.qkv_size() + C * C + 2.0 * T * C;
-    const double ffn = s.is_moe_layer(l)
-                           ? 2.0 * C * s.moe_intermediate_size * s.num_experts_per_tok +
-                                 C * s.num_local_experts
-                           : 2.0 * C * s.intermediate_size;
+    const double ffn =
+        s.is_moe_layer(l)
+            ? 2.0 * C * s.moe_intermediate_size * s.num_experts_per_tok + C * s.num_local_experts
+            : 2.0 * C * s.intermediate_size;
     costs[l] = attn + ffn;
   }
   costs[L - 1] += C * s.vocab_size;
@@ -186,9 +188,7 @@ Status ModelParallel::sync_tied_embedding(model::Model& model) {
     zero_wte_.assign(count, 0.0f);
     data = zero_wte_.data();
   }
-  return mesh_->pp()
-      .allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)
-      ->wait();
+  return mesh_->pp().allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
 }
 
 std::string ModelParallel::describe() const {

@@ -52,8 +52,8 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 // reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
 // the model splits that way. `model` is a shipped name or a spec path.
 // `checkpoints`: the run asked for --checkpoint-dir or --resume (refused with tp or pp > 1).
-Status check_strategy_for_launch(const std::string& strategy, const std::string& model,
-                                 int world, bool checkpoints = false);
+Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world,
+                                 bool checkpoints = false);
 
 class ModelParallel {
  public:
