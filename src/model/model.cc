@@ -21,14 +21,16 @@ namespace cann::model {
 
 using namespace cann::kernels;
 
-Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage)
+Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
+             const ExpertParallel& ep)
     : spec_(std::move(spec)),
       tp_(tp),
+      ep_(ep),
       first_layer_(stage.first_layer),
       end_layer_(stage.end_layer < 0 ? spec_.num_hidden_layers : stage.end_layer),
       embed_(first_layer_ == 0),
       head_(end_layer_ == spec_.num_hidden_layers),
-      table_(build_stage_param_table(spec_, tp.size, first_layer_, end_layer_)) {
+      table_(build_stage_param_table(spec_, tp.size, first_layer_, end_layer_, ep.size)) {
   const int t = tp_.size;
   nh_ = spec_.num_attention_heads / t;
   kvh_ = spec_.num_key_value_heads / t;
@@ -41,8 +43,8 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
 }
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_batch, int max_seq,
-                                               const TensorParallel& tp,
-                                               const PipelineStage& stage) {
+                                               const TensorParallel& tp, const PipelineStage& stage,
+                                               const ExpertParallel& ep) {
   if (spec.architecture == Architecture::kVit)
     return InvalidArgument(spec.source +
                            ": the trainer runs gpt and bert models; vit specs are for planning "
@@ -70,7 +72,15 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                            ", " + std::to_string(end) + ") and " + std::to_string(stage.slots) +
                            " activation slots does not fit model '" + spec.name + "' with " +
                            std::to_string(spec.num_hidden_layers) + " layers");
-  std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage));
+  if (ep.size > 1 && (!spec.is_moe() || spec.num_local_experts % ep.size != 0 ||
+                      ep.comm == nullptr || ep.rank < 0 || ep.rank >= ep.size))
+    return InvalidArgument("expert parallelism ep=" + std::to_string(ep.size) +
+                           " needs a model "
+                           "whose expert count it divides (model '" +
+                           spec.name + "' has " + std::to_string(spec.num_local_experts) +
+                           " experts)");
+  std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage,
+                                     ep.size > 1 ? ep : ExpertParallel{}));
   m->slots_.resize(stage.slots);
   m->max_batch_ = max_batch;
   m->max_seq_ = max_seq;
@@ -172,6 +182,7 @@ void Model::layout_activations() {
           m.expert_index = itake(N * K);
           m.slot = itake(N * K);
           m.expert_count = itake(E);
+          if (ep_.size > 1) m.recv_count = itake(E);
           a.moe_index = static_cast<int>(slot.moe_layers.size());
           slot.moe_layers.push_back(m);
         } else {
@@ -208,6 +219,10 @@ void Model::layout_activations() {
       moe_scratch_.d_ye = take(E * cap * C);
       moe_scratch_.d_gate = take(N * K);
       moe_scratch_.d_router = take(N * E);
+      if (ep_.size > 1) {
+        moe_scratch_.send = take(E * cap * C);
+        moe_scratch_.recv = take(E * cap * C);
+      }
     }
     if (tp_.size > 1) {
       tp_full_ = take(N * C);
@@ -287,7 +302,7 @@ size_t Model::activation_bytes() const {
 void Model::init_params(uint64_t seed) {
   Rng rng(seed);
   const float residual_scale = 1.0f / std::sqrt(2.0f * spec_.num_hidden_layers);
-  const bool part = tp_.size > 1 || !embed_ || !head_;
+  const bool part = tp_.size > 1 || ep_.size > 1 || !embed_ || !head_;
   const ParamTable full_table = part ? build_param_table(spec_) : ParamTable{};
   const ParamTable& table = part ? full_table : table_;
   AlignedBuffer<float> full_params;
@@ -312,6 +327,12 @@ void Model::init_params(uint64_t seed) {
   if (!part) return;
   for (const TensorInfo& shard : table_.tensors()) {
     const TensorInfo& whole = table.at(*table.find(shard.name));
+    if (shard.expert && ep_.size > 1) {
+      // This rank's experts: a contiguous block of dim 0.
+      const float* src = base + whole.offset + static_cast<size_t>(ep_.rank) * shard.numel;
+      std::copy(src, src + shard.numel, params_.data() + shard.offset);
+      continue;
+    }
     copy_tp_shard(shard, base + whole.offset, params_.data() + shard.offset, tp_.rank, tp_.size);
   }
 }
@@ -392,7 +413,8 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     if (a.moe_index >= 0) {
       // Experts are whole on every tp rank (sp is refused with MoE): the same computation on
       // the same input everywhere.
-      aux_total += moe_forward(a.out, a.ln2, P, o.moe, moe_layers_[a.moe_index], md, N);
+      aux_total += moe_forward(a.out, ln2_all, P, o.moe, moe_layers_[a.moe_index], md, N,
+                               moe_scratch_, &ep_, &tp_status_);
     } else {
       linear_forward(a.fch, ln2_all, P + o.fcw, P + o.fcb, N, C, F);
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * F);
@@ -485,7 +507,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     const float* d_ln2 = d_ln_;
     if (a.moe_index >= 0) {
       moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, moe_layers_[a.moe_index], moe_scratch_, md,
-                   aux_grad, d_branch_);
+                   aux_grad, d_branch_, &ep_, &tp_status_);
     } else {
       const float* dy = full_dout();
       linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);

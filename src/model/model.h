@@ -48,7 +48,8 @@ class Model {
   // Sizes every buffer for batches up to max_batch sequences of up to max_seq tokens.
   static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch, int max_seq,
                                                  const TensorParallel& tp = {},
-                                                 const PipelineStage& stage = {});
+                                                 const PipelineStage& stage = {},
+                                                 const ExpertParallel& ep = {});
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }
@@ -80,9 +81,9 @@ class Model {
   float* stage_output_grad() { return d_resid_; }
   const float* stage_input_grad() const { return d_resid_; }
   size_t stage_io_floats(int B, int T) const;
-  // The first failure of a tensor-parallel collective since creation (OK with tp = 1). After a
-  // failure forward and backward skip the remaining collectives, so their results are garbage:
-  // check this after each of them.
+  // The first failure of a tensor- or expert-parallel collective since creation (OK with
+  // tp = ep = 1). After a failure forward and backward skip the remaining collectives, so their
+  // results are garbage: check this after each of them.
   const Status& tp_status() const { return tp_status_; }
 
   // GPT-2 initialization: N(0, 0.02) for matrices and wte, N(0, 0.01) for wpe, residual output
@@ -134,7 +135,8 @@ class Model {
     bool have_targets = false;
   };
 
-  Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage);
+  Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
+        const ExpertParallel& ep);
   void layout_activations();
   void save_slot(int i);
   void load_slot(int i);
@@ -156,7 +158,8 @@ class Model {
 
   ModelSpec spec_;
   TensorParallel tp_;
-  Status tp_status_;
+  ExpertParallel ep_;
+  Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
   // This rank's widths: heads, kv heads, attention output (heads * head size), fused QKV,
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;
