@@ -85,7 +85,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                   spec_, micro_batch_, seq_len_,
                   mp_ ? mp_->tensor_parallel() : model::TensorParallel{},
                   layout_.pp > 1 ? mp_->pipeline_stage(spec_, accum_steps_, gpipe)
-                                 : model::PipelineStage{}));
+                                 : model::PipelineStage{},
+                  mp_ ? mp_->expert_parallel() : model::ExpertParallel{}));
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::PipelineRunner>(
         *model_, *world_, mp_->pp_prev(), mp_->pp_next(),
@@ -100,7 +101,13 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     dc.compress = config_.compress;
     dc.onebit_warmup = config_.onebit_warmup;
     dc.bucket_mb = config_.bucket_mb;
-    if (mp_) dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
+    if (mp_) {
+      dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
+      if (layout_.ep > 1) {
+        dc.ep = layout_.ep;
+        dc.expert_dp_group = &mp_->expert_dp_group();
+      }
+    }
     CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, mp_ ? mp_->dp_group() : *world_,
                                                           oc, dc, config_.steps));
   } else {
@@ -227,7 +234,7 @@ void Trainer::report_step(const monitor::RankSnapshot& snap, bool last) {
 // Tensor parallelism (tp > 1): checks the model and the batch against the split, then builds
 // the process mesh (a collective over the world group).
 Status Trainer::setup_model_parallel() {
-  if (layout_.tp == 1 && layout_.pp == 1) return OkStatus();
+  if (!layout_.model_parallel()) return OkStatus();
   const std::string where = "--strategy " + config_.strategy + ": ";
   Status fits = model::check_tp_divides(spec_, layout_.tp);
   if (!fits.ok()) return InvalidArgument(where + fits.message());
@@ -287,7 +294,7 @@ Status Trainer::resolve_layout() {
     zero_stage_ = st.zero;
   }
   // Each data-parallel replica (its tp x pp ranks together) takes gbs / dp sequences.
-  if (layout_.tp == 1 && layout_.pp == 1) layout_.dp = world_size_;
+  if (!layout_.model_parallel()) layout_.dp = world_size_;
   data_world_ = layout_.dp;
   data_rank_ = rank_ / layout_.tp % layout_.dp;
   if (gbs % data_world_ != 0)
