@@ -123,9 +123,9 @@ TEST(MeshTest, ShapesThatDoNotFitAreRefusedWithTheNumbers) {
 // Real groups over threads: an all-reduce of the world rank over each group sums exactly the
 // members the arithmetic names.
 TEST(MeshTest, BuiltGroupsReachExactlyTheirMembers) {
-  const std::vector<MeshShape> shapes = {
-      {2, 1, 2, 1, 1}, {1, 1, 4, 1, 1}, {4, 1, 1, 1, 2}, {2, 2, 2, 1, 2}, {1, 3, 1, 1, 1},
-      {3, 1, 1, 1, 3}, {1, 1, 2, 3, 1}, {5, 1, 1, 1, 5}, {1, 1, 1, 1, 1}};
+  const std::vector<MeshShape> shapes = {{2, 1, 2, 1, 1}, {1, 1, 4, 1, 1}, {4, 1, 1, 1, 2},
+                                         {2, 2, 2, 1, 2}, {1, 3, 1, 1, 1}, {3, 1, 1, 1, 3},
+                                         {1, 1, 2, 3, 1}, {5, 1, 1, 1, 5}, {1, 1, 1, 1, 1}};
   for (const MeshShape& s : shapes) {
     test::run_group("shm", s.world(), [&](int rank, comm::Group& world) {
       auto mesh = parallel::ProcessMesh::build(world, s);

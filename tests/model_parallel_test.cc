@@ -4,8 +4,9 @@
 // (summed over tensor shards) and the same parameters after one AdamW step. Through the binary
 // with real processes: tp=2, sp with tp=2, dp2 x tp2 (with and without sp), an awkward tp=3,
 // pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 and pp2 x tp2 with sp follow the single-process loss
-// of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny; and strategies
-// that cannot run exit 2 with one line.
+// of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny, and ep=2 and 4
+// (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and strategies that cannot run
+// exit 2 with one line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,16 +63,21 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("sp=on", 2, "needs tp > 1");
   refused("pp=2,vpp=2", 2, "interleaved pipelining (vpp=2)");
   refused("tp=2,pp=2", 6, "tp*pp = 4 needs a multiple of 4 processes, but 6");
-  refused("pp=2,zero=1", 2, "zero=1 with tp or pp > 1");
-  refused("ep=2", 2, "expert parallelism (ep=2)");
+  refused("pp=2,zero=1", 2, "zero=1 with tp, pp or ep > 1");
+  refused("tp=2,ep=2", 4, "expert parallelism (ep=2) together with tp or pp");
+  refused("ep=3", 4, "ep=3 does not divide dp=4");
+  EXPECT_EQ(layout("ep=2", 4)->ep, 2);
   refused("cp=2", 2, "context parallelism (cp=2)");
   refused("tp=2,recompute=full", 2, "recompute=full");
-  refused("tp=2,zero=1", 2, "zero=1 with tp or pp > 1");
+  refused("tp=2,zero=1", 2, "zero=1 with tp, pp or ep > 1");
   // Through the launcher's check: the model must split.
   const Status heads = train::check_strategy_for_launch("tp=4", "gpt_tiny", 4);
   EXPECT_NE(heads.message().find("tp=4 does not divide num_attention_heads 6"), std::string::npos)
       << heads.message();
   EXPECT_FALSE(train::check_strategy_for_launch("tp=2,sp=on", "moe_bert_tiny", 2).ok());
+  EXPECT_NE(train::check_strategy_for_launch("ep=2", "gpt_tiny", 2).message().find("experts"),
+            std::string::npos);
+  EXPECT_TRUE(train::check_strategy_for_launch("dp=4,ep=4", "moe_bert_tiny", 4).ok());
   EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,sp=on", "gpt_tiny", 4).ok());
   EXPECT_NE(train::check_strategy_for_launch("pp=5", "gpt_tiny", 5).message().find("has 4 layers"),
             std::string::npos);
@@ -154,8 +160,7 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
   double worst_grad = 0, worst_param = 0;
   for (const auto& t : full.tensors()) {
     float scale = 1e-12f;
-    for (size_t i = 0; i < t.numel; ++i)
-      scale = std::max(scale, std::abs(ref_grads[t.offset + i]));
+    for (size_t i = 0; i < t.numel; ++i) scale = std::max(scale, std::abs(ref_grads[t.offset + i]));
     double gdev = 0, pdev = 0;
     for (int d = 0; d < dp; ++d) {
       for (size_t i = 0; i < t.numel; ++i) {
@@ -163,8 +168,10 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
         float g = 0, p = 0;
         if (t.tp_split == model::TpSplit::kReplicated) {
           for (int r = 0; r < tp; ++r) {
-            gdev = std::max(gdev, static_cast<double>(std::abs(grads[d * tp + r][k] - ref_grads[k])));
-            pdev = std::max(pdev, static_cast<double>(std::abs(params[d * tp + r][k] - ref_params[k])));
+            gdev =
+                std::max(gdev, static_cast<double>(std::abs(grads[d * tp + r][k] - ref_grads[k])));
+            pdev = std::max(pdev,
+                            static_cast<double>(std::abs(params[d * tp + r][k] - ref_params[k])));
           }
           continue;
         }
@@ -182,9 +189,10 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
     worst_param = std::max(worst_param, pdev);
   }
   for (double n : norms) EXPECT_NEAR(n, ref_norm, 1e-5 * ref_norm);
-  std::printf("dp2 x tp2 one step: max gradient deviation %.2e, max parameter deviation %.2e, "
-              "norm %.6f vs %.6f\n",
-              worst_grad, worst_param, norms[0], ref_norm);
+  std::printf(
+      "dp2 x tp2 one step: max gradient deviation %.2e, max parameter deviation %.2e, "
+      "norm %.6f vs %.6f\n",
+      worst_grad, worst_param, norms[0], ref_norm);
 }
 
 // ---- Through the binary -------------------------------------------------------------------
@@ -200,11 +208,10 @@ class MultiProcModelParallelTest : public ::testing::Test {
  protected:
   std::vector<nlohmann::json> train(const std::string& model, const std::string& name,
                                     std::vector<std::string> extra) {
-    std::vector<std::string> args = {"run",          "--model",        model,   "--seq-len",
-                                     "64",           "--steps",        "20",    "--batch-size",
-                                     "8",            "--eval-every",   "0",     "--sample-tokens",
-                                     "0",            "--monitor",      "off",   "--quiet",
-                                     "--log-json",   dir_.file(name + ".jsonl")};
+    std::vector<std::string> args = {
+        "run", "--model",      model, "--seq-len",    "64",         "--steps",
+        "20",  "--batch-size", "8",   "--eval-every", "0",          "--sample-tokens",
+        "0",   "--monitor",    "off", "--quiet",      "--log-json", dir_.file(name + ".jsonl")};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = test::run_cann(args, 240);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
@@ -225,7 +232,8 @@ class MultiProcModelParallelTest : public ::testing::Test {
 // --grad-accum 2 (micro-batches of 4) for tp=2,mbs=4; and for dp2 x tp2 the data-parallel run
 // dp=2,mbs=4, whose replicas see the same samples (data parallelism itself regroups the
 // samples of a step and moves the loss of an MoE model by ~1e-2; that is not the tensor
-// split's doing).
+// split's doing). Expert parallelism is compared the same way with the data-parallel run of
+// the same dp and mbs: each rank routes its own micro-batch with its own capacity either way.
 TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
   struct Case {
     std::string model, name, reference;
@@ -269,6 +277,18 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "moe_dp2_tp2",
        "moe_dp2",
        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,mbs=4"}},
+      {"moe_bert_tiny",
+       "moe_dp2_ep2",
+       "moe_dp2",
+       {"--nproc-per-node", "2", "--strategy", "dp=2,ep=2,mbs=4"}},
+      {"moe_bert_tiny",
+       "moe_dp4_ep2",
+       "moe_dp4",
+       {"--nproc-per-node", "4", "--strategy", "dp=4,ep=2,mbs=2"}},
+      {"moe_bert_tiny",
+       "moe_dp4_ep4",
+       "moe_dp4",
+       {"--nproc-per-node", "4", "--strategy", "dp=4,ep=4,mbs=2"}},
   };
   std::map<std::string, std::vector<nlohmann::json>> ref;
   ref["gpt_single"] = train("gpt_tiny", "gpt_single", {"--threads", "1"});
@@ -276,6 +296,8 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
       train("moe_bert_tiny", "moe_single_accum2", {"--threads", "1", "--grad-accum", "2"});
   ref["moe_dp2"] =
       train("moe_bert_tiny", "moe_dp2", {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=4"});
+  ref["moe_dp4"] =
+      train("moe_bert_tiny", "moe_dp4", {"--nproc-per-node", "4", "--strategy", "dp=4,mbs=2"});
   for (const Case& c : cases) {
     const auto& want = ref[c.reference];
     ASSERT_EQ(want.size(), 20u) << c.reference;
@@ -299,6 +321,8 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "3", "--strategy", "tp=2"},
       {"--nproc-per-node", "2", "--strategy", "tp=2,pp=2"},
       {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
+      {"--nproc-per-node", "2", "--strategy", "ep=2"},  // gpt_tiny has no experts
+      {"--nproc-per-node", "2", "--strategy", "tp=2", "--checkpoint-dir", "unused"},
       {"--strategy", "tp=2"},  // one process
   };
   for (const auto& flags : bad) {

@@ -147,13 +147,12 @@ void expect_pipeline_matches(const model::ModelSpec& s, int stages, int tp,
     (*m)->zero_grads();
     parallel::PipelineRunner runner(**m, world, (*mesh)->pp_prev(), (*mesh)->pp_next(), sched,
                                     stage, stages);
-    auto st = runner.step(
-        kM, kB, kT, scale,
-        [&](int i, const int** in, const int** tg) {
-          *in = data.inputs[i].data();
-          *tg = data.targets[i].data();
-        },
-        {});
+    auto st = runner.step(kM, kB, kT, scale,
+                          [&](int i, const int** in, const int** tg) {
+                            *in = data.inputs[i].data();
+                            *tg = data.targets[i].data();
+                          },
+                          {});
     ASSERT_TRUE(st.ok()) << st.status().message();
     losses[rank] = st->loss;
     std::lock_guard<std::mutex> lock(mu);
@@ -169,8 +168,8 @@ void expect_pipeline_matches(const model::ModelSpec& s, int stages, int tp,
       for (size_t k = 0; k < one.size(); ++k) got[whole.offset + k] += one[k];
     }
   });
-  const std::string what = s.name + ", " + std::to_string(stages) + " stages, tp " + std::to_string(tp) + ", " +
-                           parallel::pipeline_schedule_name(sched);
+  const std::string what = s.name + ", " + std::to_string(stages) + " stages, tp " +
+                           std::to_string(tp) + ", " + parallel::pipeline_schedule_name(sched);
   // The stages' losses add up to the step's (the last stage's language-model loss plus each
   // stage's share of the MoE auxiliary loss); tp ranks agree.
   for (int t = 0; t < tp; ++t) {

@@ -170,8 +170,7 @@ void expect_equivalent(const char* label, const ModelSpec& s, int tp, bool sp) {
   const model::ParamTable full = model::build_param_table(s);
   for (const auto& t : full.tensors()) {
     float scale = 1e-12f;
-    for (size_t i = 0; i < t.numel; ++i)
-      scale = std::max(scale, std::abs(ref.grads[t.offset + i]));
+    for (size_t i = 0; i < t.numel; ++i) scale = std::max(scale, std::abs(ref.grads[t.offset + i]));
     double dev = 0;
     for (size_t i = 0; i < t.numel; ++i) {
       const float want = ref.grads[t.offset + i];
@@ -189,8 +188,8 @@ void expect_equivalent(const char* label, const ModelSpec& s, int tp, bool sp) {
     EXPECT_LT(dev / scale, 2e-5) << what << " tensor " << t.name << " (max |g| " << scale << ")";
   }
   EXPECT_LT(worst_loss, 1e-5) << what;
-  std::printf("%-10s tp=%d sp=%-3s max loss deviation %.2e, max gradient deviation %.2e\n",
-              label, tp, sp ? "on" : "off", worst_loss, worst_grad);
+  std::printf("%-10s tp=%d sp=%-3s max loss deviation %.2e, max gradient deviation %.2e\n", label,
+              tp, sp ? "on" : "off", worst_loss, worst_grad);
 }
 
 void expect_equivalent(const char* label, const std::string& yaml, int tp, bool sp) {
@@ -292,6 +291,21 @@ TEST(TensorParallelTest, ShardsRoundTripAndCoverEveryElementOnce) {
   // An odd vocabulary: 61 rows over 2 ranks is 31 per rank, the last one padded.
   const model::ParamTable gpt2 = model::build_param_table(spec_from(kGpt), 2);
   EXPECT_EQ(gpt2.at(*gpt2.find("wte")).shape[0], 31);
+}
+
+// Sequence parallelism keeps 1/tp of the residual-stream and layernorm rows: for gpt_tiny at
+// 4 x 64 tokens those are 10 (N, C) buffers per layer of the 4 layers' ~25, so activations
+// shrink by well over 10% at tp = 2.
+TEST(TensorParallelTest, SequenceParallelHoldsFewerActivations) {
+  test::run_group("shm", 2, [&](int rank, comm::Group& g) {
+    parallel::GroupTensorParallelComm comm(g);
+    const ModelSpec s = shipped("gpt_tiny");
+    auto plain = Model::create(s, 4, 64, {rank, 2, false, &comm});
+    auto sp = Model::create(s, 4, 64, {rank, 2, true, &comm});
+    ASSERT_TRUE(plain.ok() && sp.ok());
+    EXPECT_LT((*sp)->activation_bytes(), 0.9 * (*plain)->activation_bytes())
+        << (*sp)->activation_bytes() << " vs " << (*plain)->activation_bytes();
+  });
 }
 
 TEST(TensorParallelTest, SplitsThatDoNotDivideAreRefused) {

@@ -21,14 +21,16 @@ namespace cann::model {
 
 using namespace cann::kernels;
 
-Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage)
+Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
+             const ExpertParallel& ep)
     : spec_(std::move(spec)),
       tp_(tp),
+      ep_(ep),
       first_layer_(stage.first_layer),
       end_layer_(stage.end_layer < 0 ? spec_.num_hidden_layers : stage.end_layer),
       embed_(first_layer_ == 0),
       head_(end_layer_ == spec_.num_hidden_layers),
-      table_(build_stage_param_table(spec_, tp.size, first_layer_, end_layer_)) {
+      table_(build_stage_param_table(spec_, tp.size, first_layer_, end_layer_, ep.size)) {
   const int t = tp_.size;
   nh_ = spec_.num_attention_heads / t;
   kvh_ = spec_.num_key_value_heads / t;
@@ -41,8 +43,8 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
 }
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_batch, int max_seq,
-                                               const TensorParallel& tp,
-                                               const PipelineStage& stage) {
+                                               const TensorParallel& tp, const PipelineStage& stage,
+                                               const ExpertParallel& ep) {
   if (spec.architecture == Architecture::kVit)
     return InvalidArgument(spec.source +
                            ": the trainer runs gpt and bert models; vit specs are for planning "
@@ -70,7 +72,15 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                            ", " + std::to_string(end) + ") and " + std::to_string(stage.slots) +
                            " activation slots does not fit model '" + spec.name + "' with " +
                            std::to_string(spec.num_hidden_layers) + " layers");
-  std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage));
+  if (ep.size > 1 && (!spec.is_moe() || spec.num_local_experts % ep.size != 0 ||
+                      ep.comm == nullptr || ep.rank < 0 || ep.rank >= ep.size))
+    return InvalidArgument("expert parallelism ep=" + std::to_string(ep.size) +
+                           " needs a model "
+                           "whose expert count it divides (model '" +
+                           spec.name + "' has " + std::to_string(spec.num_local_experts) +
+                           " experts)");
+  std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage,
+                                     ep.size > 1 ? ep : ExpertParallel{}));
   m->slots_.resize(stage.slots);
   m->max_batch_ = max_batch;
   m->max_seq_ = max_seq;
@@ -117,6 +127,9 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
 void Model::layout_activations() {
   const ModelSpec& s = spec_;
   const size_t N = static_cast<size_t>(max_batch_) * max_seq_;
+  // Rows of the residual stream and its layernorms held by this rank: all N, or under sequence
+  // parallelism its 1/tp of them (the saving sp is for).
+  const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
   const size_t C = s.hidden_size, V = vocab_, QKV = qkv_, F = ff_, AC = attn_c_;
   const size_t att = static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_;
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
@@ -142,20 +155,20 @@ void Model::layout_activations() {
       Slot& slot = slots_[si];
       slot.layers.clear();
       slot.moe_layers.clear();
-      slot.encoded = take(N * C);
+      slot.encoded = take(R * C);
       for (int l = first_layer_; l < end_layer_; ++l) {
         LayerActs a{};
-        a.ln1 = take(N * C);
-        a.ln1_mean = take(N);
-        a.ln1_rstd = take(N);
+        a.ln1 = take(R * C);
+        a.ln1_mean = take(R);
+        a.ln1_rstd = take(R);
         a.qkv = take(N * QKV);
         a.att = take(att);
         a.atty = take(N * AC);
-        a.resid_attn = take(N * C);
-        a.ln2 = take(N * C);
-        a.ln2_mean = take(N);
-        a.ln2_rstd = take(N);
-        a.out = take(N * C);
+        a.resid_attn = take(R * C);
+        a.ln2 = take(R * C);
+        a.ln2_mean = take(R);
+        a.ln2_rstd = take(R);
+        a.out = take(R * C);
         if (s.is_moe_layer(l)) {
           MoeActs m{};
           m.router_logits = take(N * E);
@@ -169,6 +182,7 @@ void Model::layout_activations() {
           m.expert_index = itake(N * K);
           m.slot = itake(N * K);
           m.expert_count = itake(E);
+          if (ep_.size > 1) m.recv_count = itake(E);
           a.moe_index = static_cast<int>(slot.moe_layers.size());
           slot.moe_layers.push_back(m);
         } else {
@@ -178,9 +192,9 @@ void Model::layout_activations() {
         slot.layers.push_back(a);
       }
       if (head_) {
-        slot.lnf = take(N * C);
-        slot.lnf_mean = take(N);
-        slot.lnf_rstd = take(N);
+        slot.lnf = take(R * C);
+        slot.lnf_mean = take(R);
+        slot.lnf_rstd = take(R);
         slot.logits = take(N * V);
         slot.losses = take(N);
         if (tp_.size > 1) {
@@ -193,8 +207,8 @@ void Model::layout_activations() {
       slot.targets = itake(N);
     }
     // Backward scratch, shared by the slots (one backward runs at a time).
-    d_resid_ = take(N * C);
-    d_branch_ = take(N * C);
+    d_resid_ = take(R * C);
+    d_branch_ = take(R * C);
     d_ln_ = take(N * C);
     d_atty_ = take(N * AC);
     d_qkv_ = take(N * QKV);
@@ -205,6 +219,10 @@ void Model::layout_activations() {
       moe_scratch_.d_ye = take(E * cap * C);
       moe_scratch_.d_gate = take(N * K);
       moe_scratch_.d_router = take(N * E);
+      if (ep_.size > 1) {
+        moe_scratch_.send = take(E * cap * C);
+        moe_scratch_.recv = take(E * cap * C);
+      }
     }
     if (tp_.size > 1) {
       tp_full_ = take(N * C);
@@ -284,7 +302,7 @@ size_t Model::activation_bytes() const {
 void Model::init_params(uint64_t seed) {
   Rng rng(seed);
   const float residual_scale = 1.0f / std::sqrt(2.0f * spec_.num_hidden_layers);
-  const bool part = tp_.size > 1 || !embed_ || !head_;
+  const bool part = tp_.size > 1 || ep_.size > 1 || !embed_ || !head_;
   const ParamTable full_table = part ? build_param_table(spec_) : ParamTable{};
   const ParamTable& table = part ? full_table : table_;
   AlignedBuffer<float> full_params;
@@ -309,6 +327,12 @@ void Model::init_params(uint64_t seed) {
   if (!part) return;
   for (const TensorInfo& shard : table_.tensors()) {
     const TensorInfo& whole = table.at(*table.find(shard.name));
+    if (shard.expert && ep_.size > 1) {
+      // This rank's experts: a contiguous block of dim 0.
+      const float* src = base + whole.offset + static_cast<size_t>(ep_.rank) * shard.numel;
+      std::copy(src, src + shard.numel, params_.data() + shard.offset);
+      continue;
+    }
     copy_tp_shard(shard, base + whole.offset, params_.data() + shard.offset, tp_.rank, tp_.size);
   }
 }
@@ -333,8 +357,9 @@ long Model::dropped_assignments() const {
 }
 
 // Under tensor parallelism the residual stream has R rows on this rank: all N tokens, or with
-// sequence parallelism the N/tp tokens [rank*R, (rank+1)*R). Layernorm outputs, which feed the
-// column-parallel linears, are written at their place in an (N,C) buffer and all-gathered.
+// sequence parallelism the N/tp tokens [rank*R, (rank+1)*R). Under sp, layernorm outputs keep
+// only those rows; the column-parallel linears read them all-gathered into tp_full_, which
+// each use overwrites (tp_full_ is also where row-parallel partial sums are reduced from).
 ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T) {
   CANN_CHECK(B > 0 && B <= max_batch_ && T > 0 && T <= max_seq_)
       << "batch " << B << "x" << T << " exceeds the model's buffers " << max_batch_ << "x"
@@ -346,7 +371,6 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   CANN_CHECK(!sp || N % tp_.size == 0)
       << "sequence parallelism needs B*T = " << N << " divisible by tp = " << tp_.size;
   const int R = sp ? N / tp_.size : N;
-  const size_t mine = sp ? static_cast<size_t>(tp_.rank) * R * C : 0;  // my rows in (N,C)
   const bool first_rank = tp_.rank == 0;
   auto use = [&](ParamUse u, int layer) {
     if (param_hook_) param_hook_(u, layer);
@@ -369,8 +393,8 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     // Vocabulary-parallel embedding: each rank looks up the tokens it holds, one rank adds the
     // positions, and the partial sums are reduced (scattered by rows under sp).
     float* partial = sp ? tp_full_ : encoded_;
-    embedding_forward_vocab_range(partial, inputs_, P + wte_, first_rank ? P + wpe_ : nullptr, B,
-                                  T, C, vocab_begin_, vocab_begin_ + vocab_valid_);
+    embedding_forward_vocab_range(partial, inputs_, P + wte_, first_rank ? P + wpe_ : nullptr, B, T,
+                                  C, vocab_begin_, vocab_begin_ + vocab_valid_);
     tp_row_parallel_out(encoded_, partial, N);
   }
   const float* x = encoded_;
@@ -381,23 +405,23 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     // Row-parallel biases are added by one rank so that the reduced sum holds them once.
     const bool add_bias = !tp || first_rank;
     use(ParamUse::kBeforeForward, first_layer_ + i);
-    layernorm_forward(a.ln1 + mine, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
-    if (sp) tp_allgather(a.ln1, R, C);
-    linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, QKV);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
+    const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
+    linear_forward(a.qkv, ln1_all, P + o.qkvw, P + o.qkvb, N, C, QKV);
     attention_forward(a.atty, a.att, a.qkv, ash);
     float* attn_out = sp ? tp_full_ : a.resid_attn;
     linear_forward(attn_out, a.atty, P + o.projw, add_bias ? P + o.projb : nullptr, N, AC, C);
     if (tp) tp_row_parallel_out(a.resid_attn, attn_out, N);
     residual_forward(a.resid_attn, a.resid_attn, x, static_cast<size_t>(R) * C);
-    layernorm_forward(a.ln2 + mine, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b,
-                      R, C);
-    if (sp) tp_allgather(a.ln2, R, C);
+    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b, R, C);
+    const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
     if (a.moe_index >= 0) {
       // Experts are whole on every tp rank (sp is refused with MoE): the same computation on
       // the same input everywhere.
-      aux_total += moe_forward(a.out, a.ln2, P, o.moe, moe_layers_[a.moe_index], md, N);
+      aux_total += moe_forward(a.out, ln2_all, P, o.moe, moe_layers_[a.moe_index], md, N,
+                               moe_scratch_, &ep_, &tp_status_);
     } else {
-      linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, F);
+      linear_forward(a.fch, ln2_all, P + o.fcw, P + o.fcb, N, C, F);
       gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * F);
       float* mlp_out = sp ? tp_full_ : a.out;
       linear_forward(mlp_out, a.fch_gelu, P + o.fcprojw, add_bias ? P + o.fcprojb : nullptr, N, F,
@@ -415,9 +439,8 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     if (have_targets_) std::memcpy(targets_, targets, sizeof(int) * N);
     return st;
   }
-  layernorm_forward(lnf_ + mine, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
-  if (sp) tp_allgather(lnf_, R, C);
-  linear_forward(logits_, lnf_, P + wte_, nullptr, N, C, V);
+  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
+  linear_forward(logits_, sp ? tp_gather_rows(lnf_, R) : lnf_, P + wte_, nullptr, N, C, V);
   if (!have_targets_) return st;
   std::memcpy(targets_, targets, sizeof(int) * N);
   if (tp)
@@ -460,29 +483,27 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);
   // The gradient of a row-parallel linear's output, whole: d_resid_ itself, or under sp its
   // rows gathered from every rank (the backward of the forward's reduce-scatter).
-  auto full_dout = [&]() -> const float* {
-    if (!sp) return d_resid_;
-    std::memcpy(tp_full_ + static_cast<size_t>(tp_.rank) * RC, d_resid_, RC * sizeof(float));
-    tp_allgather(tp_full_, R, C);
-    return tp_full_;
-  };
+  auto full_dout = [&]() -> const float* { return sp ? tp_gather_rows(d_resid_, R) : d_resid_; };
 
   // Head: the logits buffer becomes its own gradient (fused softmax cross-entropy). A stage
   // without the head starts from d_resid_, filled by the caller (stage_output_grad()).
   const int local_layers = end_layer_ - first_layer_;
   if (head_) {
-  const float logit_scale = scored_ > 0 ? grad_scale / scored_ : 0.0f;
-  if (tp)
-    vocab_ce_backward(logits_, logits_, tp_shift_, targets_, logit_scale, N, V, vocab_valid_,
-                      vocab_begin_);
-  else
-    softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
-  linear_backward(d_ln_, G + wte_, nullptr, logits_, lnf_, P + wte_, N, C, V);
-  const float* x_last = local_layers > 0 ? layers_.back().out : encoded_;
-  const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
-  layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
-                        lnf_rstd_, R, C);
-  done(s.num_hidden_layers);
+    const float logit_scale = scored_ > 0 ? grad_scale / scored_ : 0.0f;
+    if (tp)
+      vocab_ce_backward(logits_, logits_, tp_shift_, targets_, logit_scale, N, V, vocab_valid_,
+                        vocab_begin_);
+    else
+      softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
+    // Under sp only this rank's rows of the layernorm outputs were kept: the column-parallel
+    // linears' weight gradients gather them again (one all-gather per linear, as Megatron does).
+    linear_backward(d_ln_, G + wte_, nullptr, logits_, sp ? tp_gather_rows(lnf_, R) : lnf_,
+                    P + wte_, N, C, V);
+    const float* x_last = local_layers > 0 ? layers_.back().out : encoded_;
+    const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
+    layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
+                          lnf_rstd_, R, C);
+    done(s.num_hidden_layers);
   }
 
   // d_resid_ carries the gradient of the residual stream down through the layers.
@@ -496,13 +517,13 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     const float* d_ln2 = d_ln_;
     if (a.moe_index >= 0) {
       moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, moe_layers_[a.moe_index], moe_scratch_, md,
-                   aux_grad, d_branch_);
+                   aux_grad, d_branch_, &ep_, &tp_status_);
     } else {
       const float* dy = full_dout();
-      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F,
-                      C);
+      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);
       gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
-      linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, a.ln2, P + o.fcw, N, C, F);
+      const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
+      linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, ln2_all, P + o.fcw, N, C, F);
       if (tp) d_ln2 = tp_column_parallel_dinput(d_ln_, N);
     }
     layernorm_backward_tp(d_branch_, G + o.ln2w, G + o.ln2b, d_ln2, a.resid_attn, P + o.ln2w,
@@ -512,7 +533,8 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     const float* dy = full_dout();
     linear_backward(d_atty_, G + o.projw, G + o.projb, dy, a.atty, P + o.projw, N, AC, C);
     attention_backward(d_qkv_, d_atty_, a.qkv, a.att, ash);
-    linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, a.ln1, P + o.qkvw, N, C, QKV);
+    const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
+    linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
     const float* d_ln1 = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
     layernorm_backward_tp(d_branch_, G + o.ln1w, G + o.ln1b, d_ln1, x_in, P + o.ln1w, a.ln1_mean,
                           a.ln1_rstd, R, C);

@@ -48,7 +48,8 @@ class Model {
   // Sizes every buffer for batches up to max_batch sequences of up to max_seq tokens.
   static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch, int max_seq,
                                                  const TensorParallel& tp = {},
-                                                 const PipelineStage& stage = {});
+                                                 const PipelineStage& stage = {},
+                                                 const ExpertParallel& ep = {});
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }
@@ -80,9 +81,9 @@ class Model {
   float* stage_output_grad() { return d_resid_; }
   const float* stage_input_grad() const { return d_resid_; }
   size_t stage_io_floats(int B, int T) const;
-  // The first failure of a tensor-parallel collective since creation (OK with tp = 1). After a
-  // failure forward and backward skip the remaining collectives, so their results are garbage:
-  // check this after each of them.
+  // The first failure of a tensor- or expert-parallel collective since creation (OK with
+  // tp = ep = 1). After a failure forward and backward skip the remaining collectives, so their
+  // results are garbage: check this after each of them.
   const Status& tp_status() const { return tp_status_; }
 
   // GPT-2 initialization: N(0, 0.02) for matrices and wte, N(0, 0.01) for wpe, residual output
@@ -144,13 +145,14 @@ class Model {
     bool have_targets = false;
   };
 
-  Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage);
+  Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
+        const ExpertParallel& ep);
   void layout_activations();
   void save_slot(int i);
   void load_slot(int i);
   // Tensor-parallel plumbing; each records the first failure in tp_status_ and then does nothing.
   void tp_allreduce(float* data, size_t count);
-  void tp_allgather(float* full, size_t rows_per_rank, int width);
+  const float* tp_gather_rows(const float* mine, int rows);
   void tp_reduce_scatter(float* out, const float* full, size_t rows_per_rank, int width);
   // Row-parallel output: partial (N,C) summed over ranks into out (all of it, or this rank's
   // rows under sp). Without sp out must be partial.
@@ -166,7 +168,8 @@ class Model {
 
   ModelSpec spec_;
   TensorParallel tp_;
-  Status tp_status_;
+  ExpertParallel ep_;
+  Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
   std::function<void(ParamUse, int)> param_hook_;
   // This rank's widths: heads, kv heads, attention output (heads * head size), fused QKV,
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.

@@ -17,10 +17,11 @@ void Model::tp_allreduce(float* data, size_t count) {
   if (tp_status_.ok()) tp_status_ = tp_.comm->allreduce_sum(data, count);
 }
 
-// full is (tp*rows_per_rank, width) with this rank's block already in place.
-void Model::tp_allgather(float* full, size_t rows_per_rank, int width) {
-  const size_t n = rows_per_rank * width;
-  if (tp_status_.ok()) tp_status_ = tp_.comm->allgather(full, full + tp_.rank * n, n);
+// Gathers every rank's `rows` rows of hidden_size into tp_full_ (in rank order) and returns it.
+const float* Model::tp_gather_rows(const float* mine, int rows) {
+  const size_t n = static_cast<size_t>(rows) * spec_.hidden_size;
+  if (tp_status_.ok()) tp_status_ = tp_.comm->allgather(tp_full_, mine, n);
+  return tp_full_;
 }
 
 void Model::tp_reduce_scatter(float* out, const float* full, size_t rows_per_rank, int width) {

@@ -1,6 +1,18 @@
 // MoE feed-forward forward and backward. Each expert's MLP runs over exactly the rows routed to
 // it (expert_count[e]), as two GEMMs on a contiguous slice of the expert buffer.
+//
+// Expert parallelism over P ranks, El = E/P experts each: after routing and dispatch (local
+// tokens, local capacity), the per-expert row counts are exchanged first (all-to-all of El
+// ints per rank pair), then the rows themselves (all-to-allv: to rank j go the kept rows of
+// experts j*El..(j+1)*El-1, in expert order). Received rows are laid out per local expert,
+// P*capacity rows each, sources in rank order, so each expert is still two contiguous GEMMs.
+// The outputs travel back the same way, and backward mirrors both exchanges. Cost per layer and
+// micro-batch: 4 all-to-allv of at most N*K*C floats (2 forward, 2 backward), ~(P-1)/P of
+// them crossing ranks.
 #include "model/moe_layer.h"
+
+#include <cstring>
+#include <vector>
 
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/linear.h"
@@ -10,48 +22,159 @@ namespace cann::model {
 
 using namespace cann::kernels;
 
+namespace {
+
+// Rows of (E, cap, C) kept per expert, concatenated in expert order -> out; returns floats
+// per destination rank in counts_out (P of them).
+void pack_by_expert(float* out, std::vector<size_t>* counts_out, const float* xe, const int* count,
+                    int E, int P, int cap, int C) {
+  const int El = E / P;
+  counts_out->assign(P, 0);
+  size_t used = 0;
+  for (int e = 0; e < E; ++e) {
+    const size_t n = static_cast<size_t>(count[e]) * C;
+    std::memcpy(out + used, xe + static_cast<size_t>(e) * cap * C, n * sizeof(float));
+    used += n;
+    (*counts_out)[e / El] += n;
+  }
+}
+
+// The inverse of pack_by_expert.
+void unpack_by_expert(float* xe, const float* in, const int* count, int E, int cap, int C) {
+  size_t used = 0;
+  for (int e = 0; e < E; ++e) {
+    const size_t n = static_cast<size_t>(count[e]) * C;
+    std::memcpy(xe + static_cast<size_t>(e) * cap * C, in + used, n * sizeof(float));
+    used += n;
+  }
+}
+
+// Received rows (from rank i: its rows for local expert 0, 1, ...) into the local layout:
+// expert j's region of P*cap rows, sources in rank order. to_local = false goes back.
+void relayout(float* local, float* wire, const int* recv_count, int P, int El, int cap, int width,
+              bool to_local) {
+  std::vector<size_t> fill(El, 0);
+  size_t used = 0;
+  for (int i = 0; i < P; ++i)
+    for (int j = 0; j < El; ++j) {
+      const size_t n = static_cast<size_t>(recv_count[i * El + j]) * width;
+      float* l = local + static_cast<size_t>(j) * P * cap * width + fill[j];
+      if (to_local)
+        std::memcpy(l, wire + used, n * sizeof(float));
+      else
+        std::memcpy(wire + used, l, n * sizeof(float));
+      fill[j] += n;
+      used += n;
+    }
+}
+
+std::vector<size_t> recv_floats(const int* recv_count, int P, int El, int C) {
+  std::vector<size_t> out(P, 0);
+  for (int i = 0; i < P; ++i)
+    for (int j = 0; j < El; ++j) out[i] += static_cast<size_t>(recv_count[i * El + j]) * C;
+  return out;
+}
+
+int local_rows(const int* recv_count, int P, int El, int j) {
+  int rows = 0;
+  for (int i = 0; i < P; ++i) rows += recv_count[i * El + j];
+  return rows;
+}
+
+// Expert j's two GEMMs over `rows` rows at region offset `region` (rows of the expert buffers).
+void expert_forward(MoeActs& a, const float* params, const MoeOffsets& o, const MoeDims& d, int j,
+                    size_t region, int rows) {
+  const int C = d.C, FM = d.FM;
+  const size_t xe_off = region * C, he_off = region * FM;
+  linear_forward(a.he + he_off, a.xe + xe_off, params + o.fcw + static_cast<size_t>(j) * FM * C,
+                 params + o.fcb + static_cast<size_t>(j) * FM, rows, C, FM);
+  gelu_forward(a.ge + he_off, a.he + he_off, static_cast<size_t>(rows) * FM);
+  linear_forward(a.ye + xe_off, a.ge + he_off, params + o.projw + static_cast<size_t>(j) * C * FM,
+                 params + o.projb + static_cast<size_t>(j) * C, rows, FM, C);
+}
+
+void expert_backward(const MoeActs& a, const MoeScratch& s, float* grads, const float* params,
+                     const MoeOffsets& o, const MoeDims& d, int j, size_t region, int rows) {
+  const int C = d.C, FM = d.FM;
+  const size_t xe_off = region * C, he_off = region * FM;
+  const size_t projw = o.projw + static_cast<size_t>(j) * C * FM;
+  const size_t fcw = o.fcw + static_cast<size_t>(j) * FM * C;
+  linear_backward(s.d_ge + he_off, grads + projw, grads + o.projb + static_cast<size_t>(j) * C,
+                  s.d_ye + xe_off, a.ge + he_off, params + projw, rows, FM, C);
+  gelu_backward(s.d_ge + he_off, a.he + he_off, s.d_ge + he_off, static_cast<size_t>(rows) * FM);
+  linear_backward(s.d_xe + xe_off, grads + fcw, grads + o.fcb + static_cast<size_t>(j) * FM,
+                  s.d_ge + he_off, a.xe + xe_off, params + fcw, rows, C, FM);
+}
+
+}  // namespace
+
 float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
-                  const MoeDims& d, int N) {
-  const int C = d.C, FM = d.FM, E = d.E;
+                  const MoeDims& d, int N, const MoeScratch& s, const ExpertParallel* ep,
+                  Status* ep_status) {
+  const int C = d.C, E = d.E;
   a.shape = MoeShape{N, E, d.K, moe_capacity(N, E, d.K, d.capacity_factor)};
   const int cap = a.shape.capacity;
   linear_forward(a.router_logits, x, params + o.routerw, nullptr, N, C, E);
   a.aux = moe_router_forward(a.probs, a.expert_index, a.gate, a.slot, a.expert_count,
                              a.load_fraction, a.router_logits, a.shape);
   moe_dispatch(a.xe, x, a.expert_index, a.slot, a.shape, C);
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.expert_count[e];
-    if (rows == 0) continue;
-    const size_t xe_off = static_cast<size_t>(e) * cap * C;
-    const size_t he_off = static_cast<size_t>(e) * cap * FM;
-    linear_forward(a.he + he_off, a.xe + xe_off, params + o.fcw + static_cast<size_t>(e) * FM * C,
-                   params + o.fcb + static_cast<size_t>(e) * FM, rows, C, FM);
-    gelu_forward(a.ge + he_off, a.he + he_off, static_cast<size_t>(rows) * FM);
-    linear_forward(a.ye + xe_off, a.ge + he_off, params + o.projw + static_cast<size_t>(e) * C * FM,
-                   params + o.projb + static_cast<size_t>(e) * C, rows, FM, C);
+  if (ep == nullptr || ep->size == 1) {
+    for (int e = 0; e < E; ++e)
+      if (a.expert_count[e] > 0)
+        expert_forward(a, params, o, d, e, static_cast<size_t>(e) * cap, a.expert_count[e]);
+    moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
+    return a.aux;
   }
+  const int P = ep->size, El = E / P;
+  std::vector<size_t> send_counts;
+  if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, a.expert_count, El);
+  pack_by_expert(s.send, &send_counts, a.xe, a.expert_count, E, P, cap, C);
+  std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
+  if (ep_status->ok())
+    *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
+  relayout(a.xe, s.recv, a.recv_count, P, El, cap, C, true);
+  for (int j = 0; j < El; ++j) {
+    const int rows = local_rows(a.recv_count, P, El, j);
+    if (rows > 0) expert_forward(a, params, o, d, j, static_cast<size_t>(j) * P * cap, rows);
+  }
+  relayout(a.ye, s.recv, a.recv_count, P, El, cap, C, false);
+  if (ep_status->ok())
+    *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
+  unpack_by_expert(a.ye, s.send, a.expert_count, E, cap, C);
   moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
   return a.aux;
 }
 
 void moe_backward(float* dx, float* grads, const float* dout, const float* x, const float* params,
                   const MoeOffsets& o, const MoeActs& a, const MoeScratch& s, const MoeDims& d,
-                  float aux_grad, float* scratch_nc) {
-  const int C = d.C, FM = d.FM, E = d.E, N = a.shape.N;
+                  float aux_grad, float* scratch_nc, const ExpertParallel* ep, Status* ep_status) {
+  const int C = d.C, E = d.E, N = a.shape.N;
   const int cap = a.shape.capacity;
   moe_combine_backward(s.d_ye, s.d_gate, dout, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.expert_count[e];
-    if (rows == 0) continue;
-    const size_t xe_off = static_cast<size_t>(e) * cap * C;
-    const size_t he_off = static_cast<size_t>(e) * cap * FM;
-    const size_t projw = o.projw + static_cast<size_t>(e) * C * FM;
-    const size_t fcw = o.fcw + static_cast<size_t>(e) * FM * C;
-    linear_backward(s.d_ge + he_off, grads + projw, grads + o.projb + static_cast<size_t>(e) * C,
-                    s.d_ye + xe_off, a.ge + he_off, params + projw, rows, FM, C);
-    gelu_backward(s.d_ge + he_off, a.he + he_off, s.d_ge + he_off, static_cast<size_t>(rows) * FM);
-    linear_backward(s.d_xe + xe_off, grads + fcw, grads + o.fcb + static_cast<size_t>(e) * FM,
-                    s.d_ge + he_off, a.xe + xe_off, params + fcw, rows, C, FM);
+  if (ep == nullptr || ep->size == 1) {
+    for (int e = 0; e < E; ++e)
+      if (a.expert_count[e] > 0)
+        expert_backward(a, s, grads, params, o, d, e, static_cast<size_t>(e) * cap,
+                        a.expert_count[e]);
+  } else {
+    // The output gradients go to the experts' ranks like the inputs did, and the input
+    // gradients come back like the outputs did.
+    const int P = ep->size, El = E / P;
+    std::vector<size_t> send_counts;
+    pack_by_expert(s.send, &send_counts, s.d_ye, a.expert_count, E, P, cap, C);
+    std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
+    if (ep_status->ok())
+      *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
+    relayout(s.d_ye, s.recv, a.recv_count, P, El, cap, C, true);
+    for (int j = 0; j < El; ++j) {
+      const int rows = local_rows(a.recv_count, P, El, j);
+      if (rows > 0)
+        expert_backward(a, s, grads, params, o, d, j, static_cast<size_t>(j) * P * cap, rows);
+    }
+    relayout(s.d_xe, s.recv, a.recv_count, P, El, cap, C, false);
+    if (ep_status->ok())
+      *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
+    unpack_by_expert(s.d_xe, s.send, a.expert_count, E, cap, C);
   }
   moe_dispatch_backward(dx, s.d_xe, a.expert_index, a.slot, a.shape, C);
   moe_router_backward(s.d_router, s.d_gate, a.probs, a.expert_index, a.slot, a.load_fraction,

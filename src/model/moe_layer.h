@@ -4,7 +4,9 @@
 
 #include <cstddef>
 
+#include "core/status.h"
 #include "kernels/cpu/moe.h"
+#include "model/tensor_parallel.h"
 
 namespace cann::model {
 
@@ -19,6 +21,8 @@ struct MoeActs {
   float *router_logits, *probs, *gate, *load_fraction;
   float *xe, *he, *ge, *ye;
   int *expert_index, *slot, *expert_count;
+  // Expert parallelism: rows received for each local expert from each rank, [rank][expert].
+  int* recv_count = nullptr;
   kernels::MoeShape shape{};  // of the last forward
   float aux = 0.0f;
 };
@@ -26,6 +30,8 @@ struct MoeActs {
 // Backward scratch shared by all MoE layers.
 struct MoeScratch {
   float *d_xe = nullptr, *d_ge = nullptr, *d_ye = nullptr, *d_gate = nullptr, *d_router = nullptr;
+  // Expert parallelism: all-to-all staging, E * capacity * C floats each.
+  float *send = nullptr, *recv = nullptr;
 };
 
 struct MoeDims {
@@ -36,12 +42,18 @@ struct MoeDims {
 };
 
 // out (N,C) = MoE(x); x (N,C) is the layernorm output. Returns the aux loss (unscaled).
+// ep (null or size 1: every expert here) shards the experts: this rank holds experts
+// [rank*E/ep, (rank+1)*E/ep) at o's offsets, and the layer is a collective over the ep group
+// (the first failure is kept in *ep_status; later exchanges are skipped). Under ep the saved
+// expert activations (xe, he, ge) hold this rank's experts' rows gathered from every rank:
+// local expert j's region has ep*capacity rows, filled in rank order.
 float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
-                  const MoeDims& d, int N);
+                  const MoeDims& d, int N, const MoeScratch& s, const ExpertParallel* ep,
+                  Status* ep_status);
 // dx (N,C) is overwritten with d(loss)/dx; dout (N,C) is the gradient of the layer output;
 // parameter gradients accumulate into grads; aux_grad weights the aux loss.
 void moe_backward(float* dx, float* grads, const float* dout, const float* x, const float* params,
                   const MoeOffsets& o, const MoeActs& a, const MoeScratch& s, const MoeDims& d,
-                  float aux_grad, float* scratch_nc);
+                  float aux_grad, float* scratch_nc, const ExpertParallel* ep, Status* ep_status);
 
 }  // namespace cann::model

@@ -148,7 +148,8 @@ ParamTable build_param_table(const ModelSpec& s, int tp) {
   return build_stage_param_table(s, tp, 0, s.num_hidden_layers);
 }
 
-ParamTable build_stage_param_table(const ModelSpec& s, int tp, int first_layer, int end_layer) {
+ParamTable build_stage_param_table(const ModelSpec& s, int tp, int first_layer, int end_layer,
+                                   int ep) {
   ParamTable table;
   const bool embed = first_layer == 0, head = end_layer == s.num_hidden_layers;
   const int64_t C = s.hidden_size, V = s.vocab_size, T = s.seq_length;
@@ -170,10 +171,11 @@ ParamTable build_stage_param_table(const ModelSpec& s, int tp, int first_layer, 
     table.add(p + "ln2.w", {C}, l, TpSplit::kReplicated, false);
     table.add(p + "ln2.b", {C}, l, TpSplit::kReplicated, false);
     if (s.is_moe_layer(l)) {
-      const int64_t E = s.num_local_experts, FM = s.moe_intermediate_size;
+      const int64_t E = s.num_local_experts / ep, FM = s.moe_intermediate_size;
+      const int64_t router_e = s.num_local_experts;
       // Experts are sharded by expert parallelism, not by tp: every tensor-parallel rank holds
       // them whole and computes the MoE block on the full (all-reduced) input.
-      table.add(p + "moe.router.w", {E, C}, l, TpSplit::kReplicated, true);
+      table.add(p + "moe.router.w", {router_e, C}, l, TpSplit::kReplicated, true);
       table.add(p + "moe.fc.w", {E, FM, C}, l, TpSplit::kReplicated, true, true);
       table.add(p + "moe.fc.b", {E, FM}, l, TpSplit::kReplicated, false, true);
       table.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kReplicated, true, true);

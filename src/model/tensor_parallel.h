@@ -37,4 +37,22 @@ struct TensorParallel {
   TensorParallelComm* comm = nullptr;  // required when size > 1; outlives the model
 };
 
+// Expert parallelism (Lepikhin et al. 2020, GShard): the experts of each MoE layer are
+// sharded over the ep ranks; tokens go to their experts' rank and back through all-to-alls.
+class ExpertParallelComm {
+ public:
+  virtual ~ExpertParallelComm() = default;
+  // in (ep * per_rank) -> out (ep * per_rank): block j goes to rank j.
+  virtual Status alltoall_counts(int* out, const int* in, size_t per_rank) = 0;
+  // in_counts[j] floats of `in` go to rank j; out_counts[i] floats arrive from rank i.
+  virtual Status alltoallv(float* out, const size_t* out_counts, const float* in,
+                           const size_t* in_counts) = 0;
+};
+
+struct ExpertParallel {
+  int rank = 0;
+  int size = 1;
+  ExpertParallelComm* comm = nullptr;  // required when size > 1; outlives the model
+};
+
 }  // namespace cann::model

@@ -56,10 +56,9 @@ Status PipelineRunner::forward(int micro, int B, int T, const int* inputs, const
       CANN_RETURN_IF_ERROR(wait(prefetch_));
       prefetch_micro_ = -1;
     } else {
-      CANN_RETURN_IF_ERROR(world_
-                               .recv(model_.stage_input(), io, comm::DataType::kFloat32, prev_,
-                                     act_tag(micro))
-                               ->wait());
+      CANN_RETURN_IF_ERROR(
+          world_.recv(model_.stage_input(), io, comm::DataType::kFloat32, prev_, act_tag(micro))
+              ->wait());
     }
   }
   const model::ForwardStats st = model_.forward(inputs, targets, B, T);
@@ -73,8 +72,8 @@ Status PipelineRunner::forward(int micro, int B, int T, const int* inputs, const
     // The auxiliary loss of this stage's MoE layers: the stages' losses add up to the step's.
     sum->loss += model_.spec().router_aux_loss_coef * st.aux_loss;
     sum->aux_loss += st.aux_loss;
-    act_sends_[slot] = world_.send(model_.stage_output(), io, comm::DataType::kFloat32, next_,
-                                   act_tag(micro));
+    act_sends_[slot] =
+        world_.send(model_.stage_output(), io, comm::DataType::kFloat32, next_, act_tag(micro));
   }
   return OkStatus();
 }

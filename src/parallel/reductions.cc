@@ -23,6 +23,41 @@ Status FullReduction::reduce(const Bucket& bucket, size_t, float* grads) {
   return OkStatus();
 }
 
+// Runs of one kind (dense or expert) inside the bucket, each reduced with one call; alignment
+// padding between tensors joins the run it sits in (it is zero everywhere).
+Status ExpertAwareReduction::reduce(const Bucket& bucket, size_t, float* grads) {
+  comm::Options opts;
+  opts.tag = "grad_bucket_ep";
+  size_t run_begin = bucket.begin;
+  bool run_expert = false, have_run = false;
+  auto flush = [&](size_t end) -> Status {
+    if (!have_run || end <= run_begin) return OkStatus();
+    float* g = grads + run_begin;
+    const size_t n = end - run_begin;
+    comm::Group& group = run_expert ? expert_dp_ : dp_;
+    CANN_RETURN_IF_ERROR(
+        group.allreduce(g, n, comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)->wait());
+    if (run_expert)
+      for (size_t i = 0; i < n; ++i) g[i] /= static_cast<float>(ep_);
+    return OkStatus();
+  };
+  for (const model::TensorInfo& t : table_.tensors()) {
+    const size_t a = std::max(bucket.begin, t.offset);
+    const size_t b = std::min(bucket.end, t.offset + t.numel);
+    if (a >= b) continue;
+    if (!have_run) {
+      run_begin = bucket.begin;
+      run_expert = t.expert;
+      have_run = true;
+    } else if (t.expert != run_expert) {
+      CANN_RETURN_IF_ERROR(flush(a));
+      run_begin = a;
+      run_expert = t.expert;
+    }
+  }
+  return flush(bucket.end);
+}
+
 TopKReduction::TopKReduction(comm::Group& group, const std::vector<Bucket>& buckets, double ratio)
     : buckets_(buckets) {
   for (const Bucket& b : buckets)

@@ -15,6 +15,7 @@
 
 #include "comm/compressed_allreduce.h"
 #include "comm/group.h"
+#include "model/param_table.h"
 #include "parallel/reducer.h"
 
 namespace cann::parallel {
@@ -28,6 +29,25 @@ class FullReduction : public BucketReduction {
   comm::Group& group_;
   bool bf16_;
   std::vector<uint16_t> wire_;  // bf16 staging, reused
+};
+
+// Expert parallelism: a bucket's dense tensors are averaged over the data-parallel group; its
+// expert tensors (each rank holds other experts) over the expert-data group, the ranks holding
+// the same experts, and then divided by ep: an expert's owner already summed the gradients of
+// the ep data ranks of its expert group, so (sum over groups) / (dp/ep) / ep = the mean over
+// all dp ranks, what one process accumulating their micro-batches gets.
+class ExpertAwareReduction : public BucketReduction {
+ public:
+  ExpertAwareReduction(const model::ParamTable& table, comm::Group& dp, comm::Group& expert_dp,
+                       int ep)
+      : table_(table), dp_(dp), expert_dp_(expert_dp), ep_(ep) {}
+  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+
+ private:
+  const model::ParamTable& table_;
+  comm::Group& dp_;
+  comm::Group& expert_dp_;
+  int ep_;
 };
 
 class TopKReduction : public BucketReduction {

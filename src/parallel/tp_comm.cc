@@ -22,4 +22,17 @@ Status GroupTensorParallelComm::reduce_scatter(float* out, const float* in, size
       ->wait();
 }
 
+Status GroupExpertParallelComm::alltoall_counts(int* out, const int* in, size_t per_rank) {
+  return group_.alltoall(out, in, per_rank, comm::DataType::kInt32)->wait();
+}
+
+Status GroupExpertParallelComm::alltoallv(float* out, const size_t* out_counts, const float* in,
+                                          const size_t* in_counts) {
+  const size_t P = static_cast<size_t>(group_.size());
+  return group_
+      .alltoallv(out, std::span<const size_t>(out_counts, P), in,
+                 std::span<const size_t>(in_counts, P), comm::DataType::kFloat32)
+      ->wait();
+}
+
 }  // namespace cann::parallel

@@ -24,4 +24,18 @@ class GroupTensorParallelComm : public model::TensorParallelComm {
   comm::Group& group_;
 };
 
+// The model's expert-parallel exchanges over the expert group: counts (alltoall) then rows
+// (alltoallv). Cost of an alltoallv moving n floats per rank: P-1 steps, about (P-1)/P * 4n
+// bytes sent per rank.
+class GroupExpertParallelComm : public model::ExpertParallelComm {
+ public:
+  explicit GroupExpertParallelComm(comm::Group& group) : group_(group) {}
+  Status alltoall_counts(int* out, const int* in, size_t per_rank) override;
+  Status alltoallv(float* out, const size_t* out_counts, const float* in,
+                   const size_t* in_counts) override;
+
+ private:
+  comm::Group& group_;
+};
+
 }  // namespace cann::parallel

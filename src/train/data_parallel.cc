@@ -44,6 +44,12 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
                            config.compress +
                            ": with tensor parallelism only zero=0 without 1-bit Adam is "
                            "available in this build");
+  if (config.ep > 1 && (config.zero > 0 || config.compress != "none" ||
+                        config.expert_dp_group == nullptr))
+    return InvalidArgument("ep=" + std::to_string(config.ep) + " with zero=" +
+                           std::to_string(config.zero) + " and --compress " + config.compress +
+                           ": expert parallelism runs with zero=0 and --compress none in this "
+                           "build");
   if (config.zero > 0 && config.compress != "none")
     return InvalidArgument("--compress " + config.compress +
                            " needs zero=0: compressed reductions keep full gradients or momenta "
@@ -107,7 +113,10 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
   } else {
     e->adam_ = std::make_unique<optim::AdamW>(model.table(), adam);
     if (config.grad_sum_of_squares) e->adam_->set_sum_of_squares(config.grad_sum_of_squares);
-    if (config.compress == "none" || config.compress == "bf16") {
+    if (config.ep > 1) {
+      e->expert_aware_ = std::make_unique<parallel::ExpertAwareReduction>(
+          model.table(), group, *config.expert_dp_group, config.ep);
+    } else if (config.compress == "none" || config.compress == "bf16") {
       e->full_ = std::make_unique<parallel::FullReduction>(group, config.compress == "bf16");
     } else {
       CANN_ASSIGN_OR_RETURN(double ratio, parse_topk_ratio(config.compress));
@@ -126,6 +135,7 @@ parallel::BucketReduction* DataParallelEngine::reduction() {
   if (zero_) return zero_->reduction();
   if (onebit_) return onebit_->reduction();
   if (topk_) return topk_.get();
+  if (expert_aware_) return expert_aware_.get();
   return full_.get();
 }
 

@@ -27,6 +27,7 @@ namespace cann::parallel {
 class OneBitAdam;
 class TopKReduction;
 class FullReduction;
+class ExpertAwareReduction;
 class ZeroOptimizer;
 class LayerGatherer;
 }  // namespace cann::parallel
@@ -42,6 +43,10 @@ struct DataParallelConfig {
   // Tensor parallelism: the whole model's gradient sum of squares from this rank's shards
   // (empty: the local buffer is the whole model). Needs zero=0 and no 1-bit Adam.
   std::function<double(const float*)> grad_sum_of_squares;
+  // Expert parallelism (ep > 1): the group of ranks holding the same experts; expert tensors are
+  // reduced over it instead of the data-parallel group. Needs zero=0 and --compress none.
+  comm::Group* expert_dp_group = nullptr;
+  int ep = 1;
 };
 
 class DataParallelEngine {
@@ -97,6 +102,7 @@ class DataParallelEngine {
   std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<optim::AdamW> adam_;  // zero=0 without onebit
   std::unique_ptr<parallel::FullReduction> full_;
+  std::unique_ptr<parallel::ExpertAwareReduction> expert_aware_;
   std::unique_ptr<parallel::TopKReduction> topk_;
   std::unique_ptr<parallel::OneBitAdam> onebit_;
   std::unique_ptr<parallel::ZeroOptimizer> zero_;

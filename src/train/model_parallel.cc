@@ -3,32 +3,42 @@
 
 #include "comm/group.h"
 #include "kernels/cpu/grad_norm.h"
+#include "model/model.h"
 #include "model/param_table.h"
 #include "model/spec.h"
-#include "model/model.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
-#include "plan/partition.h"
 #include "parallel/tp_comm.h"
+#include "plan/partition.h"
 #include "plan/strategy.h"
 
 namespace cann::train {
+
+const char kNoModelParallelCheckpoints[] =
+    "checkpoints of tensor- or pipeline-parallel runs are not available in this build; hint: "
+    "drop --checkpoint-dir/--resume or use tp=1,pp=1";
 
 StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::string& text,
                                          int world) {
   auto refuse = [&](const std::string& what) {
     return InvalidArgument("--strategy " + text + ": " + what);
   };
-  const char* later = " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, sp, "
-                      "zero, mbs and gbs)";
-  if (s.ep != 1) return refuse("expert parallelism (ep=" + std::to_string(s.ep) + ")" + later);
+  const char* later =
+      " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, ep, "
+      "sp, zero, mbs and gbs)";
+  if (s.ep != 1 && (s.tp != 1 || s.pp != 1))
+    return refuse("expert parallelism (ep=" + std::to_string(s.ep) +
+                  ") together with tp or pp is not available in this build; hint: use ep with "
+                  "dp only (ep divides dp)");
   if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
-  if (s.vpp != 1) return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
+  if (s.vpp != 1)
+    return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
   if (s.recompute != plan::Recompute::kNone)
     return refuse("recompute=" + std::string(plan::recompute_name(s.recompute)) + later);
   if (s.sp && s.tp == 1)
-    return refuse("sp=on shards the sequence inside the tensor-parallel group, so it needs tp > 1; "
-                  "hint: add tp=2 or drop sp");
+    return refuse(
+        "sp=on shards the sequence inside the tensor-parallel group, so it needs tp > 1; "
+        "hint: add tp=2 or drop sp");
   ParallelLayout l;
   l.tp = s.tp;
   l.pp = s.pp;
@@ -40,26 +50,38 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
                   " were started; hint: launch with --nproc-per-node " +
                   std::to_string(s.dp > 0 ? s.dp * mp : mp) + " (times --nnodes)");
   l.dp = world / mp;
+  l.ep = s.ep;
+  if (l.dp % s.ep != 0)
+    return refuse("ep=" + std::to_string(s.ep) + " does not divide dp=" + std::to_string(l.dp) +
+                  " (expert groups are carved out of the data-parallel ranks); hint: pick an ep "
+                  "that divides dp");
   if (s.dp != 0 && s.dp != l.dp)
     return refuse("dp*tp*pp = " + std::to_string(s.dp) + "*" + std::to_string(s.tp) + "*" +
                   std::to_string(s.pp) + " = " + std::to_string(s.dp * mp) + ", but " +
                   std::to_string(world) + " processes were started; hint: launch with " +
                   "--nproc-per-node " + std::to_string(s.dp * mp) + " (times --nnodes)");
-  if (mp > 1 && s.zero != 0)
+  if ((mp > 1 || s.ep > 1) && s.zero != 0)
     return refuse("zero=" + std::to_string(s.zero) +
-                  " with tp or pp > 1 is not available in this build; hint: use zero=0 with "
+                  " with tp, pp or ep > 1 is not available in this build; hint: use zero=0 with "
                   "model parallelism");
   return l;
 }
 
 Status check_strategy_for_launch(const std::string& strategy, const std::string& model_name,
-                                 int world) {
+                                 int world, bool checkpoints) {
   if (strategy.empty()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(strategy));
   CANN_ASSIGN_OR_RETURN(ParallelLayout layout, parallel_layout(st, strategy, world));
-  if (layout.tp == 1 && layout.pp == 1) return OkStatus();
+  if (!layout.model_parallel()) return OkStatus();
+  if (checkpoints)
+    return InvalidArgument("--strategy " + strategy + ": " + kNoModelParallelCheckpoints);
   auto spec = model::load_model_spec(model_name);
   if (!spec.ok()) return OkStatus();  // the workers report a bad model with its own message
+  if (layout.ep > 1 && (!spec->is_moe() || spec->num_local_experts % layout.ep != 0))
+    return InvalidArgument("--strategy " + strategy + ": ep=" + std::to_string(layout.ep) +
+                           " must divide the experts of model '" + spec->name + "' (" +
+                           std::to_string(spec->num_local_experts) +
+                           "); hint: use an MoE model and an ep that divides its experts");
   if (layout.pp > spec->num_hidden_layers)
     return InvalidArgument("--strategy " + strategy + ": pp=" + std::to_string(layout.pp) +
                            " stages but model '" + spec->name + "' has " +
@@ -83,8 +105,10 @@ StatusOr<std::unique_ptr<ModelParallel>> ModelParallel::create(comm::Group& worl
   shape.dp = layout.dp;
   shape.tp = layout.tp;
   shape.pp = layout.pp;
+  shape.ep = layout.ep;
   CANN_ASSIGN_OR_RETURN(mp->mesh_, parallel::ProcessMesh::build(world, shape));
   mp->tp_comm_ = std::make_unique<parallel::GroupTensorParallelComm>(mp->mesh_->tp());
+  mp->ep_comm_ = std::make_unique<parallel::GroupExpertParallelComm>(mp->mesh_->ep());
   return mp;
 }
 
@@ -97,6 +121,18 @@ model::TensorParallel ModelParallel::tensor_parallel() const {
   t.sequence_parallel = layout_.sp;
   t.comm = tp_comm_.get();
   return t;
+}
+
+model::ExpertParallel ModelParallel::expert_parallel() const {
+  model::ExpertParallel e;
+  e.rank = mesh_->coords().ep;
+  e.size = layout_.ep;
+  e.comm = ep_comm_.get();
+  return e;
+}
+
+comm::Group& ModelParallel::expert_dp_group() {
+  return mesh_->expert_dp();
 }
 
 comm::Group& ModelParallel::dp_group() {
@@ -112,18 +148,25 @@ std::function<double(const float*)> ModelParallel::grad_sum_of_squares(
   return [this, &table](const float* grads) {
     const bool count_replicated = mesh_->coords().tp == 0;
     double sum = 0.0;
+    float experts = 0.0f;  // this rank's experts, summed over the expert group below
     for (const model::TensorInfo& t : table.tensors()) {
       const bool tied_copy = t.name == "wte" && t.layer >= 0;  // the last stage's copy
       if (tied_copy) continue;
-      if (t.tp_split != model::TpSplit::kReplicated || count_replicated)
+      if (t.expert && layout_.ep > 1)
+        experts += static_cast<float>(kernels::sum_of_squares(grads + t.offset, t.numel));
+      else if (t.tp_split != model::TpSplit::kReplicated || count_replicated)
         sum += kernels::sum_of_squares(grads + t.offset, t.numel);
     }
+    if (layout_.ep > 1 && status_.ok())
+      status_ = mesh_->ep()
+                    .allreduce(&experts, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)
+                    ->wait();
+    sum += experts;
     // fp32 on the wire: the norm only scales the clipping, 7 digits are plenty.
     float wire = static_cast<float>(sum);
     if (status_.ok())
-      status_ = mesh_->mp()
-                    .allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)
-                    ->wait();
+      status_ =
+          mesh_->mp().allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
     return static_cast<double>(wire);
   };
 }
@@ -147,10 +190,10 @@ model::PipelineStage ModelParallel::pipeline_stage(const model::ModelSpec& s, in
   const double C = s.hidden_size, T = s.seq_length;
   for (int l = 0; l < L; ++l) {
     const double attn = C * s.qkv_size() + C * C + 2.0 * T * C;
-    const double ffn = s.is_moe_layer(l)
-                           ? 2.0 * C * s.moe_intermediate_size * s.num_experts_per_tok +
-                                 C * s.num_local_experts
-                           : 2.0 * C * s.intermediate_size;
+    const double ffn =
+        s.is_moe_layer(l)
+            ? 2.0 * C * s.moe_intermediate_size * s.num_experts_per_tok + C * s.num_local_experts
+            : 2.0 * C * s.intermediate_size;
     costs[l] = attn + ffn;
   }
   costs[L - 1] += C * s.vocab_size;
@@ -180,9 +223,7 @@ Status ModelParallel::sync_tied_embedding(model::Model& model) {
     zero_wte_.assign(count, 0.0f);
     data = zero_wte_.data();
   }
-  return mesh_->pp()
-      .allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)
-      ->wait();
+  return mesh_->pp().allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
 }
 
 std::string ModelParallel::describe() const {

@@ -1,6 +1,7 @@
 // ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
 // the layout `run` can train (dp x pp x tp, with sequence parallelism on or off) and refuses,
-// with one line naming the key, what this build cannot train yet (ep, cp, vpp, recompute).
+// with one line naming the key, what this build cannot train yet (cp, vpp, recompute, and ep
+// combined with tp or pp).
 // For tp > 1 or pp > 1 it builds the process mesh over the world group, the model's
 // tensor-parallel communicator over the mesh's tp group, this rank's pipeline stage (layers
 // balanced by cost with the planner's partition), the gradient norm over the model-parallel
@@ -30,15 +31,21 @@ struct Strategy;
 namespace cann::parallel {
 class ProcessMesh;
 class GroupTensorParallelComm;
+class GroupExpertParallelComm;
 }  // namespace cann::parallel
 
 namespace cann::train {
+
+// The refusal of --checkpoint-dir/--resume under model parallelism (launcher and worker).
+extern const char kNoModelParallelCheckpoints[];
 
 struct ParallelLayout {
   int dp = 1;
   int tp = 1;
   int pp = 1;
+  int ep = 1;  // expert groups carved out of dp (ep divides dp)
   bool sp = false;
+  bool model_parallel() const { return tp > 1 || pp > 1 || ep > 1; }
 };
 
 // `text` is the strategy as the user wrote it (for messages); `world` the processes started.
@@ -48,8 +55,9 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 // What the launcher checks before it starts `world` workers, so a strategy that cannot run is
 // reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
 // the model splits that way. `model` is a shipped name or a spec path.
-Status check_strategy_for_launch(const std::string& strategy, const std::string& model,
-                                 int world);
+// `checkpoints`: the run asked for --checkpoint-dir or --resume (refused with tp or pp > 1).
+Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world,
+                                 bool checkpoints = false);
 
 class ModelParallel {
  public:
@@ -59,6 +67,9 @@ class ModelParallel {
   ~ModelParallel();
 
   model::TensorParallel tensor_parallel() const;
+  model::ExpertParallel expert_parallel() const;
+  // The ranks holding the same experts (expert tensors are reduced over it).
+  comm::Group& expert_dp_group();
   comm::Group& dp_group();
   int dp_rank() const;
   // Pipeline: this rank's stage, its neighbours (world ranks, -1 at the ends), and the stage's
@@ -76,7 +87,8 @@ class ModelParallel {
   Status sync_tied_embedding(model::Model& model);
   // Sum of squares of the whole model's gradients from this rank's shards: split tensors
   // counted on every tp rank, replicated ones on tp rank 0 only, the last stage's copy of the
-  // tied embedding not at all, summed over the model-parallel (tp x pp) group.
+  // tied embedding not at all, summed over the model-parallel (tp x pp) group; expert tensors
+  // (ep > 1) summed over the expert group.
   // A communication failure is kept in status() and the local sum is returned.
   std::function<double(const float*)> grad_sum_of_squares(const model::ParamTable& table);
   const Status& status() const { return status_; }
@@ -90,6 +102,7 @@ class ModelParallel {
   ParallelLayout layout_;
   std::unique_ptr<parallel::ProcessMesh> mesh_;
   std::unique_ptr<parallel::GroupTensorParallelComm> tp_comm_;
+  std::unique_ptr<parallel::GroupExpertParallelComm> ep_comm_;
   Status status_;
   std::vector<float> zero_wte_;  // a middle stage's share of the tied-embedding sum
 };

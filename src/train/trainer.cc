@@ -91,7 +91,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                   spec_, micro_batch_, seq_len_,
                   mp_ ? mp_->tensor_parallel() : model::TensorParallel{},
                   layout_.pp > 1 ? mp_->pipeline_stage(spec_, accum_steps_, gpipe)
-                                 : model::PipelineStage{}));
+                                 : model::PipelineStage{},
+                  mp_ ? mp_->expert_parallel() : model::ExpertParallel{}));
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::PipelineRunner>(
         *model_, *world_, mp_->pp_prev(), mp_->pp_next(),
@@ -247,7 +248,7 @@ void Trainer::report_step(const monitor::RankSnapshot& snap, bool last) {
 // Tensor parallelism (tp > 1): checks the model and the batch against the split, then builds
 // the process mesh (a collective over the world group).
 Status Trainer::setup_model_parallel() {
-  if (layout_.tp == 1 && layout_.pp == 1) return OkStatus();
+  if (!layout_.model_parallel()) return OkStatus();
   const std::string where = "--strategy " + config_.strategy + ": ";
   Status fits = model::check_tp_divides(spec_, layout_.tp);
   if (!fits.ok()) return InvalidArgument(where + fits.message());
@@ -264,9 +265,7 @@ Status Trainer::setup_model_parallel() {
                            " tokens of a micro-batch over tp=" + std::to_string(layout_.tp) +
                            " ranks; hint: pick mbs or --seq-len so that tp divides mbs*seq_len");
   if (!config_.checkpoint_dir.empty() || config_.resume)
-    return InvalidArgument(where + "checkpoints of tensor- or pipeline-parallel runs are not "
-                           "available in this build; hint: drop --checkpoint-dir/--resume or use "
-                           "tp=1,pp=1");
+    return InvalidArgument(where + kNoModelParallelCheckpoints);
   CANN_ASSIGN_OR_RETURN(mp_, ModelParallel::create(*world_, layout_));
   return OkStatus();
 }
@@ -309,7 +308,7 @@ Status Trainer::resolve_layout() {
     zero_stage_ = st.zero;
   }
   // Each data-parallel replica (its tp x pp ranks together) takes gbs / dp sequences.
-  if (layout_.tp == 1 && layout_.pp == 1) layout_.dp = world_size_;
+  if (!layout_.model_parallel()) layout_.dp = world_size_;
   data_world_ = layout_.dp;
   data_rank_ = rank_ / layout_.tp % layout_.dp;
   if (gbs % data_world_ != 0)
@@ -346,6 +345,7 @@ std::string Trainer::planner_memory_note() const {
   s.dp = dp_ ? layout_.dp : 1;
   s.tp = layout_.tp;
   s.pp = layout_.pp;
+  s.ep = layout_.ep;
   s.sp = layout_.sp;
   s.zero = dp_ ? zero_stage_ : 0;
   s.mbs = micro_batch_;
@@ -686,6 +686,10 @@ Status Trainer::run(RunSummary* summary) {
                   static_cast<double>(memory_bytes()) * mb);
     progress_.line(std::string(mem) + planner_memory_note());
     if (mp_) progress_.line("process mesh: " + mp_->describe() + "\n" + mp_->rank_table());
+    if (pipeline_)
+      progress_.line("pipeline: " + std::to_string(layout_.pp) + " stages, schedule " +
+                     config_.pipeline_schedule + ", " + std::to_string(accum_steps_) +
+                     " micro-batches of " + std::to_string(micro_batch_) + " per step");
     if (dp_)
       progress_.line("data parallel: " + std::to_string(data_world_) + " ranks, " +
                      std::to_string(accum_steps_) + " micro-step" + (accum_steps_ == 1 ? "" : "s") +

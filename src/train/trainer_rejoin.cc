@@ -27,7 +27,13 @@ Status Trainer::make_data_parallel_engine() {
   dc.compress = config_.compress;
   dc.onebit_warmup = config_.onebit_warmup;
   dc.bucket_mb = config_.bucket_mb;
-  if (mp_) dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
+  if (mp_) {
+    dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
+    if (layout_.ep > 1) {
+      dc.ep = layout_.ep;
+      dc.expert_dp_group = &mp_->expert_dp_group();
+    }
+  }
   CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, mp_ ? mp_->dp_group() : *world_,
                                                         oc, dc, config_.steps));
   return OkStatus();

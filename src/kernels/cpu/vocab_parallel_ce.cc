@@ -19,8 +19,8 @@ void vocab_ce_local_max(float* row_max, const float* logits, int N, int Vl, int 
   }
 }
 
-void vocab_ce_local_sums(float* sums, const float* logits, const float* row_max,
-                         const int* targets, int N, int Vl, int valid, int v_begin) {
+void vocab_ce_local_sums(float* sums, const float* logits, const float* row_max, const int* targets,
+                         int N, int Vl, int valid, int v_begin) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     float* out = sums + 2 * static_cast<size_t>(n);

@@ -15,8 +15,8 @@ namespace cann::kernels {
 void vocab_ce_local_max(float* row_max, const float* logits, int N, int Vl, int valid);
 // sums is (N,2): [sum_j exp(logit_j - row_max), logit of the target if this rank owns it else 0].
 // Rows with target < 0 get zeros.
-void vocab_ce_local_sums(float* sums, const float* logits, const float* row_max,
-                         const int* targets, int N, int Vl, int valid, int v_begin);
+void vocab_ce_local_sums(float* sums, const float* logits, const float* row_max, const int* targets,
+                         int N, int Vl, int valid, int v_begin);
 // From the reduced row_max and sums: losses (N) = log S + m - z (0 where not scored), and
 // shift (N) = m + log S, which the backward needs.
 void vocab_ce_losses(float* losses, float* shift, const float* row_max, const float* sums,

@@ -1,0 +1,117 @@
+// Expert parallelism inside the model, ranks as threads over shared-memory groups: every data
+// rank routes its own micro-batch and the experts are sharded over the expert group, with
+// counts then rows exchanged by all-to-all(v). Each rank's loss equals the one-process loss of
+// its micro-batch, and the gradients, combined as the trainer's reduction does (dense tensors
+// averaged over the data ranks; each expert's gradient summed by its owner over the expert
+// group, then averaged over the expert groups and divided by dp/#groups), equal one process
+// accumulating the same micro-batches, tensor by tensor.
+//
+// Tolerance: 2e-5 of each tensor's largest gradient (summation order only; observed ~1e-7).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "comm_test_util.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "model/model.h"
+#include "model/param_table.h"
+#include "parallel/mesh.h"
+#include "parallel/tp_comm.h"
+
+namespace cann {
+namespace {
+
+const char kMoeBert[] =
+    "architecture: bert\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+    "vocab_size: 65\nseq_length: 16\nnum_local_experts: 4\nnum_experts_per_tok: 2\n"
+    "moe_layer_freq: 1\n";
+const char kMoeGpt[] =
+    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+    "vocab_size: 64\nseq_length: 16\nnum_local_experts: 8\nnum_experts_per_tok: 2\n"
+    "capacity_factor: 1.0\n";
+
+constexpr int kB = 2, kT = 16;
+
+void expect_ep_matches(const char* yaml, int dp, int ep) {
+  set_num_threads(1);
+  auto parsed = model::parse_model_spec(yaml, "test.yaml");
+  ASSERT_TRUE(parsed.ok());
+  const model::ModelSpec s = *parsed;
+  Rng rng(17);
+  std::vector<std::vector<int>> inputs(dp), targets(dp);
+  for (int r = 0; r < dp; ++r)
+    for (int i = 0; i < kB * kT; ++i) {
+      inputs[r].push_back(static_cast<int>(rng.below(s.vocab_size)));
+      int t = static_cast<int>(rng.below(s.vocab_size));
+      if (s.architecture == model::Architecture::kBert && rng.uniform() < 0.6f) t = -1;
+      targets[r].push_back(t);
+    }
+  auto single = model::Model::create(s, kB, kT);
+  ASSERT_TRUE(single.ok());
+  (*single)->init_params(5);
+  (*single)->zero_grads();
+  std::vector<double> ref_loss;
+  for (int r = 0; r < dp; ++r) {
+    ref_loss.push_back((*single)->forward(inputs[r].data(), targets[r].data(), kB, kT).loss);
+    (*single)->backward(1.0f / dp);
+  }
+  const model::ParamTable full = model::build_param_table(s);
+  const std::vector<float> ref((*single)->grads(), (*single)->grads() + full.total_floats());
+
+  parallel::MeshShape shape;
+  shape.dp = dp;
+  shape.ep = ep;
+  std::vector<float> got(full.total_floats(), 0.0f);
+  std::vector<double> losses(dp);
+  std::mutex mu;
+  test::run_group("shm", dp, [&](int rank, comm::Group& world) {
+    auto mesh = parallel::ProcessMesh::build(world, shape);
+    ASSERT_TRUE(mesh.ok()) << mesh.status().message();
+    parallel::GroupExpertParallelComm comm((*mesh)->ep());
+    const int ep_rank = (*mesh)->coords().ep;
+    auto m = model::Model::create(s, kB, kT, {}, {}, {ep_rank, ep, &comm});
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    (*m)->init_params(5);
+    (*m)->zero_grads();
+    losses[rank] = (*m)->forward(inputs[rank].data(), targets[rank].data(), kB, kT).loss;
+    (*m)->backward(1.0f);
+    ASSERT_TRUE((*m)->tp_status().ok()) << (*m)->tp_status().message();
+    std::lock_guard<std::mutex> lock(mu);
+    const model::ParamTable& table = (*m)->table();
+    for (const auto& t : table.tensors()) {
+      const auto& whole = full.at(*full.find(t.name));
+      const float* g = (*m)->grads() + t.offset;
+      // Dense: the mean over data ranks. Experts: this rank's block, summed over its expert
+      // group already; the expert groups' sums add up to dp times the mean.
+      const size_t at = whole.offset + (t.expert ? static_cast<size_t>(ep_rank) * t.numel : 0);
+      for (size_t k = 0; k < t.numel; ++k) got[at + k] += g[k] / dp;
+    }
+  });
+  const std::string what = "dp=" + std::to_string(dp) + " ep=" + std::to_string(ep);
+  for (int r = 0; r < dp; ++r) EXPECT_NEAR(losses[r], ref_loss[r], 1e-5) << what;
+  double worst = 0;
+  for (const auto& t : full.tensors()) {
+    float sc = 1e-12f;
+    double dev = 0;
+    for (size_t k = 0; k < t.numel; ++k) sc = std::max(sc, std::abs(ref[t.offset + k]));
+    for (size_t k = 0; k < t.numel; ++k)
+      dev = std::max(dev, static_cast<double>(std::abs(got[t.offset + k] - ref[t.offset + k])));
+    EXPECT_LT(dev / sc, 2e-5) << what << " " << t.name;
+    worst = std::max(worst, dev / sc);
+  }
+  std::printf("expert parallel %-10s max gradient deviation %.2e\n", what.c_str(), worst);
+}
+
+TEST(ExpertParallelTest, MatchesOneProcess) {
+  expect_ep_matches(kMoeBert, 2, 2);
+  expect_ep_matches(kMoeBert, 4, 2);
+  expect_ep_matches(kMoeBert, 4, 4);
+  expect_ep_matches(kMoeGpt, 2, 2);  // capacity 1.0: tokens are dropped
+  expect_ep_matches(kMoeGpt, 4, 4);
+}
+
+}  // namespace
+}  // namespace cann
