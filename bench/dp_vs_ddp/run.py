@@ -292,6 +292,9 @@ class Bench:
             extra += ["--compress", compress]
         if compress == "onebit" and "--onebit-warmup" in self.flags:
             extra += ["--onebit-warmup", str(onebit_warmup)]
+        for l in logs:  # a log of an earlier invocation would be taken for this run's
+            if os.path.exists(l):
+                os.remove(l)
         procs = []
         for n in range(RANKS):
             argv = [self.binary, "run", "--nnodes", str(RANKS), "--nproc-per-node", "1",
