@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -346,6 +347,39 @@ TEST(FileStore, AwkwardKeysGetDistinctFiles) {
   auto again = open_store(dir.path() + "/s");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*(*again)->get("a/b", 1s), "0");
+}
+
+// A process stopped while it holds the directory's lock (SIGSTOP in the middle of a mutation)
+// must not hang every writer: set() fails after the lock timeout naming the lock, and works
+// again once the holder is gone.
+TEST(FileStore, AStoppedLockHolderGivesAnErrorNotAHang) {
+  test::TempDir dir("file-store");
+  auto store = open_store("file://" + dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const std::string lock = dir.path() + "/.lock";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) _exit(1);
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = (*store)->set("k", "v");
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(".lock has been held"), std::string::npos) << s.message();
+  EXPECT_GE(waited, 9.0);
+  EXPECT_LT(waited, 20.0);
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  EXPECT_TRUE((*store)->set("k", "v").ok());
+  EXPECT_EQ(*(*store)->get("k", 1s), "v");
 }
 
 TEST(FileStore, RefusesADirectoryOfAnotherFormat) {

@@ -19,10 +19,13 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "comm/store_backends.h"
 #include "core/fs.h"
@@ -58,7 +61,11 @@ std::string file_name_for(const std::string& key) {
   return name.substr(0, kMaxNameLength - 17) + suffix;
 }
 
-// Holds the directory's exclusive lock for its lifetime.
+// Holds the directory's exclusive lock for its lifetime. A mutation holds it for a few
+// milliseconds, so a lock held for kLockTimeout means its holder is stopped or stuck: the wait
+// ends with an error rather than hanging every writer of the store behind it.
+constexpr auto kLockTimeout = std::chrono::seconds(10);
+
 class DirLock {
  public:
   explicit DirLock(const std::string& path) {
@@ -67,10 +74,22 @@ class DirLock {
       status_ = IoError("cannot open lock file " + path + ": " + errno_text());
       return;
     }
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      status_ = IoError("cannot lock " + path + ": " + errno_text());
-      return;
+    const auto deadline = std::chrono::steady_clock::now() + kLockTimeout;
+    auto pause = std::chrono::microseconds(200);
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        status_ = IoError("cannot lock " + path + ": " + errno_text());
+        return;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        status_ = IoError("file store lock " + path + " has been held by another process for " +
+                          std::to_string(kLockTimeout.count()) +
+                          " s; hint: a stopped or hung process holds it (find it with `fuser " +
+                          path + "`)");
+        return;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
   }
   ~DirLock() {
