@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_calibrate.h"
 #include "core/threads.h"
-#include "core/timer.h"
-#include "kernels/cpu/linear.h"
 #include "model/spec.h"
 #include "plan/cluster.h"
 #include "plan/predict.h"
@@ -52,18 +51,10 @@ Status calibrate(int cores) {
   return OkStatus();
 }
 
-// GFLOP/s of one GEMM of the model's MLP shape with `threads` threads.
+// GFLOP/s of the model's MLP GEMM with `threads` threads.
 double gemm_rate(int threads, int N, int C, int F) {
   set_num_threads(threads);
-  std::vector<float> x(static_cast<size_t>(N) * C, 0.5f), w(static_cast<size_t>(F) * C, 0.25f),
-      y(static_cast<size_t>(N) * F);
-  kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, F);
-  const double flops = 2.0 * N * C * F;
-  const int reps = std::max(2, static_cast<int>(2e9 / flops));
-  const double t0 = now_seconds();
-  for (int r = 0; r < reps; ++r)
-    kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, F);
-  return flops * reps / (now_seconds() - t0) / 1e9;
+  return gemm_gflops(N, F, C);
 }
 
 struct Priced {

@@ -28,18 +28,6 @@ struct GemmShape {
 constexpr GemmShape kShapes[] = {
     {1024, 1024, 1024}, {2048, 1152, 384}, {2048, 384, 1536}, {512, 768, 192}, {256, 256, 64}};
 
-double gemm_gflops(const GemmShape& s) {
-  std::vector<float> x(static_cast<size_t>(s.m) * s.k, 0.5f),
-      w(static_cast<size_t>(s.n) * s.k, 0.25f), y(static_cast<size_t>(s.m) * s.n);
-  kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, s.m, s.k, s.n);
-  const double flops = 2.0 * s.m * s.n * s.k;
-  const int reps = std::max(2, static_cast<int>(3e9 / flops));
-  const double t0 = now_seconds();
-  for (int r = 0; r < reps; ++r)
-    kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, s.m, s.k, s.n);
-  return flops * reps / (now_seconds() - t0) / 1e9;
-}
-
 double copy_GBps() {
   const size_t bytes = 64u << 20;
   std::vector<char> a(bytes, 1), b(bytes, 2);
@@ -78,6 +66,18 @@ double mem_total_gb() {
 
 }  // namespace
 
+double gemm_gflops(int m, int n, int k) {
+  std::vector<float> x(static_cast<size_t>(m) * k, 0.5f), w(static_cast<size_t>(n) * k, 0.25f),
+      y(static_cast<size_t>(m) * n);
+  kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, m, k, n);
+  const double flops = 2.0 * m * n * k;
+  const int reps = std::max(2, static_cast<int>(3e9 / flops));
+  const double t0 = now_seconds();
+  for (int r = 0; r < reps; ++r)
+    kernels::linear_forward(y.data(), x.data(), w.data(), nullptr, m, k, n);
+  return flops * reps / (now_seconds() - t0) / 1e9;
+}
+
 Status run_calibrate_worker(const train::DistEnv& env, const std::string& output) {
   set_num_threads(1);
   const int P = env.world_size;
@@ -87,7 +87,7 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   // GEMMs and copies on every device at once.
   CANN_RETURN_IF_ERROR(shm->barrier()->wait());
   std::vector<float> gemm;
-  for (const GemmShape& s : kShapes) gemm.push_back(static_cast<float>(gemm_gflops(s)));
+  for (const GemmShape& s : kShapes) gemm.push_back(static_cast<float>(gemm_gflops(s.m, s.n, s.k)));
   float copy = static_cast<float>(copy_GBps());
   // Each figure as the slowest device measured it.
   CANN_RETURN_IF_ERROR(

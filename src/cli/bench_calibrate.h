@@ -20,6 +20,10 @@
 
 namespace cann::cli {
 
+// GFLOP/s of repeated (m x k) * (k x n) fp32 GEMMs through the engine's linear layer, with
+// whatever thread count is set (about 3 GFLOP of work, at least two repetitions).
+double gemm_gflops(int m, int n, int k);
+
 // The worker side; rank 0 writes `output` (a YAML path) and prints a summary.
 Status run_calibrate_worker(const train::DistEnv& env, const std::string& output);
 

@@ -6,44 +6,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 
 namespace cann::kernels {
-
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) {
-#pragma omp parallel for schedule(static)
-  for (int bt = 0; bt < B * T; ++bt) {
-    const float* te = wte + static_cast<size_t>(tokens[bt]) * C;
-    const float* pe = wpe + static_cast<size_t>(bt % T) * C;
-    float* o = out + static_cast<size_t>(bt) * C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
-  }
-}
-
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
-                        int T, int C) {
-#pragma omp parallel
-  {
-    const int tid = omp_get_thread_num();
-    const int nth = omp_get_num_threads();
-    // Channel ranges rounded to 16 floats (one cache line) so threads never share a line.
-    const int chunks = (C + 15) / 16;
-    const int c0 = std::min(C, chunks * tid / nth * 16);
-    const int c1 = std::min(C, chunks * (tid + 1) / nth * 16);
-    for (int bt = 0; bt < B * T; ++bt) {
-      const float* d = dout + static_cast<size_t>(bt) * C;
-      float* te = dwte + static_cast<size_t>(tokens[bt]) * C;
-      float* pe = dwpe + static_cast<size_t>(bt % T) * C;
-#pragma omp simd
-      for (int c = c0; c < c1; ++c) {
-        te[c] += d[c];
-        pe[c] += d[c];
-      }
-    }
-  }
-}
 
 void embedding_forward_vocab_range(float* out, const int* tokens, const float* wte_shard,
                                    const float* wpe, int B, int T, int C, int v_begin, int v_end) {
@@ -89,6 +55,17 @@ void embedding_backward_vocab_range(float* dwte_shard, float* dwpe, const float*
       for (int c = c0; c < c1; ++c) te[c] += d[c];
     }
   }
+}
+
+// The whole vocabulary is the range [0, INT_MAX): every token is this rank's.
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
+  embedding_forward_vocab_range(out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
+                        int T, int C) {
+  embedding_backward_vocab_range(dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
 }
 
 }  // namespace cann::kernels
