@@ -68,8 +68,10 @@ TEST(PlanStrategyTest, DefaultsAndDerivedDp) {
   EXPECT_EQ(s->ep, 1);
   EXPECT_FALSE(s->sp);
   EXPECT_EQ(s->recompute, Recompute::kNone);
+  EXPECT_EQ(s->mbs, 0);  // not given: the planner takes 1, the trainer its own default
   auto r = resolve_strategy(*s, gpt(32, 32, 32), cluster(16, 8), 1024);
   ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->mbs, 1);
   EXPECT_EQ(r->dp, 128 / 32);
   EXPECT_EQ(r->gbs, 1024);
   // Without a default batch, one micro-batch per data-parallel rank.

@@ -87,6 +87,7 @@ std::string strategy_string(const Strategy& s) {
 StatusOr<Strategy> parse_strategy(const std::string& text) {
   Strategy s;
   s.dp = 0;  // 0: not given, derived from the device count
+  s.mbs = 0;
   s.gbs = 0;
   if (text.empty()) return bad("empty string; hint: e.g. 'tp=8,pp=4,mbs=1'");
   std::set<std::string> seen;
@@ -155,6 +156,7 @@ StatusOr<Strategy> resolve_strategy(Strategy s, const model::ModelSpec& m, const
                  ", so no dp fits; hint: pick sizes whose product divides " + std::to_string(n));
     s.dp = static_cast<int>(n / rest);
   }
+  if (s.mbs == 0) s.mbs = 1;
   if (s.gbs == 0) s.gbs = default_gbs > 0 ? default_gbs : s.dp * s.mbs;
   CANN_RETURN_IF_ERROR(validate_strategy(s, m, c));
   return s;

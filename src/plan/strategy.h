@@ -41,8 +41,9 @@ struct Strategy {
 std::string strategy_string(const Strategy& s);
 std::string_view recompute_name(Recompute r);
 
-// Syntax only: keys, values and duplicates. Omitted keys take their defaults; `dp` and `gbs`
-// left out are marked 0 and filled in by resolve_strategy.
+// Syntax only: keys, values and duplicates. Omitted keys take their defaults; `dp`, `mbs` and
+// `gbs` left out are marked 0 and filled in by resolve_strategy (mbs 1). The trainer reads an
+// omitted mbs its own way: no gradient accumulation without pipeline parallelism.
 StatusOr<Strategy> parse_strategy(const std::string& text);
 
 // Fills dp (devices / (tp*pp*cp)) and gbs (`default_gbs`, or dp*mbs when that is 0) where the

@@ -307,6 +307,10 @@ Status Trainer::resolve_layout() {
     mbs = st.mbs;
     zero_stage_ = st.zero;
   }
+  // An omitted mbs: a pipeline fills its stages with micro-batches of one sequence; otherwise
+  // a rank takes its whole share at once, so its one backward hides the gradient reduction
+  // (accumulation would leave only the last micro-step's backward to hide it behind).
+  if (mbs == 0 && layout_.pp > 1) mbs = 1;
   // Each data-parallel replica (its tp x pp ranks together) takes gbs / dp sequences.
   if (!layout_.model_parallel()) layout_.dp = world_size_;
   data_world_ = layout_.dp;
