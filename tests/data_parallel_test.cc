@@ -15,6 +15,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "comm_test_util.h"
+#include "model/model.h"
 #include "model/param_table.h"
 #include "model/spec.h"
 #include "parallel/buckets.h"
@@ -115,6 +116,73 @@ TEST(ReducerTest, BucketsStartInOrderAsSoonAsTheirLayersAreDone) {
     // communication overlapped the rest of backward.
     EXPECT_LT(rec.started_after.front(), 5);
   });
+}
+
+// A bucket lying wholly above the offset backward reports as final leaves at once, before the
+// layer it shares with the rest of the block is done.
+TEST(ReducerTest, FinalOffsetLaunchesBucketsBeforeTheirLayerIsDone) {
+  const model::ParamTable t = small_table();
+  auto buckets = parallel::plan_buckets(t, 512, 512);
+  const auto [l2_begin, l2_end] = t.layer_range(2);
+  test::run_group("shm", 1, [&](int, comm::Group& g) {
+    parallel::GradReducer reducer(buckets, g);
+    std::atomic<int> done{0};
+    RecordingReduction rec(&done);
+    std::vector<float> grads(t.total_floats(), 1.0f);
+    reducer.begin_step(grads.data(), &rec);
+    reducer.layer_done(3);
+    reducer.grads_final_from(l2_begin + (l2_end - l2_begin) / 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    size_t launched_early = 0;
+    {
+      std::lock_guard<std::mutex> lock(rec.mu);
+      launched_early = rec.order.size();
+    }
+    for (int layer = 2; layer >= -1; --layer) reducer.layer_done(layer);
+    parallel::StepComm stats;
+    ASSERT_TRUE(reducer.finish(&stats).ok());
+    size_t expected = 0;  // buckets wholly above the half of block 2
+    while (expected < buckets.size() &&
+           buckets[expected].begin >= l2_begin + (l2_end - l2_begin) / 2)
+      ++expected;
+    ASSERT_GT(expected, 0u);
+    EXPECT_EQ(launched_early, expected);
+    for (size_t i = 0; i < rec.order.size(); ++i) EXPECT_EQ(rec.order[i], static_cast<int>(i));
+  });
+}
+
+// What Model::backward reports as final stays final: after hook(offset) no gradient at or above
+// offset changes for the rest of backward (dense and MoE blocks, one and two blocks).
+TEST(ReducerTest, ModelReportsOnlyFinalGradients) {
+  for (const char* name : {"gpt_tiny", "moe_bert_tiny"}) {
+    auto spec = model::load_model_spec(name);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    const int B = 2, T = 16;
+    auto m = model::Model::create(*spec, B, T);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model::Model& model = **m;
+    model.init_params(7);
+    std::vector<int> tokens(B * T), targets(B * T);
+    for (int i = 0; i < B * T; ++i) {
+      tokens[i] = (i * 31 + 5) % spec->vocab_size;
+      targets[i] = (i * 17 + 3) % spec->vocab_size;
+    }
+    std::vector<std::pair<size_t, std::vector<float>>> claims;
+    const size_t n = model.num_floats();
+    model.set_grad_ready_hook([&](size_t offset) {
+      claims.emplace_back(offset, std::vector<float>(model.grads() + offset, model.grads() + n));
+    });
+    model.zero_grads();
+    model.forward(tokens.data(), targets.data(), B, T);
+    model.backward(1.0f);
+    model.set_grad_ready_hook({});
+    ASSERT_EQ(claims.size(), 3u * spec->num_hidden_layers) << name;
+    for (const auto& [offset, seen] : claims) {
+      ASSERT_LT(offset, n);
+      EXPECT_EQ(0, std::memcmp(seen.data(), model.grads() + offset, seen.size() * sizeof(float)))
+          << name << ": a gradient above offset " << offset << " changed after it was final";
+    }
+  }
 }
 
 TEST(ReducerTest, FullReductionAveragesEveryBucket) {
@@ -329,6 +397,26 @@ TEST_F(MultiProcDataParallelTest, FollowsTheSingleProcessRun) {
     EXPECT_LT(worst, 1e-4) << c.name;
     EXPECT_TRUE(rows.back().contains("comm_exposed_s")) << c.name;
   }
+}
+
+// Without mbs in the strategy a rank takes its whole share in one micro-step, so the gradient
+// reduction hides behind the one backward; mbs or --grad-accum ask for accumulation.
+TEST_F(MultiProcDataParallelTest, OmittedMbsMeansNoAccumulation) {
+  auto micro = [&](const std::string& name, std::vector<std::string> more) {
+    std::vector<std::string> args = {"run", "--model", dir_.file("m.yaml"), "--seq-len", "32",
+                                     "--steps", "1", "--batch-size", "8", "--eval-every", "0",
+                                     "--sample-tokens", "0", "--nproc-per-node", "2"};
+    args.insert(args.end(), more.begin(), more.end());
+    const auto r = test::run_cann(args, 120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto at = r.output.find("data parallel: 2 ranks, ");
+    return at == std::string::npos ? std::string() : r.output.substr(at, 80);
+  };
+  EXPECT_NE(micro("plain", {"--strategy", "dp=2,zero=1"}).find("1 micro-step of 4 per rank"),
+            std::string::npos);
+  EXPECT_NE(micro("mbs", {"--strategy", "dp=2,zero=1,mbs=1"}).find("4 micro-steps of 1"),
+            std::string::npos);
+  EXPECT_NE(micro("accum", {"--grad-accum", "2"}).find("2 micro-steps of 2"), std::string::npos);
 }
 
 TEST_F(MultiProcDataParallelTest, CompressedRunsConverge) {

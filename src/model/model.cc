@@ -528,13 +528,16 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     }
     layernorm_backward_tp(d_branch_, G + o.ln2w, G + o.ln2b, d_ln2, a.resid_attn, P + o.ln2w,
                           a.ln2_mean, a.ln2_rstd, R, C);
+    if (grad_ready_hook_) grad_ready_hook_(o.ln2w);
     residual_backward(d_resid_, d_branch_, RC);
     // Attention branch: resid_attn = x_in + proj(attention(ln1(x_in))).
     const float* dy = full_dout();
     linear_backward(d_atty_, G + o.projw, G + o.projb, dy, a.atty, P + o.projw, N, AC, C);
+    if (grad_ready_hook_) grad_ready_hook_(o.projw);
     attention_backward(d_qkv_, d_atty_, a.qkv, a.att, ash);
     const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
     linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
+    if (grad_ready_hook_) grad_ready_hook_(o.qkvw);
     const float* d_ln1 = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
     layernorm_backward_tp(d_branch_, G + o.ln1w, G + o.ln1b, d_ln1, x_in, P + o.ln1w, a.ln1_mean,
                           a.ln1_rstd, R, C);

@@ -113,6 +113,13 @@ class Model {
                         kAfterBackward };
   void set_param_hook(std::function<void(ParamUse, int)> hook) { param_hook_ = std::move(hook); }
 
+  // Finer than layer_done, for the data-parallel reducer: during backward, hook(offset) says
+  // that every gradient from float `offset` to the end of the flat buffer is final. Each block
+  // reports three offsets, its second layernorm once the feed-forward half is done, then its
+  // output projection and its QKV projection, so buckets leave while the rest of the block is
+  // still being computed (the tied token table is at offset 0, so it is never claimed early).
+  void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_hook_ = std::move(hook); }
+
   int num_moe_layers() const { return static_cast<int>(moe_layers_.size()); }
   // Tokens kept per expert in MoE layer i (in forward order) during the last forward.
   std::span<const int> expert_counts(int i) const;
@@ -171,6 +178,7 @@ class Model {
   ExpertParallel ep_;
   Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
   std::function<void(ParamUse, int)> param_hook_;
+  std::function<void(size_t)> grad_ready_hook_;
   // This rank's widths: heads, kv heads, attention output (heads * head size), fused QKV,
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;

@@ -28,6 +28,7 @@ void GradReducer::begin_step(float* grads, BucketReduction* reduction) {
   pending_layers_.clear();
   for (const Bucket& b : buckets_) pending_layers_.push_back(static_cast<int>(b.layers.size()));
   next_launch_ = 0;
+  final_from_ = static_cast<size_t>(-1);
   held_s_ = 0.0;
   completed_ = 0;
   busy_s_ = 0.0;
@@ -43,10 +44,16 @@ void GradReducer::layer_done(int layer) {
   launch_ready();
 }
 
+void GradReducer::grads_final_from(size_t offset) {
+  final_from_ = std::min(final_from_, offset);
+  launch_ready();
+}
+
 void GradReducer::launch_ready() {
   std::unique_lock<std::mutex> lock(mutex_);
   bool launched = false;
-  while (next_launch_ < buckets_.size() && pending_layers_[next_launch_] <= 0) {
+  while (next_launch_ < buckets_.size() && (pending_layers_[next_launch_] <= 0 ||
+                                            buckets_[next_launch_].begin >= final_from_)) {
     queue_.push_back(next_launch_++);
     launched = true;
   }

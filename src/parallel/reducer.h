@@ -51,6 +51,12 @@ class GradReducer {
   void begin_step(float* grads, BucketReduction* reduction);
   // Backward finished layer `layer`: launch every bucket that became ready, in order.
   void layer_done(int layer);
+  // Backward says every gradient from float `offset` to the end of the buffer is final
+  // (Model::set_grad_ready_hook): launch, in order, the buckets that lie wholly above it, even
+  // though a layer they share is not finished. Buckets are taken from the end of the buffer,
+  // so with a 4 MiB bucket and a 7 MiB block the bucket holding the block's feed-forward half
+  // leaves before its attention half is computed.
+  void grads_final_from(size_t offset);
   // Launches what is left, waits for every bucket, returns the first error.
   Status finish(StepComm* stats);
   // Back-pressure: layer_done does not return while more than n handed-over buckets wait for
@@ -68,6 +74,7 @@ class GradReducer {
   // Training-thread state of the current step.
   std::vector<int> pending_layers_;  // per bucket: layers not yet done
   size_t next_launch_ = 0;
+  size_t final_from_ = static_cast<size_t>(-1);  // gradients at and above it are final
   float* grads_ = nullptr;
   BucketReduction* reduction_ = nullptr;
   uint64_t bytes_before_ = 0;

@@ -141,7 +141,11 @@ parallel::BucketReduction* DataParallelEngine::reduction() {
 
 Status DataParallelEngine::backward_and_reduce(float grad_scale, parallel::StepComm* stats) {
   reducer_->begin_step(model_.grads(), reduction());
+  // Only this backward communicates (not the accumulation micro-steps before it), so the
+  // finer readiness signal is attached for its duration.
+  model_.set_grad_ready_hook([this](size_t offset) { reducer_->grads_final_from(offset); });
   model_.backward(grad_scale, [this](int layer) { reducer_->layer_done(layer); });
+  model_.set_grad_ready_hook({});
   return reducer_->finish(stats);
 }
 
