@@ -44,6 +44,7 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a collective may wait")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
     a = p.parse_args()
 
     torch.set_num_threads(1)
@@ -67,7 +68,8 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     # The causal-mask buffers never change, so DDP need not re-broadcast them every forward.
-    net = DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
+    net = (DistributedDataParallel(model, broadcast_buffers=False, bucket_cap_mb=a.bucket_cap_mb)
+           if world > 1 else model)
 
     global_batch = a.batch_per_rank * world
     sampler = torch.Generator().manual_seed(a.seed + 1)

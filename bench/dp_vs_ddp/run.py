@@ -14,6 +14,11 @@ rank runs of both engines (1 process, 1 thread, 4 sequences) give the compute-on
     exposed share      = (step - single-rank step) / step      (same formula for both engines)
     scaling efficiency = 2-rank tokens/s / (2 x 1-rank tokens/s)
 
+Each link runs both engines at their default bucket size (25 MB) and, with --bucket-mb B
+(default 4), both again at B; the compressed cann-train rows and the targets use B. The
+benchmark model's 41 MB of gradients make only two buckets at 25 MB, so nothing is left to
+overlap with most of backward; B is the setting such a model needs, given to both engines.
+
 Step times are medians after the warm-up steps. Validation comes first (every loss starts near
 ln 256 and falls; every compressed run's final validation loss within 2% of the uncompressed
 run's), then the table and the issue's targets, each PASS, FAIL or PENDING (a cann-train flag
@@ -21,7 +26,8 @@ the configuration needs does not exist yet). Exit status 1 when validation fails
 usage, else 0.
 
     sudo bench/dp_vs_ddp/run.py [--links 1gbit,100mbit] [--timing-steps 12]
-                                [--converge-steps 120] [--no-extras] [--build build]
+                                [--converge-steps 120] [--bucket-mb 4] [--no-extras]
+                                [--build build]
 """
 import argparse
 import json
@@ -47,6 +53,7 @@ LN_VOCAB = math.log(256)
 SKIP = 2  # first steps pay for allocation, BLAS warm-up and DDP's bucket rebuild
 LINKS = {"1gbit": 1e9, "100mbit": 1e8}
 LINK_NAMES = {"1gbit": "1 Gbit/s", "100mbit": "100 Mbit/s"}
+DEFAULT_BUCKET_MB = 25.0  # both engines' default (DDP's bucket_cap_mb, cann-train's --bucket-size-mb)
 ONEBIT_WARMUP_SHARE = 0.15  # cann-train's default --onebit-warmup: 15% of the run
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT", "GLOO_SOCKET_IFNAME")
@@ -269,20 +276,21 @@ class Bench:
         wait_all([p], 60 + 10 * steps, "cann-train single rank", [base + ".log"])
         return read_jsonl(base + ".jsonl")
 
-    def ddp(self, link_name, steps):
-        base = self.name(f"pytorch-ddp-{link_name}")
+    def ddp(self, link_name, steps, bucket_mb=25.0):
+        base = self.name(f"pytorch-ddp-{link_name}-b{bucket_mb:g}")
         outs = [f"{base}-rank{r}.log" for r in range(RANKS)]
         procs = []
         for r in range(RANKS):
             env = clean_env(RANK=r, WORLD_SIZE=RANKS, MASTER_ADDR=self.link.ip[0],
                             MASTER_PORT=29500 + self.count, GLOO_SOCKET_IFNAME=self.link.dev[r])
             procs.append(self.link.spawn(r, [sys.executable, os.path.join(HERE, "ddp_reference.py"),
-                                             "--steps", str(steps)], outs[r], env))
+                                             "--steps", str(steps), "--bucket-cap-mb",
+                                             str(bucket_mb)], outs[r], env))
         wait_all(procs, 120 + 15 * steps, f"DDP at {link_name}", outs)
         return read_jsonl(outs[0])
 
-    def cann(self, link_name, compress, steps, onebit_warmup):
-        base = self.name(f"cann-train-{link_name}-{compress.replace(':', '')}")
+    def cann(self, link_name, compress, steps, onebit_warmup, bucket_mb=25.0):
+        base = self.name(f"cann-train-{link_name}-{compress.replace(':', '')}-b{bucket_mb:g}")
         outs = [f"{base}-node{n}.log" for n in range(RANKS)]
         logs = [f"{base}-node{n}.jsonl" for n in range(RANKS)]
         extra = []
@@ -292,6 +300,8 @@ class Bench:
             extra += ["--compress", compress]
         if compress == "onebit" and "--onebit-warmup" in self.flags:
             extra += ["--onebit-warmup", str(onebit_warmup)]
+        if bucket_mb != 25.0:
+            extra += ["--bucket-size-mb", f"{bucket_mb:g}"]
         for l in logs:  # a log of an earlier invocation would be taken for this run's
             if os.path.exists(l):
                 os.remove(l)
@@ -310,8 +320,9 @@ class Bench:
         return read_jsonl(written[0])
 
     def record(self, engine, link_name, compress, steps, rows=None, skip=SKIP, pending=None,
-               error=None):
+               error=None, bucket_mb=None):
         r = {"engine": engine, "link": link_name, "compress": compress, "steps": steps,
+             "bucket_mb": bucket_mb,
              "skip": skip, "pending": pending, "error": error,
              "load_after": None if pending else os.getloadavg()[0]}
         if rows is not None:
@@ -362,6 +373,9 @@ def main():
                    help="steps of the runs whose final loss is compared (1-bit Adam runs, and "
                         "every run on the fastest link)")
     p.add_argument("--no-extras", action="store_true", help="skip the bf16 and top-k rows")
+    p.add_argument("--bucket-mb", type=float, default=4.0,
+                   help="the tuned bucket size: every cann-train row uses it and each link gets "
+                        "an extra uncompressed row of each engine at it (0: defaults only)")
     p.add_argument("--cann-args", default="",
                    help="extra flags for every multi-rank cann-train run, e.g. '--bucket-size-mb 4'")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -453,22 +467,28 @@ def bench(a, links, link):
                             f"{probes[ln][0] / 1e6:.1f} / {probes[ln][1] / 1e6:.1f} Mbit/s")
             break  # every timing on a wrongly shaped link would be meaningless
         long_run = ln == ref_link
-        plan = [("pytorch-ddp", "none"), ("cann-train", "none")] + [
-            ("cann-train", c) for c in compressions]
-        for engine, comp in plan:
-            steps = a.converge_steps if (long_run or comp == "onebit") else a.timing_steps
+        # Both engines at their default bucket size (25 MB), then, where --bucket-mb is set,
+        # both at the tuned size, which the compressed rows use too.
+        tuned = a.bucket_mb or DEFAULT_BUCKET_MB
+        plan = [("pytorch-ddp", "none", DEFAULT_BUCKET_MB), ("cann-train", "none", DEFAULT_BUCKET_MB)]
+        if a.bucket_mb:
+            plan += [("pytorch-ddp", "none", tuned), ("cann-train", "none", tuned)]
+        plan += [("cann-train", c, tuned) for c in compressions]
+        for engine, comp, mb in plan:
+            long_none = long_run and mb == tuned
+            steps = a.converge_steps if (long_none or comp == "onebit") else a.timing_steps
             skip = SKIP + (w if comp == "onebit" else 0)
             if engine == "cann-train" and b.missing(comp):
-                b.record(engine, ln, comp, steps, pending=b.missing(comp))
+                b.record(engine, ln, comp, steps, pending=b.missing(comp), bucket_mb=mb)
                 continue
-            log(f"{LINK_NAMES[ln]}: {engine} {comp}, {steps} steps")
+            log(f"{LINK_NAMES[ln]}: {engine} {comp}, buckets {mb:g} MB, {steps} steps")
             try:
-                rows = (b.ddp(ln, steps) if engine == "pytorch-ddp"
-                        else b.cann(ln, comp, steps, w))
-                b.record(engine, ln, comp, steps, rows, skip)
+                rows = (b.ddp(ln, steps, mb) if engine == "pytorch-ddp"
+                        else b.cann(ln, comp, steps, w, mb))
+                b.record(engine, ln, comp, steps, rows, skip, bucket_mb=mb)
             except RunFailed as e:
                 failures.append(str(e))
-                b.record(engine, ln, comp, steps, error=str(e))
+                b.record(engine, ln, comp, steps, error=str(e), bucket_mb=mb)
 
     # Derived figures: the same formulas for both engines.
     for r in b.results:
@@ -479,16 +499,18 @@ def bench(a, links, link):
 
     # Validation: losses start at the uniform-byte value and fall; compressed runs end where the
     # uncompressed run ends.
-    def find(engine, ln, comp):
+    def find(engine, ln, comp, mb=None):
+        mb = mb or a.bucket_mb or DEFAULT_BUCKET_MB
         for r in b.results:
-            if (r["engine"], r["link"], r["compress"]) == (engine, ln, comp):
+            if (r["engine"], r["link"], r["compress"], r["bucket_mb"]) == (engine, ln, comp, mb):
                 return r
         return None
 
     for r in b.results:
         if "rows" not in r:
             continue
-        tag = f"{r['engine']} {r['link']} {r['compress']}"
+        tag = f"{r['engine']} {r['link']} {r['compress']}" + (
+            "" if r["bucket_mb"] is None else f" ({r['bucket_mb']:g} MB buckets)")
         if r["logged_steps"] != r["steps"]:
             failures.append(f"{tag}: logged {r['logged_steps']} of {r['steps']} steps")
         if abs(r["first_loss"] - LN_VOCAB) > 0.3:
@@ -527,12 +549,14 @@ def bench(a, links, link):
         print(f"link {LINK_NAMES[ln]}: measured TCP goodput a->b {probes[ln][0] / 1e6:.1f} Mbit/s, "
               f"b->a {probes[ln][1] / 1e6:.1f} Mbit/s; fp32 gradient all-reduce "
               f"({grad_bytes / 1e6:.1f} MB) predicted {pred:.2f} s")
-    hdr = (f"{'engine':<12}{'link':<11}{'compress':<10}{'steps':>6}{'ms/step':>9}{'tokens/s':>10}"
+    hdr = (f"{'engine':<12}{'link':<11}{'compress':<10}{'bucket':>7}{'steps':>6}{'ms/step':>9}"
+           f"{'tokens/s':>10}"
            f"{'exposed':>9}{'own exp.':>9}{'scaling':>9}{'loss 1st':>9}{'final':>9}"
            f"{'vs none':>9}")
     print(hdr)
     for r in b.results:
-        head = f"{r['engine']:<12}{r['link']:<11}{r['compress']:<10}{r['steps']:>6}"
+        bucket = "-" if r["bucket_mb"] is None else f"{r['bucket_mb']:g}MB"
+        head = f"{r['engine']:<12}{r['link']:<11}{r['compress']:<10}{bucket:>7}{r['steps']:>6}"
         if r["pending"]:
             print(f"{head}  pending: {r['pending']}")
             continue
@@ -547,11 +571,15 @@ def bench(a, links, link):
               f"{'-' if vs is None else ('+' if vs >= 0 else '') + pct(vs):>9}")
     for r in b.results:
         if r.get("comm_bytes") is not None:
-            print(f"  cann-train {r['link']} {r['compress']}: {r['comm_bytes'] / 1e6:.2f} MB on the "
+            print(f"  cann-train {r['link']} {r['compress']} ({r['bucket_mb']:g} MB buckets): "
+                  f"{r['comm_bytes'] / 1e6:.2f} MB on the "
                   f"wire per step (fp32 gradient: {grad_bytes / 1e6:.1f} MB)")
 
     # Targets of the issue.
-    print("targets:")
+    tuned = a.bucket_mb or DEFAULT_BUCKET_MB
+    print(f"targets (both engines with {tuned:g} MB buckets"
+          + (", the size this model needs to overlap: 41 MB of gradients make 2 buckets at the "
+             "default 25 MB)" if a.bucket_mb else ")") + ":")
     slow = "100mbit" if "100mbit" in links else None
     fast = "1gbit" if "1gbit" in links else None
 
