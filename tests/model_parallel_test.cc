@@ -322,7 +322,6 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "2", "--strategy", "tp=2,pp=2"},
       {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
       {"--nproc-per-node", "2", "--strategy", "ep=2"},  // gpt_tiny has no experts
-      {"--nproc-per-node", "2", "--strategy", "tp=2", "--checkpoint-dir", "unused"},
       {"--strategy", "tp=2"},  // one process
   };
   for (const auto& flags : bad) {

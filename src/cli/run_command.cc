@@ -304,9 +304,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     if (!env->has_value() &&
         (launch->nproc_per_node > 1 || launch->nnodes > 1 || resilience->elastic)) {
       // This process is the agent: launch the workers with the same arguments.
-      if (Status st = train::check_strategy_for_launch(
-              config->strategy, config->model, launch->nproc_per_node * launch->nnodes,
-              !config->checkpoint_dir.empty() || config->resume);
+      if (Status st = train::check_strategy_for_launch(config->strategy, config->model,
+                                                       launch->nproc_per_node * launch->nnodes);
           !st.ok())
         return report(st);
       elastic::AgentConfig ac;

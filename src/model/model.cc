@@ -325,16 +325,7 @@ void Model::init_params(uint64_t seed) {
     // Biases and norm shifts stay zero.
   }
   if (!part) return;
-  for (const TensorInfo& shard : table_.tensors()) {
-    const TensorInfo& whole = table.at(*table.find(shard.name));
-    if (shard.expert && ep_.size > 1) {
-      // This rank's experts: a contiguous block of dim 0.
-      const float* src = base + whole.offset + static_cast<size_t>(ep_.rank) * shard.numel;
-      std::copy(src, src + shard.numel, params_.data() + shard.offset);
-      continue;
-    }
-    copy_tp_shard(shard, base + whole.offset, params_.data() + shard.offset, tp_.rank, tp_.size);
-  }
+  slice_from_full(table, base, table_, {tp_.rank, tp_.size, ep_.rank, ep_.size}, params_.data());
 }
 
 std::span<const int> Model::expert_counts(int i) const {

@@ -144,6 +144,34 @@ void place_tp_shard(const TensorInfo& t, const float* shard, float* full, int ra
   });
 }
 
+void slice_from_full(const ParamTable& full, const float* full_buf, const ParamTable& local,
+                     const ShardPlace& at, float* local_buf) {
+  for (const TensorInfo& t : local.tensors()) {
+    const TensorInfo& whole = full.at(*full.find(t.name));
+    if (t.expert && at.ep > 1) {
+      const float* src = full_buf + whole.offset + static_cast<size_t>(at.ep_rank) * t.numel;
+      std::copy(src, src + t.numel, local_buf + t.offset);
+      continue;
+    }
+    copy_tp_shard(t, full_buf + whole.offset, local_buf + t.offset, at.tp_rank, at.tp);
+  }
+}
+
+void place_into_full(const ParamTable& local, const float* local_buf, const ParamTable& full,
+                     const ShardPlace& at, const std::function<bool(const TensorInfo&)>& owned,
+                     float* full_buf) {
+  for (const TensorInfo& t : local.tensors()) {
+    if (!owned(t)) continue;
+    const TensorInfo& whole = full.at(*full.find(t.name));
+    if (t.expert && at.ep > 1) {
+      float* dst = full_buf + whole.offset + static_cast<size_t>(at.ep_rank) * t.numel;
+      std::copy(local_buf + t.offset, local_buf + t.offset + t.numel, dst);
+      continue;
+    }
+    place_tp_shard(t, local_buf + t.offset, full_buf + whole.offset, at.tp_rank, at.tp);
+  }
+}
+
 ParamTable build_param_table(const ModelSpec& s, int tp) {
   return build_stage_param_table(s, tp, 0, s.num_hidden_layers);
 }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -94,5 +95,23 @@ Status check_tp_divides(const ModelSpec& spec, int tp);
 void copy_tp_shard(const TensorInfo& info, const float* full, float* shard, int rank, int tp);
 // The inverse: writes rank's shard into its place in the full tensor (padding is skipped).
 void place_tp_shard(const TensorInfo& info, const float* shard, float* full, int rank, int tp);
+
+// Where a rank's table sits in the full model: its tensor-parallel rank and its place in the
+// expert group, whose experts are a contiguous block of each expert tensor's dim 0 (rank r of
+// ep holds experts [r*E/ep, (r+1)*E/ep)).
+struct ShardPlace {
+  int tp_rank = 0, tp = 1;
+  int ep_rank = 0, ep = 1;
+};
+// local_buf <- this rank's part of every tensor of `local` (a stage's or a sharded table; each
+// tensor found by name in `full`, the single-process table): its tensor-parallel shard, its
+// block of experts, or the whole tensor. The last stage's copy of the tied wte takes wte.
+void slice_from_full(const ParamTable& full, const float* full_buf, const ParamTable& local,
+                     const ShardPlace& at, float* local_buf);
+// The inverse, for the tensors of `local` that `owned` selects: writes each into its place in
+// full_buf and leaves the rest of full_buf untouched.
+void place_into_full(const ParamTable& local, const float* local_buf, const ParamTable& full,
+                     const ShardPlace& at, const std::function<bool(const TensorInfo&)>& owned,
+                     float* full_buf);
 
 }  // namespace cann::model

@@ -239,7 +239,8 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
   const size_t n = model_.num_floats();
   std::vector<float> m(n), v(n);
   int step = 0;
-  CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, model_, m.data(), v.data(), &step, state));
+  CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, model_, m.data(), v.data(), &step, state,
+                                                   config_.shards.full ? &config_.shards : nullptr));
   const nlohmann::json extra = nlohmann::json::parse(checkpoint_optimizer_extra(ck));
   if (zero_) {
     zero_->scatter_state(m.data(), v.data());

@@ -47,6 +47,8 @@ struct DataParallelConfig {
   // reduced over it instead of the data-parallel group. Needs zero=0 and --compress none.
   comm::Group* expert_dp_group = nullptr;
   int ep = 1;
+  // Model parallelism: checkpoints hold the whole model; restore takes this rank's part.
+  CheckpointShards shards;
 };
 
 class DataParallelEngine {

@@ -1,6 +1,8 @@
 // Strategy -> trainable layout, and the tensor-parallel wiring of a worker.
 #include "train/model_parallel.h"
 
+#include <algorithm>
+
 #include "comm/group.h"
 #include "kernels/cpu/grad_norm.h"
 #include "model/model.h"
@@ -13,10 +15,6 @@
 #include "plan/strategy.h"
 
 namespace cann::train {
-
-const char kNoModelParallelCheckpoints[] =
-    "checkpoints of tensor- or pipeline-parallel runs are not available in this build; hint: "
-    "drop --checkpoint-dir/--resume or use tp=1,pp=1";
 
 StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::string& text,
                                          int world) {
@@ -68,13 +66,11 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 }
 
 Status check_strategy_for_launch(const std::string& strategy, const std::string& model_name,
-                                 int world, bool checkpoints) {
+                                 int world) {
   if (strategy.empty()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(strategy));
   CANN_ASSIGN_OR_RETURN(ParallelLayout layout, parallel_layout(st, strategy, world));
   if (!layout.model_parallel()) return OkStatus();
-  if (checkpoints)
-    return InvalidArgument("--strategy " + strategy + ": " + kNoModelParallelCheckpoints);
   auto spec = model::load_model_spec(model_name);
   if (!spec.ok()) return OkStatus();  // the workers report a bad model with its own message
   if (layout.ep > 1 && (!spec->is_moe() || spec->num_local_experts % layout.ep != 0))
@@ -224,6 +220,32 @@ Status ModelParallel::sync_tied_embedding(model::Model& model) {
     data = zero_wte_.data();
   }
   return mesh_->pp().allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
+}
+
+model::ShardPlace ModelParallel::shard_place() const {
+  const parallel::MeshCoords& c = mesh_->coords();
+  return {c.tp, layout_.tp, c.ep, layout_.ep};
+}
+
+Status ModelParallel::gather_full(comm::Group& world, const model::ParamTable& local,
+                                  const model::ParamTable& full,
+                                  const std::vector<const float*>& locals, float* out) {
+  const parallel::MeshCoords& c = mesh_->coords();
+  auto owned = [&](const model::TensorInfo& t) {
+    if (t.name == "wte" && t.layer >= 0) return false;  // the last stage's tied copy
+    if (c.cp != 0) return false;
+    if (t.expert) return c.expert_block == 0 && c.tp == 0;
+    return c.dp == 0 && (t.tp_split != model::TpSplit::kReplicated || c.tp == 0);
+  };
+  const size_t n = full.total_floats();
+  std::fill(out, out + n * locals.size(), 0.0f);
+  for (size_t i = 0; i < locals.size(); ++i)
+    model::place_into_full(local, locals[i], full, shard_place(), owned, out + i * n);
+  comm::Options opts;
+  opts.tag = "checkpoint_gather";
+  return world
+      .allreduce(out, n * locals.size(), comm::DataType::kFloat32, comm::ReduceOp::kSum, opts)
+      ->wait();
 }
 
 std::string ModelParallel::describe() const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/param_table.h"
 #include "model/tensor_parallel.h"
 
 namespace cann::comm {
@@ -21,7 +22,6 @@ class Group;
 }
 namespace cann::model {
 class Model;
-class ParamTable;
 struct ModelSpec;
 struct PipelineStage;
 }  // namespace cann::model
@@ -35,9 +35,6 @@ class GroupExpertParallelComm;
 }  // namespace cann::parallel
 
 namespace cann::train {
-
-// The refusal of --checkpoint-dir/--resume under model parallelism (launcher and worker).
-extern const char kNoModelParallelCheckpoints[];
 
 struct ParallelLayout {
   int dp = 1;
@@ -55,9 +52,7 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 // What the launcher checks before it starts `world` workers, so a strategy that cannot run is
 // reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
 // the model splits that way. `model` is a shipped name or a spec path.
-// `checkpoints`: the run asked for --checkpoint-dir or --resume (refused with tp or pp > 1).
-Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world,
-                                 bool checkpoints = false);
+Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world);
 
 class ModelParallel {
  public:
@@ -92,6 +87,20 @@ class ModelParallel {
   // A communication failure is kept in status() and the local sum is returned.
   std::function<double(const float*)> grad_sum_of_squares(const model::ParamTable& table);
   const Status& status() const { return status_; }
+
+  // Checkpoints of a model-parallel run hold the whole model in the single-process layout, so
+  // they load under any strategy (and world size) by slicing. This rank's place in that layout:
+  model::ShardPlace shard_place() const;
+  // A collective over `world`: out (count x full.total_floats(), zeroed here) <- the whole
+  // model's buffers, one per entry of `locals` (this rank's buffers in `local`'s layout:
+  // parameters, AdamW moments). Each tensor comes from one owner (data-parallel rank 0, or the
+  // first expert group for experts; tensor-parallel rank 0 for replicated tensors; never the
+  // last stage's copy of the tied wte) and lands in a buffer that is otherwise zero on every
+  // rank, so a sum over the ranks assembles it exactly. Costs an all-reduce of count full
+  // models: fine for checkpoints, which are rare.
+  Status gather_full(comm::Group& world, const model::ParamTable& local,
+                     const model::ParamTable& full, const std::vector<const float*>& locals,
+                     float* out);
   // "dp=2 pp=1 tp=2 cp=1 ep=1, sp on; rank 3 is tp 1, ..." and the rank table.
   std::string describe() const;
   std::string rank_table() const;

@@ -22,15 +22,24 @@ std::string hex64(uint64_t v) {
 
 ckpt::CheckpointWrite training_checkpoint(const model::Model& model, const OptimizerSnapshot& opt,
                                           const ResumeState& state, const TrainConfig& config) {
+  OptimizerSnapshot o = opt;
+  if (o.params == nullptr) o.params = model.params();
+  return training_checkpoint(model.spec(), model.table(), o, state, config);
+}
+
+ckpt::CheckpointWrite training_checkpoint(const model::ModelSpec& spec,
+                                          const model::ParamTable& param_table,
+                                          const OptimizerSnapshot& opt, const ResumeState& state,
+                                          const TrainConfig& config) {
   nlohmann::json meta;
-  meta["model_name"] = model.spec().name;
-  meta["model_spec"] = nlohmann::json::parse(model::spec_to_json(model.spec()));
+  meta["model_name"] = spec.name;
+  meta["model_spec"] = nlohmann::json::parse(model::spec_to_json(spec));
   nlohmann::json table = nlohmann::json::array();
-  for (const auto& t : model.table().tensors())
+  for (const auto& t : param_table.tensors())
     table.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
   meta["param_table"] = table;
-  meta["param_floats"] = model.table().total_floats();
-  meta["param_fingerprint"] = hex64(model.table().fingerprint());
+  meta["param_floats"] = param_table.total_floats();
+  meta["param_fingerprint"] = hex64(param_table.fingerprint());
   meta["optimizer"] = {{"type", "adamw"},
                        {"step", opt.step},
                        {"weight_decay", config.weight_decay},
@@ -46,9 +55,9 @@ ckpt::CheckpointWrite training_checkpoint(const model::Model& model, const Optim
   ckpt::CheckpointWrite w;
   w.step = state.step;
   w.meta_json = meta.dump();
-  const size_t bytes = model.table().total_floats() * sizeof(float);
+  const size_t bytes = param_table.total_floats() * sizeof(float);
   w.sections = {
-      {"params", opt.params != nullptr ? opt.params : model.params(), bytes},
+      {"params", opt.params, bytes},
       {"adam_m", opt.m, bytes},
       {"adam_v", opt.v, bytes}};
   for (const auto& extra : opt.extra_sections) w.sections.push_back(extra);
@@ -73,12 +82,14 @@ std::string checkpoint_optimizer_extra(const ckpt::LoadedCheckpoint& ck) {
 }
 
 Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model, float* m,
-                                   float* v, int* opt_step, ResumeState* state) {
+                                   float* v, int* opt_step, ResumeState* state,
+                                   const CheckpointShards* shards) {
+  const model::ParamTable& layout = shards != nullptr ? *shards->full : model.table();
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(ck.meta_json);
     const std::string fp = meta.at("param_fingerprint").get<std::string>();
-    if (fp != hex64(model.table().fingerprint()))
+    if (fp != hex64(layout.fingerprint()))
       return FailedPrecondition(
           ck.path + ": checkpoint was written for model '" +
           meta.value("model_name", std::string("?")) +
@@ -94,7 +105,7 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
     return DataLoss(ck.path + ": checkpoint metadata is incomplete (" + e.what() +
                     "); hint: it was not written by this version of cann-train");
   }
-  const size_t bytes = model.table().total_floats() * sizeof(float);
+  const size_t bytes = layout.total_floats() * sizeof(float);
   struct Target {
     const char* name;
     float* dst;
@@ -107,7 +118,11 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
       return DataLoss(ck.path + ": section '" + t.name + "' holds " +
                       std::to_string(s->data.size()) + " bytes, the model needs " +
                       std::to_string(bytes));
-    std::memcpy(t.dst, s->data.data(), bytes);
+    if (shards != nullptr)
+      model::slice_from_full(layout, reinterpret_cast<const float*>(s->data.data()),
+                             model.table(), shards->at, t.dst);
+    else
+      std::memcpy(t.dst, s->data.data(), bytes);
   }
   return OkStatus();
 }

@@ -41,17 +41,31 @@ struct OptimizerSnapshot {
 // The views stay valid while model and opt do.
 ckpt::CheckpointWrite training_checkpoint(const model::Model& model, const OptimizerSnapshot& opt,
                                           const ResumeState& state, const TrainConfig& config);
+// The same for buffers laid out as `table` (a model-parallel run's whole model, gathered):
+// opt.params must be set.
+ckpt::CheckpointWrite training_checkpoint(const model::ModelSpec& spec,
+                                          const model::ParamTable& table,
+                                          const OptimizerSnapshot& opt, const ResumeState& state,
+                                          const TrainConfig& config);
+
+// A rank that holds part of the model (tensor, pipeline or expert parallelism) reads the
+// checkpoint's whole-model layout `full` and takes its own part (model::slice_from_full).
+struct CheckpointShards {
+  const model::ParamTable* full = nullptr;
+  model::ShardPlace at;
+};
 
 StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_last,
                                                const model::Model& model,
                                                const OptimizerSnapshot& opt,
                                                const ResumeState& state, const TrainConfig& config);
 
-// Restores model parameters, the moments into m and v (full size), the optimizer step, and
-// fills `state`. Fails with a clear message when the checkpoint's parameter layout differs from
-// `model`'s.
+// Restores model parameters, the moments into m and v (the model's layout), the optimizer
+// step, and fills `state`. Fails with a clear message when the checkpoint's parameter layout
+// differs from `model`'s (or, with `shards`, from the whole model's).
 Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model, float* m,
-                                   float* v, int* opt_step, ResumeState* state);
+                                   float* v, int* opt_step, ResumeState* state,
+                                   const CheckpointShards* shards = nullptr);
 // The "optimizer_extra" object saved with the checkpoint ("{}" when absent).
 std::string checkpoint_optimizer_extra(const ckpt::LoadedCheckpoint& ck);
 

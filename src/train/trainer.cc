@@ -264,9 +264,8 @@ Status Trainer::setup_model_parallel() {
     return InvalidArgument(where + "sp=on splits the " + std::to_string(micro_batch_ * seq_len_) +
                            " tokens of a micro-batch over tp=" + std::to_string(layout_.tp) +
                            " ranks; hint: pick mbs or --seq-len so that tp divides mbs*seq_len");
-  if (!config_.checkpoint_dir.empty() || config_.resume)
-    return InvalidArgument(where + kNoModelParallelCheckpoints);
   CANN_ASSIGN_OR_RETURN(mp_, ModelParallel::create(*world_, layout_));
+  full_table_ = std::make_unique<model::ParamTable>(model::build_param_table(spec_));
   return OkStatus();
 }
 
@@ -536,8 +535,10 @@ Status Trainer::restore_state(const ckpt::LoadedCheckpoint& ck) {
     CANN_RETURN_IF_ERROR(dp_->restore(ck, &st));
   } else {
     int opt_step = 0;
-    CANN_RETURN_IF_ERROR(
-        restore_training_checkpoint(ck, *model_, opt_->m(), opt_->v(), &opt_step, &st));
+    CheckpointShards shards;
+    if (mp_) shards = {full_table_.get(), mp_->shard_place()};
+    CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, *model_, opt_->m(), opt_->v(), &opt_step,
+                                                     &st, mp_ ? &shards : nullptr));
     opt_->set_step_count(opt_step);
   }
   sampler_->restore(st.sampler);
@@ -555,10 +556,24 @@ Status Trainer::save_checkpoint(int step, bool wait) {
   st.sampler = sampler_->state();
   st.rng = rng_.state();
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  if (mp_) {
+    // Every rank sends its part; the leader writes the whole model, loadable at any strategy.
+    const size_t n = full_table_->total_floats();
+    full_state_.resize(3 * n);
+    Status s = mp_->gather_full(*world_, model_->table(), *full_table_,
+                                {model_->params(), snap.m, snap.v}, full_state_.data());
+    if (!s.ok()) return comm_failure(s);
+    snap.params = full_state_.data();
+    snap.m = full_state_.data() + n;
+    snap.v = full_state_.data() + 2 * n;
+  }
   if (!leader()) return OkStatus();
   Stopwatch sw;
   const double t0 = now_seconds();
-  CANN_RETURN_IF_ERROR(keeper_->checkpoint(training_checkpoint(*model_, snap, st, config_), wait));
+  CANN_RETURN_IF_ERROR(keeper_->checkpoint(
+      mp_ ? training_checkpoint(spec_, *full_table_, snap, st, config_)
+          : training_checkpoint(*model_, snap, st, config_),
+      wait));
   if (profiler_) {
     char name[32];
     std::snprintf(name, sizeof(name), "/step-%08d", step);

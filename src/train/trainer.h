@@ -153,6 +153,10 @@ class Trainer {
   // Data ranks are the data-parallel coordinates: the tp ranks of one replica read one batch.
   ParallelLayout layout_;
   std::unique_ptr<ModelParallel> mp_;
+  // Model parallelism: the whole model's layout, which checkpoints use, and the buffer the
+  // parameters and moments are gathered into for one.
+  std::unique_ptr<model::ParamTable> full_table_;
+  std::vector<float> full_state_;
   std::unique_ptr<parallel::PipelineRunner> pipeline_;  // pp > 1
   int data_rank_ = 0;
   int data_world_ = 1;

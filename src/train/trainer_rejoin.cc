@@ -29,6 +29,7 @@ Status Trainer::make_data_parallel_engine() {
   dc.bucket_mb = config_.bucket_mb;
   if (mp_) {
     dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
+    dc.shards = {full_table_.get(), mp_->shard_place()};
     if (layout_.ep > 1) {
       dc.ep = layout_.ep;
       dc.expert_dp_group = &mp_->expert_dp_group();
