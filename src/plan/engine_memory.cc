@@ -64,6 +64,10 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   }
   a.attention_probs = take(att);
   a.layer_output = take(Nsp * C);
+  if (m.is_moe()) {
+    a.expert_counts = take(E);
+    a.moe_routing = 2 * take(Nsp * K) + take(E);
+  }
   // lnf, mean, rstd, logits, losses.
   a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
   // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch; MoE: d_xe, d_ge, d_ye, d_gate, d_router.
