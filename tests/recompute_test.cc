@@ -420,8 +420,8 @@ TEST_F(MultiProcRecomputeTest, FollowsTheSingleProcessLoss) {
     std::vector<std::string> flags;
   };
   const std::vector<Case> cases = {
-      {"single_full", {"--threads", "1", "--strategy", "recompute=full"}},
-      {"single_selective", {"--threads", "1", "--strategy", "recompute=selective"}},
+      {"single_full", {"--threads", "1", "--strategy", "mbs=8,recompute=full"}},
+      {"single_selective", {"--threads", "1", "--strategy", "mbs=8,recompute=selective"}},
       {"tp2_full", {"--nproc-per-node", "2", "--strategy", "tp=2,recompute=full", "--quiet"}},
       {"pp2_selective",
        {"--nproc-per-node", "2", "--strategy", "pp=2,mbs=2,recompute=selective", "--quiet"}},
