@@ -1,7 +1,8 @@
 // Model: a gpt (causal LM) or bert (masked LM) transformer, dense or with MoE feed-forward
 // layers, as a straight line of kernel calls over flat buffers (llm.c's shape). Forward saves
-// what backward needs in one activation arena sized at creation; backward walks the same line
-// in reverse and accumulates into the flat gradient buffer.
+// what backward needs in one activation arena sized at creation (with recomputation, part of
+// it: recompute.h); backward walks the same line in reverse and accumulates into the flat
+// gradient buffer.
 //
 // Under tensor parallelism (see tensor_parallel.h) a Model is one rank's part: its ParamTable,
 // flat buffers and activations hold only this rank's heads, MLP units and vocabulary slice,

@@ -1,6 +1,7 @@
 // The fp32 engine's memory, piece by piece (see engine_memory.h). engine_arena follows
-// Model::layout_activations() take by take, in the same order, so a change there shows up as
-// a failing equality in tests/plan_engine_memory_test.cc.
+// Model::layout_activations() and Model::carve_layer() (model/recompute.cc) take by take, in
+// the same order, so a change there shows up as a failing equality in
+// tests/plan_engine_memory_test.cc and tests/recompute_test.cc.
 #include "plan/engine_memory.h"
 
 #include <algorithm>
