@@ -68,7 +68,10 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("ep=3", 4, "ep=3 does not divide dp=4");
   EXPECT_EQ(layout("ep=2", 4)->ep, 2);
   refused("cp=2", 2, "context parallelism (cp=2)");
-  refused("tp=2,recompute=full", 2, "recompute=full");
+  auto recompute = layout("tp=2,recompute=full", 2);
+  ASSERT_TRUE(recompute.ok()) << recompute.status().message();
+  EXPECT_EQ(recompute->recompute, model::Recompute::kFull);
+  EXPECT_EQ(layout("recompute=selective", 1)->recompute, model::Recompute::kSelective);
   refused("tp=2,zero=1", 2, "zero=1 with tp, pp or ep > 1");
   // Through the launcher's check: the model must split.
   const Status heads = train::check_strategy_for_launch("tp=4", "gpt_tiny", 4);

@@ -44,7 +44,7 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_batch, int max_seq,
                                                const TensorParallel& tp, const PipelineStage& stage,
-                                               const ExpertParallel& ep) {
+                                               const ExpertParallel& ep, Recompute recompute) {
   if (spec.architecture == Architecture::kVit)
     return InvalidArgument(spec.source +
                            ": the trainer runs gpt and bert models; vit specs are for planning "
@@ -82,6 +82,7 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
   std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage,
                                      ep.size > 1 ? ep : ExpertParallel{}));
   m->slots_.resize(stage.slots);
+  m->recompute_ = recompute;
   m->max_batch_ = max_batch;
   m->max_seq_ = max_seq;
   m->params_.resize(m->table_.total_floats());
@@ -123,7 +124,7 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
 }
 
 // Carves the arena: every saved activation and every backward scratch buffer, sized for
-// N = max_batch * max_seq tokens. Two passes: the first only counts (base == nullptr).
+// N = max_batch * max_seq tokens. Two passes: the first only counts (null bases).
 void Model::layout_activations() {
   const ModelSpec& s = spec_;
   const size_t N = static_cast<size_t>(max_batch_) * max_seq_;
@@ -131,66 +132,28 @@ void Model::layout_activations() {
   // parallelism its 1/tp of them (the saving sp is for).
   const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
   const size_t C = s.hidden_size, V = vocab_, QKV = qkv_, F = ff_, AC = attn_c_;
-  const size_t att = static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_;
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
   const size_t cap = s.is_moe() ? moe_capacity(static_cast<int>(N), static_cast<int>(E),
                                                static_cast<int>(K), s.capacity_factor)
                                 : 0;
+  const Keep keep = recompute_ == Recompute::kFull        ? Keep::kOutput
+                    : recompute_ == Recompute::kSelective ? Keep::kAllButProbs
+                                                          : Keep::kAll;
   for (int pass = 0; pass < 2; ++pass) {
-    float* base = pass == 0 ? nullptr : acts_.data();
-    int* ibase = pass == 0 ? nullptr : ints_.data();
-    size_t used = 0, iused = 0;
-    auto take = [&](size_t n) {
-      float* p = base ? base + used : nullptr;
-      used += (n + 15) / 16 * 16;
-      return p;
-    };
-    auto itake = [&](size_t n) {
-      int* p = ibase ? ibase + iused : nullptr;
-      iused += (n + 15) / 16 * 16;
-      return p;
-    };
+    ArenaCarver arena;
+    if (pass == 1) {
+      arena.base = acts_.data();
+      arena.ibase = ints_.data();
+    }
+    auto take = [&](size_t n) { return arena.take(n); };
     // One set of saved activations per slot (micro-batches in flight in a pipeline).
     for (size_t si = 0; si < slots_.size(); ++si) {
       Slot& slot = slots_[si];
       slot.layers.clear();
       slot.moe_layers.clear();
       slot.encoded = take(R * C);
-      for (int l = first_layer_; l < end_layer_; ++l) {
-        LayerActs a{};
-        a.ln1 = take(R * C);
-        a.ln1_mean = take(R);
-        a.ln1_rstd = take(R);
-        a.qkv = take(N * QKV);
-        a.att = take(att);
-        a.atty = take(N * AC);
-        a.resid_attn = take(R * C);
-        a.ln2 = take(R * C);
-        a.ln2_mean = take(R);
-        a.ln2_rstd = take(R);
-        a.out = take(R * C);
-        if (s.is_moe_layer(l)) {
-          MoeActs m{};
-          m.router_logits = take(N * E);
-          m.probs = take(N * E);
-          m.gate = take(N * K);
-          m.load_fraction = take(E);
-          m.xe = take(E * cap * C);
-          m.he = take(E * cap * FM);
-          m.ge = take(E * cap * FM);
-          m.ye = take(E * cap * C);
-          m.expert_index = itake(N * K);
-          m.slot = itake(N * K);
-          m.expert_count = itake(E);
-          if (ep_.size > 1) m.recv_count = itake(E);
-          a.moe_index = static_cast<int>(slot.moe_layers.size());
-          slot.moe_layers.push_back(m);
-        } else {
-          a.fch = take(N * F);
-          a.fch_gelu = take(N * F);
-        }
-        slot.layers.push_back(a);
-      }
+      for (int l = first_layer_; l < end_layer_; ++l)
+        slot.layers.push_back(carve_layer(arena, l, keep, &slot.moe_layers));
       if (head_) {
         slot.lnf = take(R * C);
         slot.lnf_mean = take(R);
@@ -203,8 +166,8 @@ void Model::layout_activations() {
           slot.tp_shift = take(N);
         }
       }
-      slot.inputs = itake(N);
-      slot.targets = itake(N);
+      slot.inputs = arena.itake(N);
+      slot.targets = arena.itake(N);
     }
     // Backward scratch, shared by the slots (one backward runs at a time).
     d_resid_ = take(R * C);
@@ -228,9 +191,10 @@ void Model::layout_activations() {
       tp_full_ = take(N * C);
       tp_lngrad_ = take(2 * C);
     }
+    carve_recompute_buffers(arena);
     if (pass == 0) {
-      acts_.resize(used);
-      ints_.resize(iused);
+      acts_.resize(arena.used);
+      ints_.resize(arena.iused);
     }
   }
   slot_ = 0;
@@ -333,6 +297,8 @@ std::span<const int> Model::expert_counts(int i) const {
 }
 
 std::span<const int> Model::expert_assignments(int i) const {
+  CANN_CHECK(recompute_ != Recompute::kFull)
+      << "expert assignments are not kept under full recomputation";
   const MoeActs& m = moe_layers_[i];
   return {m.expert_index, static_cast<size_t>(m.shape.N) * m.shape.K};
 }
@@ -347,6 +313,62 @@ long Model::dropped_assignments() const {
   return dropped;
 }
 
+// One block: a = x + proj(attention(ln1(x))); out = a + mlp(ln2(a)). Forward and
+// recomputation (recompute.cc) both run it, so a recomputed tensor is the saved one bit for bit;
+// the tensor-parallel and expert-parallel collectives are issued again in recomputation, in the
+// same order on every rank. Under full recomputation the tensors go to the shared set and only
+// the output to the layer's own buffer; recomputation skips what only makes the output (the
+// dense MLP's second projection; the MoE combine lands in the free d_ln_ scratch).
+double Model::layer_forward(int i, const float* x, bool recomputing) {
+  const ModelSpec& s = spec_;
+  const int B = B_, T = T_, N = B * T, C = s.hidden_size, QKV = qkv_, AC = attn_c_, F = ff_;
+  const bool tp = tp_.size > 1, sp = tp && tp_.sequence_parallel;
+  const int R = sp ? N / tp_.size : N;
+  const float* P = params_.data();
+  const LayerOffsets& o = offsets_[i];
+  const bool moe = layers_[i].moe_index >= 0;
+  const bool shared = recompute_ == Recompute::kFull;
+  LayerActs a = shared ? (moe ? recompute_moe_ : recompute_dense_) : layers_[i];
+  a.out = recomputing ? nullptr : layers_[i].out;
+  a.moe_index = layers_[i].moe_index;
+  // Selective: forward's probabilities go to the shared buffer and are dropped.
+  if (a.att == nullptr) a.att = recompute_att_;
+  const AttentionShape ash{B, T, nh_, kvh_, s.head_size(), s.causal()};
+  // Row-parallel biases are added by one rank so that the reduced sum holds them once.
+  const bool add_bias = !tp || tp_.rank == 0;
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
+  const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
+  linear_forward(a.qkv, ln1_all, P + o.qkvw, P + o.qkvb, N, C, QKV);
+  attention_forward(a.atty, a.att, a.qkv, ash);
+  float* attn_out = sp ? tp_full_ : a.resid_attn;
+  linear_forward(attn_out, a.atty, P + o.projw, add_bias ? P + o.projb : nullptr, N, AC, C);
+  if (tp) tp_row_parallel_out(a.resid_attn, attn_out, N);
+  residual_forward(a.resid_attn, a.resid_attn, x, static_cast<size_t>(R) * C);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b, R, C);
+  const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
+  double aux = 0.0;
+  if (moe) {
+    // Experts are whole on every tp rank (sp is refused with MoE): the same computation on
+    // the same input everywhere.
+    const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
+                     s.capacity_factor};
+    MoeActs& kept = moe_layers_[a.moe_index];
+    MoeActs& m = shared ? recompute_moe_acts_ : kept;
+    aux = moe_forward(recomputing ? d_ln_ : a.out, ln2_all, P, o.moe, m, md, N, moe_scratch_, &ep_,
+                      &tp_status_);
+    if (shared) record_routing(kept, m, recomputing);
+  } else {
+    linear_forward(a.fch, ln2_all, P + o.fcw, P + o.fcb, N, C, F);
+    gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * F);
+    if (recomputing) return aux;
+    float* mlp_out = sp ? tp_full_ : a.out;
+    linear_forward(mlp_out, a.fch_gelu, P + o.fcprojw, add_bias ? P + o.fcprojb : nullptr, N, F, C);
+    if (tp) tp_row_parallel_out(a.out, mlp_out, N);
+  }
+  if (!recomputing) residual_forward(a.out, a.out, a.resid_attn, static_cast<size_t>(R) * C);
+  return aux;
+}
+
 // Under tensor parallelism the residual stream has R rows on this rank: all N tokens, or with
 // sequence parallelism the N/tp tokens [rank*R, (rank+1)*R). Under sp, layernorm outputs keep
 // only those rows; the column-parallel linears read them all-gathered into tp_full_, which
@@ -356,8 +378,7 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
       << "batch " << B << "x" << T << " exceeds the model's buffers " << max_batch_ << "x"
       << max_seq_;
   const ModelSpec& s = spec_;
-  const int N = B * T, C = s.hidden_size, V = vocab_, QKV = qkv_, AC = attn_c_;
-  const int F = ff_;
+  const int N = B * T, C = s.hidden_size, V = vocab_;
   const bool tp = tp_.size > 1, sp = tp && tp_.sequence_parallel;
   CANN_CHECK(!sp || N % tp_.size == 0)
       << "sequence parallelism needs B*T = " << N << " divisible by tp = " << tp_.size;
@@ -372,9 +393,6 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   have_targets_ = targets != nullptr;
   std::memcpy(inputs_, inputs, sizeof(int) * N);
   const float* P = params_.data();
-  const AttentionShape ash{B, T, nh_, kvh_, s.head_size(), s.causal()};
-  const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
-                   s.capacity_factor};
 
   if (!embed_) {
     // A later pipeline stage: encoded_ holds the previous stage's output (stage_input()).
@@ -391,37 +409,10 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   const float* x = encoded_;
   double aux_total = 0.0;
   for (int i = 0; i < end_layer_ - first_layer_; ++i) {
-    const LayerOffsets& o = offsets_[i];
-    LayerActs& a = layers_[i];
-    // Row-parallel biases are added by one rank so that the reduced sum holds them once.
-    const bool add_bias = !tp || first_rank;
     use(ParamUse::kBeforeForward, first_layer_ + i);
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
-    const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
-    linear_forward(a.qkv, ln1_all, P + o.qkvw, P + o.qkvb, N, C, QKV);
-    attention_forward(a.atty, a.att, a.qkv, ash);
-    float* attn_out = sp ? tp_full_ : a.resid_attn;
-    linear_forward(attn_out, a.atty, P + o.projw, add_bias ? P + o.projb : nullptr, N, AC, C);
-    if (tp) tp_row_parallel_out(a.resid_attn, attn_out, N);
-    residual_forward(a.resid_attn, a.resid_attn, x, static_cast<size_t>(R) * C);
-    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b, R, C);
-    const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
-    if (a.moe_index >= 0) {
-      // Experts are whole on every tp rank (sp is refused with MoE): the same computation on
-      // the same input everywhere.
-      aux_total += moe_forward(a.out, ln2_all, P, o.moe, moe_layers_[a.moe_index], md, N,
-                               moe_scratch_, &ep_, &tp_status_);
-    } else {
-      linear_forward(a.fch, ln2_all, P + o.fcw, P + o.fcb, N, C, F);
-      gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * F);
-      float* mlp_out = sp ? tp_full_ : a.out;
-      linear_forward(mlp_out, a.fch_gelu, P + o.fcprojw, add_bias ? P + o.fcprojb : nullptr, N, F,
-                     C);
-      if (tp) tp_row_parallel_out(a.out, mlp_out, N);
-    }
-    residual_forward(a.out, a.out, a.resid_attn, static_cast<size_t>(R) * C);
+    aux_total += layer_forward(i, x, false);
     use(ParamUse::kAfterForward, first_layer_ + i);
-    x = a.out;
+    x = layers_[i].out;
   }
   ForwardStats st;
   st.aux_loss = aux_total;
@@ -501,14 +492,16 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   for (int i = local_layers - 1; i >= 0; --i) {
     const int l = first_layer_ + i;
     const LayerOffsets& o = offsets_[i];
-    const LayerActs& a = layers_[i];
     const float* x_in = i == 0 ? encoded_ : layers_[i - 1].out;
     use(ParamUse::kBeforeBackward, l);
+    // Its saved tensors, or the recomputed ones (after kBeforeBackward: the parameters are in).
+    const MoeActs* moe = nullptr;
+    const LayerActs a = backward_acts(i, x_in, &moe);
     // Feed-forward branch: out = resid_attn + mlp(ln2(resid_attn)).
     const float* d_ln2 = d_ln_;
     if (a.moe_index >= 0) {
-      moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, moe_layers_[a.moe_index], moe_scratch_, md,
-                   aux_grad, d_branch_, &ep_, &tp_status_);
+      moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, *moe, moe_scratch_, md, aux_grad, d_branch_,
+                   &ep_, &tp_status_);
     } else {
       const float* dy = full_dout();
       linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);

@@ -1,7 +1,8 @@
 // Model: a gpt (causal LM) or bert (masked LM) transformer, dense or with MoE feed-forward
 // layers, as a straight line of kernel calls over flat buffers (llm.c's shape). Forward saves
-// what backward needs in one activation arena sized at creation; backward walks the same line
-// in reverse and accumulates into the flat gradient buffer.
+// what backward needs in one activation arena sized at creation (with recomputation, part of
+// it: recompute.h); backward walks the same line in reverse and accumulates into the flat
+// gradient buffer.
 //
 // Under tensor parallelism (see tensor_parallel.h) a Model is one rank's part: its ParamTable,
 // flat buffers and activations hold only this rank's heads, MLP units and vocabulary slice,
@@ -22,6 +23,7 @@
 #include "core/status.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
+#include "model/recompute.h"
 #include "model/spec.h"
 #include "model/tensor_parallel.h"
 
@@ -46,10 +48,12 @@ struct ForwardStats {
 class Model {
  public:
   // Sizes every buffer for batches up to max_batch sequences of up to max_seq tokens.
+  // `recompute` decides what the layers keep for backward (model/recompute.h).
   static StatusOr<std::unique_ptr<Model>> create(const ModelSpec& spec, int max_batch, int max_seq,
                                                  const TensorParallel& tp = {},
                                                  const PipelineStage& stage = {},
-                                                 const ExpertParallel& ep = {});
+                                                 const ExpertParallel& ep = {},
+                                                 Recompute recompute = Recompute::kNone);
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }
@@ -60,8 +64,9 @@ class Model {
   size_t num_floats() const { return table_.total_floats(); }
   int max_batch() const { return max_batch_; }
   int max_seq() const { return max_seq_; }
-  // Bytes of the activation arena plus backward scratch.
+  // Bytes of the activation arena plus backward scratch (and the recomputed layer's buffers).
   size_t activation_bytes() const;
+  Recompute recompute() const { return recompute_; }
 
   const TensorParallel& tensor_parallel() const { return tp_; }
 
@@ -109,8 +114,13 @@ class Model {
   // norm, head) must be in place from then until the next forward. Then per block l:
   // kBeforeForward / kAfterForward around its forward, kBeforeBackward / kAfterBackward around
   // its backward (kAfterBackward after layer_done(l)).
-  enum class ParamUse { kForwardBegin, kBeforeForward, kAfterForward, kBeforeBackward,
-                        kAfterBackward };
+  enum class ParamUse {
+    kForwardBegin,
+    kBeforeForward,
+    kAfterForward,
+    kBeforeBackward,
+    kAfterBackward
+  };
   void set_param_hook(std::function<void(ParamUse, int)> hook) { param_hook_ = std::move(hook); }
 
   // Finer than layer_done, for the data-parallel reducer: during backward, hook(offset) says
@@ -124,6 +134,7 @@ class Model {
   // Tokens kept per expert in MoE layer i (in forward order) during the last forward.
   std::span<const int> expert_counts(int i) const;
   // Expert chosen for each (token, k) in MoE layer i during the last forward, (N,K) row-major.
+  // Not kept under Recompute::kFull (each layer keeps only its expert counts).
   std::span<const int> expert_assignments(int i) const;
   // Assignments dropped for lack of capacity in the last forward, over all MoE layers.
   long dropped_assignments() const;
@@ -152,9 +163,39 @@ class Model {
     bool have_targets = false;
   };
 
+  // Hands out 16-float aligned pieces of the float and int arenas; with null bases it only
+  // counts (layout_activations' first pass).
+  struct ArenaCarver {
+    float* base = nullptr;
+    int* ibase = nullptr;
+    size_t used = 0, iused = 0;
+    float* take(size_t n);
+    int* itake(size_t n);
+  };
+  // What carve_layer lays out: everything; everything but the attention probabilities
+  // (selective); the output alone, with an MoE layer's expert counts (full); everything but
+  // the output (full recomputation's shared set).
+  enum class Keep { kAll, kAllButProbs, kOutput, kAllButOutput };
+
   Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
         const ExpertParallel& ep);
   void layout_activations();
+  // Layer l's saved tensors as `keep` says; MoE layers also push their MoeActs onto *moe.
+  LayerActs carve_layer(ArenaCarver& arena, int l, Keep keep, std::vector<MoeActs>* moe);
+  // The buffers recomputation shares between layers: one layer's probabilities (selective) or
+  // one layer's tensors but its output, dense and MoE sets overlapping (full).
+  void carve_recompute_buffers(ArenaCarver& arena);
+  // Local layer i's forward from its input x; returns the MoE aux loss. With `recomputing`
+  // (full recomputation, in backward) the tensors are rebuilt in the shared set and the
+  // layer's output is not produced (backward does not read it).
+  double layer_forward(int i, const float* x, bool recomputing);
+  // Full recomputation keeps each MoE layer's expert counts and shape in `kept` (what
+  // expert_counts() reports) from the shared `routed`; recomputing, checks that the routing
+  // came out the same.
+  void record_routing(MoeActs& kept, const MoeActs& routed, bool recomputing) const;
+  // The tensors local layer i's backward reads: its own, or the shared buffers refilled by
+  // recomputation from x_in, its input. *moe gets its MoeActs (MoE layers).
+  LayerActs backward_acts(int i, const float* x_in, const MoeActs** moe);
   void save_slot(int i);
   void load_slot(int i);
   // Tensor-parallel plumbing; each records the first failure in tp_status_ and then does nothing.
@@ -179,6 +220,12 @@ class Model {
   Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
   std::function<void(ParamUse, int)> param_hook_;
   std::function<void(size_t)> grad_ready_hook_;
+  Recompute recompute_ = Recompute::kNone;
+  // Recomputation's shared buffers (recompute.cc): selective, one layer's probabilities; full,
+  // one dense and one MoE layer's tensors (overlapping: one layer is recomputed at a time).
+  float* recompute_att_ = nullptr;
+  LayerActs recompute_dense_{}, recompute_moe_{};
+  MoeActs recompute_moe_acts_{};
   // This rank's widths: heads, kv heads, attention output (heads * head size), fused QKV,
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;

@@ -1,6 +1,7 @@
 // The fp32 engine's memory, piece by piece (see engine_memory.h). engine_arena follows
-// Model::layout_activations() take by take, in the same order, so a change there shows up as
-// a failing equality in tests/plan_engine_memory_test.cc.
+// Model::layout_activations() and Model::carve_layer() (model/recompute.cc) take by take, in
+// the same order, so a change there shows up as a failing equality in
+// tests/plan_engine_memory_test.cc and tests/recompute_test.cc.
 #include "plan/engine_memory.h"
 
 #include <algorithm>
@@ -64,6 +65,10 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   }
   a.attention_probs = take(att);
   a.layer_output = take(Nsp * C);
+  if (m.is_moe()) {
+    a.expert_counts = take(E);
+    a.moe_routing = 2 * take(Nsp * K) + take(E);
+  }
   // lnf, mean, rstd, logits, losses.
   a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
   // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch; MoE: d_xe, d_ge, d_ye, d_gate, d_router.

@@ -67,6 +67,8 @@ struct EngineArena {
   double moe_layer = 0;        // one MoE layer's saved tensors (floats and routing ints)
   double attention_probs = 0;  // B*H*T*T of one layer: what selective recomputation drops
   double layer_output = 0;     // one layer's output: all full recomputation keeps
+  double expert_counts = 0;    // E ints: what full recomputation also keeps of an MoE layer
+  double moe_routing = 0;      // the int buffers of moe_layer (expert index, slot, counts)
   double head = 0;             // final layernorm, logits, per-token losses
   double scratch = 0;          // backward scratch, one set for all layers
   double total(const model::ModelSpec& m) const;

@@ -259,11 +259,13 @@ struct EngineBlocks {
 };
 
 // Stored and recomputed bytes of a block from its full activation, its part selective
-// recomputation drops and its part full recomputation keeps.
-void set_activation(BlockCost* b, Recompute r, double full, double selective_drop, double kept) {
+// recomputation drops, its part full recomputation keeps and the part full recomputation
+// rebuilds (the engine keeps an MoE layer's expert counts and also recomputes them).
+void set_activation(BlockCost* b, Recompute r, double full, double selective_drop, double kept,
+                    double rebuilt) {
   if (r == Recompute::kFull) {
     b->activation_bytes = kept;
-    b->peak_extra_bytes = full - kept;
+    b->peak_extra_bytes = rebuilt;
   } else if (r == Recompute::kSelective) {
     b->activation_bytes = full - selective_drop;
     b->peak_extra_bytes = selective_drop;
@@ -309,9 +311,16 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlock
   if (eng != nullptr) {
     b.params = moe ? eng->params.moe_layer : eng->params.dense_layer;
     b.expert_params = moe ? eng->params.moe_experts : 0;
+    // Full recomputation keeps the output (and an MoE layer's expert counts, for the load
+    // metrics) and rebuilds everything else of one layer while its backward runs.
     const EngineArena& a = eng->arena;
-    set_activation(&b, r, 4 * (moe ? a.moe_layer : a.dense_layer), 4 * a.attention_probs,
-                   4 * a.layer_output);
+    const double full = moe ? a.moe_layer : a.dense_layer;
+    const double kept = a.layer_output + (moe ? a.expert_counts : 0);
+    set_activation(&b, r, 4 * full, 4 * a.attention_probs, 4 * kept, 4 * (full - a.layer_output));
+    if (r == Recompute::kFull && moe) {
+      b.peak_extra_bytes -= 4 * a.moe_routing;
+      b.peak_extra_index_bytes = 4 * a.moe_routing;
+    }
     return b;
   }
   const double full = attention_activation(x, Recompute::kNone) + mlp_activation(x, moe);

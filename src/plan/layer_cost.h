@@ -42,6 +42,10 @@ struct BlockCost {
   double expert_params = 0;     // expert parameters on one device
   double activation_bytes = 0;  // kept from forward to backward, per micro-batch
   double peak_extra_bytes = 0;  // working set while its backward runs (recomputed tensors)
+  // fp32 engine, full recomputation: the part of peak_extra_bytes in the engine's int arena
+  // (MoE routing). The engine lays the recomputed dense and MoE float sets over each other but
+  // keeps ints apart, so a stage needs the largest float part plus the largest int part.
+  double peak_extra_index_bytes = 0;
   double total_s() const { return fwd.total_s() + bwd.total_s() + recompute.total_s(); }
 };
 

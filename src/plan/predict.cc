@@ -124,6 +124,7 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
   out.params.assign(p, 0);
   out.expert_params.assign(p, 0);
   out.extra_bytes.assign(p, 0);
+  std::vector<double> extra_index(p, 0);  // BlockCost::peak_extra_index_bytes, apart
   out.max_layer_params.assign(p, 0);
   out.work.assign(p, PassCost{});
   out.recompute.assign(p, PassCost{});
@@ -140,6 +141,7 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
       out.params[i] += b.params;
       out.expert_params[i] += b.expert_params;
       out.extra_bytes[i] = std::max(out.extra_bytes[i], b.peak_extra_bytes);
+      extra_index[i] = std::max(extra_index[i], b.peak_extra_index_bytes);
       out.max_layer_params[i] = std::max(out.max_layer_params[i], b.params + b.expert_params);
       out.work[i] += b.fwd;
       out.work[i] += b.bwd;
@@ -163,6 +165,7 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
     st.fwd_s += cc.fwd_s;
     st.bwd_s += cc.bwd_s;
   }
+  for (int i = 0; i < p; ++i) out.extra_bytes[i] += extra_index[i];
   for (int l = 0; l < L; ++l) {
     // Which device runs layer l: the one whose chunk holds it.
     const int vs = static_cast<int>(std::upper_bound(out.bounds.begin(), out.bounds.end(), l) -

@@ -23,7 +23,7 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   };
   const char* later =
       " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, ep, "
-      "sp, zero, mbs and gbs)";
+      "sp, zero, mbs, gbs and recompute)";
   if (s.ep != 1 && (s.tp != 1 || s.pp != 1))
     return refuse("expert parallelism (ep=" + std::to_string(s.ep) +
                   ") together with tp or pp is not available in this build; hint: use ep with "
@@ -31,8 +31,6 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
   if (s.vpp != 1)
     return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
-  if (s.recompute != plan::Recompute::kNone)
-    return refuse("recompute=" + std::string(plan::recompute_name(s.recompute)) + later);
   if (s.sp && s.tp == 1)
     return refuse(
         "sp=on shards the sequence inside the tensor-parallel group, so it needs tp > 1; "
@@ -41,6 +39,9 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   l.tp = s.tp;
   l.pp = s.pp;
   l.sp = s.sp;
+  l.recompute = s.recompute == plan::Recompute::kFull        ? model::Recompute::kFull
+                : s.recompute == plan::Recompute::kSelective ? model::Recompute::kSelective
+                                                             : model::Recompute::kNone;
   const int mp = s.tp * s.pp;
   if (world % mp != 0)
     return refuse("tp*pp = " + std::to_string(mp) + " needs a multiple of " + std::to_string(mp) +

@@ -1,7 +1,7 @@
 // ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
-// the layout `run` can train (dp x pp x tp, with sequence parallelism on or off) and refuses,
-// with one line naming the key, what this build cannot train yet (cp, vpp, recompute, and ep
-// combined with tp or pp).
+// the layout `run` can train (dp x pp x tp, with sequence parallelism on or off, and the
+// activation recomputation) and refuses, with one line naming the key, what this build cannot
+// train yet (cp, vpp, and ep combined with tp or pp).
 // For tp > 1 or pp > 1 it builds the process mesh over the world group, the model's
 // tensor-parallel communicator over the mesh's tp group, this rank's pipeline stage (layers
 // balanced by cost with the planner's partition), the gradient norm over the model-parallel
@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "model/param_table.h"
+#include "model/recompute.h"
 #include "model/tensor_parallel.h"
 
 namespace cann::comm {
@@ -42,6 +43,7 @@ struct ParallelLayout {
   int pp = 1;
   int ep = 1;  // expert groups carved out of dp (ep divides dp)
   bool sp = false;
+  model::Recompute recompute = model::Recompute::kNone;
   bool model_parallel() const { return tp > 1 || pp > 1 || ep > 1; }
 };
 

@@ -92,7 +92,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                   mp_ ? mp_->tensor_parallel() : model::TensorParallel{},
                   layout_.pp > 1 ? mp_->pipeline_stage(spec_, accum_steps_, gpipe)
                                  : model::PipelineStage{},
-                  mp_ ? mp_->expert_parallel() : model::ExpertParallel{}));
+                  mp_ ? mp_->expert_parallel() : model::ExpertParallel{}, layout_.recompute));
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::PipelineRunner>(
         *model_, *world_, mp_->pp_prev(), mp_->pp_next(),
@@ -350,6 +350,9 @@ std::string Trainer::planner_memory_note() const {
   s.pp = layout_.pp;
   s.ep = layout_.ep;
   s.sp = layout_.sp;
+  s.recompute = layout_.recompute == model::Recompute::kFull        ? plan::Recompute::kFull
+                : layout_.recompute == model::Recompute::kSelective ? plan::Recompute::kSelective
+                                                                    : plan::Recompute::kNone;
   s.zero = dp_ ? zero_stage_ : 0;
   s.mbs = micro_batch_;
   s.gbs = micro_batch_ * accum_steps_ * s.dp;

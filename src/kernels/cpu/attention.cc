@@ -74,6 +74,31 @@ void attention_forward(float* out, float* att, const float* qkv, const Attention
   }
 }
 
+// attention_forward without the AV product: each block's scores and softmax are computed by the
+// same calls with the same arguments, which is what keeps the result bitwise equal.
+void attention_probs_forward(float* att, const float* qkv, const AttentionShape& s) {
+  const int T = s.T, HS = s.HS, C = s.C(), QKV = s.QKV();
+  const int group = s.NH / s.KVH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int block = s.causal ? kRowBlock : T;
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < s.B * s.NH; ++bh) {
+    const int b = bh / s.NH, h = bh % s.NH, kh = h / group;
+    const float* base = qkv + static_cast<size_t>(b) * T * QKV;
+    const float* q = base + h * HS;
+    const float* k = base + C + kh * HS;
+    float* a = att + static_cast<size_t>(bh) * T * T;
+    for (int i0 = 0; i0 < T; i0 += block) {
+      const int i1 = std::min(T, i0 + block);
+      const int keys = s.causal ? i1 : T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, keys, HS, scale,
+                  q + static_cast<size_t>(i0) * QKV, QKV, k, QKV, 0.0f,
+                  a + static_cast<size_t>(i0) * T, T);
+      softmax_rows(a, T, i0, i1, s.causal);
+    }
+  }
+}
+
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                         const AttentionShape& s) {
   const int T = s.T, HS = s.HS, C = s.C(), QKV = s.QKV();

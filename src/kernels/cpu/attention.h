@@ -15,6 +15,9 @@ struct AttentionShape {
 };
 
 void attention_forward(float* out, float* att, const float* qkv, const AttentionShape& s);
+// att alone, for selective recomputation: the same GEMMs and softmax as attention_forward, so
+// the probabilities come out bitwise equal to the ones it saved.
+void attention_probs_forward(float* att, const float* qkv, const AttentionShape& s);
 // dqkv (B,T,QKV) is overwritten; dout is (B,T,C).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                         const AttentionShape& s);

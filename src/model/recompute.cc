@@ -1,0 +1,160 @@
+// Activation recomputation in Model (see recompute.h for the modes): how the arena is laid out
+// for each mode, and how a layer's backward gets back the tensors its slot did not keep.
+//
+// Memory per layer and micro-batch in flight, fp32, with N = B*T tokens (R of them on this rank
+// under sequence parallelism), H heads and T the sequence:
+//   none       every tensor of the block (layernorms, qkv, probabilities B*H*T*T, attention
+//              output, residuals, MLP or MoE buffers, output)
+//   selective  the same but the probabilities; plus one B*H*T*T buffer for the stage
+//   full       the output, R*C (an MoE layer also its E expert counts, for the load metrics);
+//              plus one layer's tensors but the output for the stage, the dense and MoE sets
+//              laid over each other, as only one layer is recomputed at a time
+// plan/engine_memory.cc predicts exactly these sums (tests/recompute_test.cc holds them equal).
+//
+// What recomputation repeats: selective, the attention scores and softmax (about a third of
+// the attention core, no communication); full, the whole forward of the layer but its last
+// projection, including the forward collectives (tensor-parallel all-reduces, all-gathers
+// and reduce-scatters; expert-parallel all-to-alls). Every rank of a group recomputes the same
+// layer at the same point of backward, so the collectives line up as in forward. MoE routing
+// is a pure function of the layer input, so the recomputed routing (and its token drops) is
+// the forward's; the aux loss is counted by forward only.
+#include <algorithm>
+
+#include "kernels/cpu/attention.h"
+#include "model/model.h"
+
+namespace cann::model {
+
+using namespace cann::kernels;
+
+float* Model::ArenaCarver::take(size_t n) {
+  float* p = base ? base + used : nullptr;
+  used += (n + 15) / 16 * 16;
+  return p;
+}
+
+int* Model::ArenaCarver::itake(size_t n) {
+  int* p = ibase ? ibase + iused : nullptr;
+  iused += (n + 15) / 16 * 16;
+  return p;
+}
+
+Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
+                                    std::vector<MoeActs>* moe) {
+  const ModelSpec& s = spec_;
+  const size_t N = static_cast<size_t>(max_batch_) * max_seq_;
+  const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
+  const size_t C = s.hidden_size, QKV = qkv_, F = ff_, AC = attn_c_;
+  const size_t att = static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_;
+  const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
+  const bool is_moe = s.is_moe_layer(l);
+  LayerActs a{};
+  if (keep == Keep::kOutput) {
+    a.out = arena.take(R * C);
+    if (is_moe) {
+      MoeActs m{};
+      m.expert_count = arena.itake(E);
+      a.moe_index = static_cast<int>(moe->size());
+      moe->push_back(m);
+    }
+    return a;
+  }
+  a.ln1 = arena.take(R * C);
+  a.ln1_mean = arena.take(R);
+  a.ln1_rstd = arena.take(R);
+  a.qkv = arena.take(N * QKV);
+  if (keep != Keep::kAllButProbs) a.att = arena.take(att);
+  a.atty = arena.take(N * AC);
+  a.resid_attn = arena.take(R * C);
+  a.ln2 = arena.take(R * C);
+  a.ln2_mean = arena.take(R);
+  a.ln2_rstd = arena.take(R);
+  if (keep != Keep::kAllButOutput) a.out = arena.take(R * C);
+  if (!is_moe) {
+    a.fch = arena.take(N * F);
+    a.fch_gelu = arena.take(N * F);
+    return a;
+  }
+  const size_t cap = moe_capacity(static_cast<int>(N), static_cast<int>(E), static_cast<int>(K),
+                                  s.capacity_factor);
+  MoeActs m{};
+  m.router_logits = arena.take(N * E);
+  m.probs = arena.take(N * E);
+  m.gate = arena.take(N * K);
+  m.load_fraction = arena.take(E);
+  m.xe = arena.take(E * cap * C);
+  m.he = arena.take(E * cap * FM);
+  m.ge = arena.take(E * cap * FM);
+  m.ye = arena.take(E * cap * C);
+  m.expert_index = arena.itake(N * K);
+  m.slot = arena.itake(N * K);
+  m.expert_count = arena.itake(E);
+  if (ep_.size > 1) m.recv_count = arena.itake(E);
+  a.moe_index = static_cast<int>(moe->size());
+  moe->push_back(m);
+  return a;
+}
+
+void Model::carve_recompute_buffers(ArenaCarver& arena) {
+  recompute_att_ = nullptr;
+  recompute_dense_ = LayerActs{};
+  recompute_moe_ = LayerActs{};
+  recompute_moe_acts_ = MoeActs{};
+  if (recompute_ == Recompute::kSelective) {
+    recompute_att_ = arena.take(static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_);
+    return;
+  }
+  if (recompute_ != Recompute::kFull) return;
+  int dense = -1, moe = -1;  // a layer of each kind in this stage
+  for (int l = first_layer_; l < end_layer_; ++l) (spec_.is_moe_layer(l) ? moe : dense) = l;
+  // Both sets start at the same offset: the floats needed are the larger of the two. The MoE
+  // set's routing ints come from the int arena, which the dense set does not use.
+  const size_t start = arena.used;
+  size_t end = start;
+  if (dense >= 0) {
+    recompute_dense_ = carve_layer(arena, dense, Keep::kAllButOutput, nullptr);
+    end = arena.used;
+    arena.used = start;
+  }
+  if (moe >= 0) {
+    std::vector<MoeActs> one;
+    recompute_moe_ = carve_layer(arena, moe, Keep::kAllButOutput, &one);
+    recompute_moe_acts_ = one[0];
+  }
+  arena.used = std::max(arena.used, end);
+}
+
+void Model::record_routing(MoeActs& kept, const MoeActs& routed, bool recomputing) const {
+  const int E = spec_.num_local_experts;
+  if (!recomputing) {
+    std::copy(routed.expert_count, routed.expert_count + E, kept.expert_count);
+    kept.shape = routed.shape;
+    kept.aux = routed.aux;
+    return;
+  }
+  // Backward's gradients are only right if the routing is forward's: a mismatch is a bug
+  // (a router that is not a pure function of its input), not a user error.
+  CANN_CHECK(std::equal(routed.expert_count, routed.expert_count + E, kept.expert_count))
+      << "recomputed MoE routing differs from forward's";
+}
+
+Model::LayerActs Model::backward_acts(int i, const float* x_in, const MoeActs** moe) {
+  const int idx = layers_[i].moe_index;
+  if (recompute_ == Recompute::kFull) {
+    layer_forward(i, x_in, true);
+    LayerActs a = idx >= 0 ? recompute_moe_ : recompute_dense_;
+    a.moe_index = idx;
+    *moe = idx >= 0 ? &recompute_moe_acts_ : nullptr;
+    return a;
+  }
+  LayerActs a = layers_[i];
+  *moe = idx >= 0 ? &moe_layers_[idx] : nullptr;
+  if (recompute_ == Recompute::kSelective) {
+    const AttentionShape ash{B_, T_, nh_, kvh_, spec_.head_size(), spec_.causal()};
+    attention_probs_forward(recompute_att_, a.qkv, ash);
+    a.att = recompute_att_;
+  }
+  return a;
+}
+
+}  // namespace cann::model

@@ -1,0 +1,18 @@
+// Activation recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+// Large Transformer Models"): trade backward compute for activation memory.
+//   kNone       every layer keeps all it saved in forward.
+//   kSelective  layers drop their attention probabilities (B*H*T*T, the one tensor quadratic
+//               in the sequence); each layer's backward recomputes them from its saved qkv into
+//               one buffer shared by all layers.
+//   kFull       layers keep only their output (the next layer's input; the first layer's input
+//               is the embedding output, kept anyway); each layer's backward re-runs its
+//               forward into one set of layer buffers shared by all layers, then goes back.
+// Recomputation runs the same kernels on the same inputs, so gradients are bitwise those of
+// kNone. The planner models the same layout (plan/engine_memory.h).
+#pragma once
+
+namespace cann::model {
+
+enum class Recompute { kNone, kSelective, kFull };
+
+}  // namespace cann::model
