@@ -63,7 +63,7 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("sp=on", 2, "needs tp > 1");
   refused("pp=2,vpp=2", 2, "interleaved pipelining (vpp=2)");
   refused("tp=2,pp=2", 6, "tp*pp = 4 needs a multiple of 4 processes, but 6");
-  refused("pp=2,zero=1", 2, "zero=1 with tp, pp or ep > 1");
+  refused("pp=2,zero=1", 2, "zero=1 with pp or ep > 1");
   refused("tp=2,ep=2", 4, "expert parallelism (ep=2) together with tp or pp");
   refused("ep=3", 4, "ep=3 does not divide dp=4");
   EXPECT_EQ(layout("ep=2", 4)->ep, 2);
@@ -72,7 +72,7 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   ASSERT_TRUE(recompute.ok()) << recompute.status().message();
   EXPECT_EQ(recompute->recompute, model::Recompute::kFull);
   EXPECT_EQ(layout("recompute=selective", 1)->recompute, model::Recompute::kSelective);
-  refused("tp=2,zero=1", 2, "zero=1 with tp, pp or ep > 1");
+  EXPECT_EQ(layout("dp=2,tp=2,zero=2", 4)->tp, 2);  // ZeRO over the data-parallel group
   // Through the launcher's check: the model must split.
   const Status heads = train::check_strategy_for_launch("tp=4", "gpt_tiny", 4);
   EXPECT_NE(heads.message().find("tp=4 does not divide num_attention_heads 6"), std::string::npos)
@@ -254,6 +254,18 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "gpt_single",
        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,sp=on,mbs=2"}},
       {"gpt_tiny", "tp3", "gpt_single", {"--nproc-per-node", "3", "--strategy", "tp=3"}},
+      {"gpt_tiny",
+       "dp2_tp2_zero1",
+       "gpt_single",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,zero=1"}},
+      {"gpt_tiny",
+       "dp2_tp2_sp_zero2",
+       "gpt_single",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,sp=on,zero=2"}},
+      {"gpt_tiny",
+       "dp2_tp2_zero3",
+       "gpt_single",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,zero=3"}},
       {"gpt_tiny",
        "pp2_gpipe",
        "gpt_single",

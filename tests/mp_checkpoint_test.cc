@@ -127,6 +127,7 @@ TEST_F(MultiProcModelParallelCheckpointTest, SplitRunsSaveTheWholeModel) {
            {"tp2", {"--nproc-per-node", "2", "--strategy", "tp=2"}},
            {"pp2", {"--nproc-per-node", "2", "--strategy", "pp=2,mbs=8"}},
            {"dp2_tp2", {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2"}},
+           {"dp2_tp2_zero3", {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,zero=3"}},
        }) {
     train("gpt_tiny", c.name, c.flags);
     const auto split = read(c.name, 8);

@@ -92,12 +92,27 @@ StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
   // Padding entries of the shard are zero (the padded copies were), so they add nothing. The
   // partial sums travel as the bit patterns of doubles (an int64 all-gather moves bytes
   // unchanged) and are added in rank order, so every rank gets the same norm.
-  const double sq = kernels::sum_of_squares(grad_shard_.data(), shard_floats_);
+  double sq = 0.0;
+  if (!norm_counted_) {
+    sq = kernels::sum_of_squares(grad_shard_.data(), shard_floats_);
+  } else {
+    // Each piece is a flat range that may cross tensors: the counted tensors' overlaps.
+    for (const ShardPiece& p : pieces_) {
+      const size_t end = p.flat_begin + p.len;
+      for (const model::TensorInfo& t : table_.tensors()) {
+        const size_t lo = std::max(p.flat_begin, t.offset), hi = std::min(end, t.offset + t.numel);
+        if (lo >= hi || !norm_counted_(t)) continue;
+        sq += kernels::sum_of_squares(grad_shard_.data() + p.shard_offset + (lo - p.flat_begin),
+                                      hi - lo);
+      }
+    }
+  }
   const size_t P = static_cast<size_t>(group_.size());
   std::vector<double> all(P);
   CANN_RETURN_IF_ERROR(group_.allgather(all.data(), &sq, 1, comm::DataType::kInt64)->wait());
   double total = 0.0;
   for (double v : all) total += v;
+  if (norm_across_) CANN_RETURN_IF_ERROR(norm_across_(&total));
   const double norm = std::sqrt(total);
   ++step_;
   const float scale = kernels::clip_coefficient(norm, config_.grad_clip);

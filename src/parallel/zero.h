@@ -27,6 +27,7 @@
 // forward or backward needs it and releases its pages right after. Gradients as in stage 2.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,14 @@ class ZeroOptimizer {
   // pieces and all-gathers the parameters (stages 1 and 2; stage 3 updates its parameter shard
   // and leaves `params` alone). Returns the global gradient norm before clipping.
   StatusOr<double> step(float* params, float lr);
+  // Tensor parallelism: the shard holds this rank's part of a tp-split model, so the global
+  // norm counts only the tensors `counted` selects (a replicated tensor on one tp rank) and
+  // adds the data-parallel total over the tensor group with `across` (in place, a collective).
+  void set_model_parallel_norm(std::function<bool(const model::TensorInfo&)> counted,
+                               std::function<Status(double*)> across) {
+    norm_counted_ = std::move(counted);
+    norm_across_ = std::move(across);
+  }
 
   // Stage 3: takes this rank's pieces of full parameters (after initialization or a restore).
   void load_params(const float* full);
@@ -99,6 +108,8 @@ class ZeroOptimizer {
   std::vector<float> staging_;  // one padded bucket (P * c), training thread only
   std::unique_ptr<ShardReduction> reduction_;
   int step_ = 0;
+  std::function<bool(const model::TensorInfo&)> norm_counted_;
+  std::function<Status(double*)> norm_across_;
 };
 
 }  // namespace cann::parallel

@@ -39,11 +39,13 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
     return InvalidArgument("zero=" + std::to_string(config.zero) +
                            ": ZeRO stages are 0 (nothing sharded), 1 (optimizer state), 2 (and "
                            "gradients) and 3 (and parameters)");
-  if (config.grad_sum_of_squares && (config.zero > 0 || config.compress == "onebit"))
-    return InvalidArgument("zero=" + std::to_string(config.zero) + " and --compress " +
-                           config.compress +
-                           ": with tensor parallelism only zero=0 without 1-bit Adam is "
-                           "available in this build");
+  if (config.grad_sum_of_squares && config.compress == "onebit")
+    return InvalidArgument("--compress onebit with tensor or pipeline parallelism is not "
+                           "available in this build; hint: use --compress none or bf16");
+  if (config.grad_sum_of_squares && config.zero > 0 && !config.norm_counted)
+    return InvalidArgument("zero=" + std::to_string(config.zero) +
+                           " with pipeline parallelism is not available in this build; hint: "
+                           "use zero=0 with pp > 1");
   if (config.ep > 1 && (config.zero > 0 || config.compress != "none" ||
                         config.expert_dp_group == nullptr))
     return InvalidArgument("ep=" + std::to_string(config.ep) + " with zero=" +
@@ -69,6 +71,8 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
   if (config.zero >= 1) {
     e->zero_ =
         std::make_unique<parallel::ZeroOptimizer>(model.table(), adam, group, buckets, config.zero);
+    if (config.norm_counted)
+      e->zero_->set_model_parallel_norm(config.norm_counted, config.norm_across);
     if (config.zero >= 2) {
       e->reducer_->set_max_queued(1);
       zero_and_release(model.grads(), model.num_floats() * sizeof(float));

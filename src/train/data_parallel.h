@@ -49,6 +49,10 @@ struct DataParallelConfig {
   int ep = 1;
   // Model parallelism: checkpoints hold the whole model; restore takes this rank's part.
   CheckpointShards shards;
+  // Tensor parallelism under ZeRO (ZeroOptimizer::set_model_parallel_norm): which tensors'
+  // squares this rank counts, and the sum of the data-parallel total over the tensor group.
+  std::function<bool(const model::TensorInfo&)> norm_counted;
+  std::function<Status(double*)> norm_across;
 };
 
 class DataParallelEngine {

@@ -59,10 +59,12 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
                   std::to_string(s.pp) + " = " + std::to_string(s.dp * mp) + ", but " +
                   std::to_string(world) + " processes were started; hint: launch with " +
                   "--nproc-per-node " + std::to_string(s.dp * mp) + " (times --nnodes)");
-  if ((mp > 1 || s.ep > 1) && s.zero != 0)
+  if ((s.pp > 1 || s.ep > 1) && s.zero != 0)
     return refuse("zero=" + std::to_string(s.zero) +
-                  " with tp, pp or ep > 1 is not available in this build; hint: use zero=0 with "
-                  "model parallelism");
+                  " with pp or ep > 1 is not available in this build (ZeRO shards the "
+                  "data-parallel gradients before the pipeline's tied-embedding sum and across "
+                  "the ranks' different experts); hint: use zero=0 with pipeline or expert "
+                  "parallelism, or ZeRO with dp x tp");
   return l;
 }
 
@@ -221,6 +223,22 @@ Status ModelParallel::sync_tied_embedding(model::Model& model) {
     data = zero_wte_.data();
   }
   return mesh_->pp().allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
+}
+
+std::function<bool(const model::TensorInfo&)> ModelParallel::norm_counted() const {
+  const bool count_replicated = mesh_->coords().tp == 0;
+  return [count_replicated](const model::TensorInfo& t) {
+    if (t.name == "wte" && t.layer >= 0) return false;  // the last stage's tied copy
+    return t.tp_split != model::TpSplit::kReplicated || count_replicated;
+  };
+}
+
+Status ModelParallel::sum_over_model_parallel(double* value) {
+  float wire = static_cast<float>(*value);
+  CANN_RETURN_IF_ERROR(
+      mesh_->mp().allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait());
+  *value = static_cast<double>(wire);
+  return OkStatus();
 }
 
 model::ShardPlace ModelParallel::shard_place() const {

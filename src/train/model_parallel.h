@@ -89,6 +89,11 @@ class ModelParallel {
   // A communication failure is kept in status() and the local sum is returned.
   std::function<double(const float*)> grad_sum_of_squares(const model::ParamTable& table);
   const Status& status() const { return status_; }
+  // The same norm in two halves, for ZeRO, whose shards are flat ranges across tensors: whether
+  // this rank counts a tensor's squares, and the sum over the model-parallel group (a
+  // collective; fp32 on the wire, as above).
+  std::function<bool(const model::TensorInfo&)> norm_counted() const;
+  Status sum_over_model_parallel(double* value);
 
   // Checkpoints of a model-parallel run hold the whole model in the single-process layout, so
   // they load under any strategy (and world size) by slicing. This rank's place in that layout:

@@ -563,8 +563,9 @@ Status Trainer::save_checkpoint(int step, bool wait) {
     // Every rank sends its part; the leader writes the whole model, loadable at any strategy.
     const size_t n = full_table_->total_floats();
     full_state_.resize(3 * n);
-    Status s = mp_->gather_full(*world_, model_->table(), *full_table_,
-                                {model_->params(), snap.m, snap.v}, full_state_.data());
+    const float* params = snap.params != nullptr ? snap.params : model_->params();  // ZeRO-3
+    Status s = mp_->gather_full(*world_, model_->table(), *full_table_, {params, snap.m, snap.v},
+                                full_state_.data());
     if (!s.ok()) return comm_failure(s);
     snap.params = full_state_.data();
     snap.m = full_state_.data() + n;
