@@ -57,7 +57,7 @@ void attention_forward(float* out, float* att, const float* qkv, const Attention
     const float* k = base + C + kh * HS;
     const float* v = base + C + s.KVH * HS + kh * HS;
     float* a = att + static_cast<size_t>(bh) * T * T;
-    float* o = out + static_cast<size_t>(b) * T * C + h * HS;
+    float* o = out == nullptr ? nullptr : out + static_cast<size_t>(b) * T * C + h * HS;
     for (int i0 = 0; i0 < T; i0 += block) {
       const int i1 = std::min(T, i0 + block);
       const int keys = s.causal ? i1 : T;
@@ -66,6 +66,7 @@ void attention_forward(float* out, float* att, const float* qkv, const Attention
                   q + static_cast<size_t>(i0) * QKV, QKV, k, QKV, 0.0f,
                   a + static_cast<size_t>(i0) * T, T);
       softmax_rows(a, T, i0, i1, s.causal);
+      if (o == nullptr) continue;  // attention_probs_forward
       // o[i0:i1] = a[i0:i1, 0:keys] v[0:keys]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, HS, keys, 1.0f,
                   a + static_cast<size_t>(i0) * T, T, v, QKV, 0.0f, o + static_cast<size_t>(i0) * C,
@@ -74,29 +75,10 @@ void attention_forward(float* out, float* att, const float* qkv, const Attention
   }
 }
 
-// attention_forward without the AV product: each block's scores and softmax are computed by the
-// same calls with the same arguments, which is what keeps the result bitwise equal.
+// The probabilities alone: attention_forward itself with the AV product skipped, which is what
+// keeps them bitwise equal to the ones a forward saved.
 void attention_probs_forward(float* att, const float* qkv, const AttentionShape& s) {
-  const int T = s.T, HS = s.HS, C = s.C(), QKV = s.QKV();
-  const int group = s.NH / s.KVH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int block = s.causal ? kRowBlock : T;
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < s.B * s.NH; ++bh) {
-    const int b = bh / s.NH, h = bh % s.NH, kh = h / group;
-    const float* base = qkv + static_cast<size_t>(b) * T * QKV;
-    const float* q = base + h * HS;
-    const float* k = base + C + kh * HS;
-    float* a = att + static_cast<size_t>(bh) * T * T;
-    for (int i0 = 0; i0 < T; i0 += block) {
-      const int i1 = std::min(T, i0 + block);
-      const int keys = s.causal ? i1 : T;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, keys, HS, scale,
-                  q + static_cast<size_t>(i0) * QKV, QKV, k, QKV, 0.0f,
-                  a + static_cast<size_t>(i0) * T, T);
-      softmax_rows(a, T, i0, i1, s.causal);
-    }
-  }
+  attention_forward(nullptr, att, qkv, s);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,

@@ -14,6 +14,7 @@ struct AttentionShape {
   int QKV() const { return (NH + 2 * KVH) * HS; }
 };
 
+// out may be null: then only att is computed.
 void attention_forward(float* out, float* att, const float* qkv, const AttentionShape& s);
 // att alone, for selective recomputation: the same GEMMs and softmax as attention_forward, so
 // the probabilities come out bitwise equal to the ones it saved.
