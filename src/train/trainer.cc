@@ -609,43 +609,6 @@ Status Trainer::keep_state(int done) {
   return OkStatus();
 }
 
-// A sample from the model, prompted with the start of the first validation document, sampled at
-// temperature 0.8. Context is the last seq_len tokens.
-std::string Trainer::generate_sample() {
-  const int T = seq_len_, V = spec_.vocab_size;
-  std::vector<int> ctx;
-  for (size_t i = 0; i < data_.val.size() && ctx.size() < 16; ++i) {
-    ctx.push_back(data_.val[i]);
-    if (data_.byte_level && data_.val[i] == '\n' && ctx.size() > 1) break;
-  }
-  const size_t prompt_len = ctx.size();
-  Rng rng(config_.seed ^ 0x9e4e7a7eULL);
-  std::vector<float> probs(V);
-  for (int n = 0; n < config_.sample_tokens; ++n) {
-    const int len = std::min<int>(static_cast<int>(ctx.size()), T);
-    const int* window = ctx.data() + ctx.size() - len;
-    model_->forward(window, nullptr, 1, len);
-    const float* logits = model_->logits() + static_cast<size_t>(len - 1) * V;
-    float mx = logits[0];
-    for (int v = 1; v < V; ++v) mx = std::max(mx, logits[v]);
-    double sum = 0.0;
-    for (int v = 0; v < V; ++v) sum += (probs[v] = std::exp((logits[v] - mx) / 0.8f));
-    double r = rng.uniform() * sum;
-    int next = V - 1;
-    for (int v = 0; v < V; ++v) {
-      r -= probs[v];
-      if (r <= 0) {
-        next = v;
-        break;
-      }
-    }
-    ctx.push_back(next);
-  }
-  const std::string prompt = data::decode_bytes({ctx.data(), prompt_len});
-  const std::string text = data::decode_bytes({ctx.data() + prompt_len, ctx.size() - prompt_len});
-  return prompt + text;
-}
-
 Status Trainer::finish_profile() {
   auto line = profiler_->finish(world_.get());
   if (!line.ok()) return line.status();
@@ -982,16 +945,18 @@ Status Trainer::finish_run(RunSummary* summary, bool show) {
   if (profiler_) CANN_RETURN_IF_ERROR(finish_profile());  // the run ended inside the window
   progress_.finish();
   log_.reset();
-  // (A tensor-parallel model's forward is a collective, so rank 0 cannot sample alone; under
-  // ZeRO stage 3 every rank first gathers the whole model.)
+  // Under model parallelism the forward is a collective, so every rank samples (the leader
+  // prints); under ZeRO stage 3 every rank first gathers the whole model.
   const bool sample = spec_.architecture == model::Architecture::kGpt &&
-                      config_.sample_tokens > 0 && summary->last_step == config_.steps && !mp_;
+                      config_.sample_tokens > 0 && summary->last_step == config_.steps;
   if (sample && dp_) {
     const Status gathered = dp_->materialize_params();
     if (!gathered.ok()) return comm_failure(gathered);
   }
-  if (sample && show) {
-    progress_.line("sample:\n" + generate_sample());
+  if (sample && (show || mp_)) {
+    StatusOr<std::string> text = generate_sample();
+    if (!text.ok()) return comm_failure(text.status());
+    if (show) progress_.line("sample:\n" + *text);
   }
   return OkStatus();
 }

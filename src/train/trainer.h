@@ -106,7 +106,7 @@ class Trainer {
   Status restore_state(const ckpt::LoadedCheckpoint& ck);
   // After a completed step: in-memory snapshot (elastic) and heartbeat progress.
   Status keep_state(int done);
-  std::string generate_sample();
+  StatusOr<std::string> generate_sample();
   Status write_log_line(const std::string& line);
   // --profile: writes the traces (a collective when several ranks run).
   Status finish_profile();

@@ -1,0 +1,76 @@
+// The text sample at the end of a run: the model continues the start of the first validation
+// document, one token at a time at temperature 0.8, with the last seq_len tokens as context.
+//
+// Under model parallelism the forward is a collective, so every rank runs this loop in step:
+// a pipeline passes the context through its stages (PipelineRunner::forward_only), the last
+// stage's tensor-parallel ranks gather their vocabulary slices of the logits, and every rank
+// holding the head draws the same token (same seed, same logits). The others learn it from a
+// max-reduction over the world, where they offer -1. With sequence parallelism the context is
+// cut to a multiple of tp tokens, since sp splits a micro-batch's tokens over the tp ranks.
+#include <algorithm>
+#include <cmath>
+
+#include "data/tokenizer.h"
+#include "parallel/pipeline_runner.h"
+#include "train/trainer.h"
+
+namespace cann::train {
+
+StatusOr<std::string> Trainer::generate_sample() {
+  const int T = seq_len_, V = spec_.vocab_size;
+  std::vector<int> ctx;
+  for (size_t i = 0; i < data_.val.size() && ctx.size() < 16; ++i) {
+    ctx.push_back(data_.val[i]);
+    if (data_.byte_level && data_.val[i] == '\n' && ctx.size() > 1) break;
+  }
+  const size_t prompt_len = ctx.size();
+  const int tp = mp_ ? layout_.tp : 1;
+  const int vocab_rows = (V + tp - 1) / tp;  // logits per row on one tp rank (padded)
+  std::vector<float> gathered(static_cast<size_t>(vocab_rows) * tp);
+  Rng rng(config_.seed ^ 0x9e4e7a7eULL);
+  std::vector<float> probs(V);
+  for (int n = 0; n < config_.sample_tokens; ++n) {
+    int len = std::min<int>(static_cast<int>(ctx.size()), T);
+    if (layout_.sp) len -= len % tp;
+    if (len == 0) break;  // a context shorter than tp tokens cannot be split
+    const int* window = ctx.data() + ctx.size() - len;
+    if (pipeline_) {
+      CANN_RETURN_IF_ERROR(pipeline_->forward_only(window, nullptr, 1, len).status());
+    } else {
+      model_->forward(window, nullptr, 1, len);
+    }
+    CANN_RETURN_IF_ERROR(model_->tp_status());
+    float next = -1.0f;
+    if (model_->has_head()) {
+      const float* logits = model_->logits() + static_cast<size_t>(len - 1) * vocab_rows;
+      if (tp > 1) {
+        // Rank r holds rows [r * vocab_rows, (r + 1) * vocab_rows); padding only at the end.
+        CANN_RETURN_IF_ERROR(
+            mp_->tensor_parallel().comm->allgather(gathered.data(), logits, vocab_rows));
+        logits = gathered.data();
+      }
+      float mx = logits[0];
+      for (int v = 1; v < V; ++v) mx = std::max(mx, logits[v]);
+      double sum = 0.0;
+      for (int v = 0; v < V; ++v) sum += (probs[v] = std::exp((logits[v] - mx) / 0.8f));
+      double r = rng.uniform() * sum;
+      next = static_cast<float>(V - 1);
+      for (int v = 0; v < V; ++v) {
+        r -= probs[v];
+        if (r <= 0) {
+          next = static_cast<float>(v);
+          break;
+        }
+      }
+    }
+    if (mp_ && layout_.pp > 1)  // token ids below 2^24 are exact in fp32
+      CANN_RETURN_IF_ERROR(
+          world_->allreduce(&next, 1, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
+    ctx.push_back(static_cast<int>(next));
+  }
+  const std::string prompt = data::decode_bytes({ctx.data(), prompt_len});
+  const std::string text = data::decode_bytes({ctx.data() + prompt_len, ctx.size() - prompt_len});
+  return prompt + text;
+}
+
+}  // namespace cann::train
