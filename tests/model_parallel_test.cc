@@ -61,7 +61,8 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("tp=2", 3, "needs a multiple of 2 processes, but 3 were started");
   refused("dp=2,tp=2", 6, "dp*tp*pp = 2*2*1 = 4, but 6 processes");
   refused("sp=on", 2, "needs tp > 1");
-  refused("pp=2,vpp=2", 2, "interleaved pipelining (vpp=2)");
+  refused("vpp=2", 2, "so it needs pp > 1");
+  EXPECT_EQ(layout("pp=2,vpp=2", 2)->vpp, 2);
   refused("tp=2,pp=2", 6, "tp*pp = 4 needs a multiple of 4 processes, but 6");
   refused("pp=2,zero=1", 2, "zero=1 with tp, pp or ep > 1");
   refused("tp=2,ep=2", 4, "expert parallelism (ep=2) together with tp or pp");

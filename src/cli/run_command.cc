@@ -114,8 +114,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "`run` with no arguments uses auto")
       ->group(kParallel);
   run->add_option("--pipeline-schedule", config->pipeline_schedule,
-                  "Pipeline schedule when the strategy has pp > 1: gpipe or 1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+                  "Pipeline schedule when the strategy has pp > 1: gpipe, 1f1b or interleaved "
+                  "(vpp > 1); auto picks 1f1b, or interleaved when the strategy has vpp > 1")
+      ->check(CLI::IsMember({"auto", "gpipe", "1f1b", "interleaved"}))
       ->group(kParallel)
       ->capture_default_str();
   run->add_option("--grad-accum", config->grad_accum,
@@ -306,7 +307,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       // This process is the agent: launch the workers with the same arguments.
       if (Status st = train::check_strategy_for_launch(
               config->strategy, config->model, launch->nproc_per_node * launch->nnodes,
-              !config->checkpoint_dir.empty() || config->resume);
+              !config->checkpoint_dir.empty() || config->resume,
+              {config->batch_size, config->grad_accum, config->pipeline_schedule});
           !st.ok())
         return report(st);
       elastic::AgentConfig ac;

@@ -140,8 +140,20 @@ parallel::BucketReduction* DataParallelEngine::reduction() {
 }
 
 Status DataParallelEngine::backward_and_reduce(float grad_scale, parallel::StepComm* stats) {
+  begin_reduction();
+  model_.backward(grad_scale, [this](int layer) { layer_done(layer); });
+  return finish_reduction(stats);
+}
+
+void DataParallelEngine::begin_reduction() {
   reducer_->begin_step(model_.grads(), reduction());
-  model_.backward(grad_scale, [this](int layer) { reducer_->layer_done(layer); });
+}
+
+void DataParallelEngine::layer_done(int layer) {
+  reducer_->layer_done(layer);
+}
+
+Status DataParallelEngine::finish_reduction(parallel::StepComm* stats) {
   return reducer_->finish(stats);
 }
 
