@@ -6,7 +6,8 @@
 // pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 and pp2 x tp2 with sp follow the single-process loss
 // of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny, and ep=2 and 4
 // (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and strategies that cannot run
-// exit 2 with one line.
+// exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2) follows the same
+// references.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -316,6 +317,45 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
   }
 }
 
+// Interleaved 1F1B, same references and tolerance as above: gpt_tiny's 4 layers in 4 chunks
+// of one layer over 2 stages (4 and, with dp=2, 2 micro-batches per step: M = 2pp and M = pp),
+// and moe_bert_tiny with the micro-batches of its --grad-accum 2 reference.
+TEST_F(MultiProcModelParallelTest, InterleavedFollowsTheSingleProcessLoss) {
+  struct Case {
+    std::string model, name;
+    std::vector<std::string> flags, reference;
+  };
+  const std::vector<Case> cases = {
+      {"gpt_tiny",
+       "pp2_vpp2",
+       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=2"},
+       {"--threads", "1"}},
+      {"gpt_tiny",
+       "dp2_pp2_vpp2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,vpp=2,mbs=2"},
+       {"--threads", "1"}},
+      {"moe_bert_tiny",
+       "moe_pp2_vpp2",
+       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=4"},
+       {"--threads", "1", "--grad-accum", "2"}},
+  };
+  for (const Case& c : cases) {
+    const auto want = train(c.model, c.name + "_reference", c.reference);
+    const auto rows = train(c.model, c.name, c.flags);
+    ASSERT_EQ(want.size(), 20u) << c.name;
+    ASSERT_EQ(rows.size(), 20u) << c.name;
+    double worst = 0, worst_rel = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double a = want[i]["loss"].get<double>(), b = rows[i]["loss"].get<double>();
+      worst = std::max(worst, std::abs(a - b));
+      worst_rel = std::max(worst_rel, std::abs(a - b) / std::abs(a));
+    }
+    EXPECT_LT(worst_rel, 1e-4) << c.name;
+    std::printf("%-14s %-17s max loss deviation %.2e (relative %.2e) over 20 steps\n",
+                c.model.c_str(), c.name.c_str(), worst, worst_rel);
+  }
+}
+
 TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
   const std::vector<std::vector<std::string>> bad = {
       {"--nproc-per-node", "4", "--strategy", "tp=4"},  // 6 heads
@@ -324,7 +364,10 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
       {"--nproc-per-node", "2", "--strategy", "ep=2"},  // gpt_tiny has no experts
       {"--nproc-per-node", "2", "--strategy", "tp=2", "--checkpoint-dir", "unused"},
-      {"--strategy", "tp=2"},  // one process
+      {"--strategy", "tp=2"},                                        // one process
+      {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=16"},  // 1 micro-batch a step
+      {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=3,mbs=2"},   // 4 layers, 6 chunks
+      {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=2", "--pipeline-schedule", "1f1b"},
   };
   for (const auto& flags : bad) {
     std::vector<std::string> args = {"run", "--steps", "2", "--monitor", "off", "--quiet"};
