@@ -157,13 +157,13 @@ class Model {
   Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
         const ExpertParallel& ep);
   void layout_activations();
+  // Makes chunk c current: its layer range, offsets and whether it has the embeddings or head.
+  void select_chunk(int c);
   void save_slot(int i);
   void load_slot(int i);
   // Tensor-parallel plumbing; each records the first failure in tp_status_ and then does nothing.
   void tp_allreduce(float* data, size_t count);
   const float* tp_gather_rows(const float* mine, int rows);
-  // Makes chunk c current: its layer range, offsets and whether it has the embeddings or head.
-  void select_chunk(int c);
   void tp_reduce_scatter(float* out, const float* full, size_t rows_per_rank, int width);
   // Row-parallel output: partial (N,C) summed over ranks into out (all of it, or this rank's
   // rows under sp). Without sp out must be partial.

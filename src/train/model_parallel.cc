@@ -256,8 +256,6 @@ int ModelParallel::pp_next() const {
   return mesh_->pp_next();
 }
 
-// Per-layer cost: the forward GEMM FLOPs per token (attention projections and scores, MLP or
-// the routed experts), the tied head added to the last layer. Embedding lookups cost ~0.
 std::vector<int> ModelParallel::stage_ranks() const {
   return parallel::pp_group_ranks(mesh_->shape(), mesh_->rank());
 }
@@ -265,6 +263,9 @@ std::vector<int> ModelParallel::stage_ranks() const {
 comm::Group& ModelParallel::pp_group() {
   return mesh_->pp();
 }
+
+// Per-layer cost: the forward GEMM FLOPs per token (attention projections and scores, MLP or
+// the routed experts), the tied head added to the last layer. Embedding lookups cost ~0.
 
 model::PipelineStage ModelParallel::pipeline_stage(const model::ModelSpec& s, int micro_batches,
                                                    parallel::PipelineSchedule schedule) const {
