@@ -6,8 +6,8 @@
 // pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 and pp2 x tp2 with sp follow the single-process loss
 // of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny, and ep=2 and 4
 // (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and strategies that cannot run
-// exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2) follows the same
-// references.
+// exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2 or tp=2 with sp)
+// follows the same references.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -318,8 +318,9 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
 }
 
 // Interleaved 1F1B, same references and tolerance as above: gpt_tiny's 4 layers in 4 chunks
-// of one layer over 2 stages (4 and, with dp=2, 2 micro-batches per step: M = 2pp and M = pp),
-// and moe_bert_tiny with the micro-batches of its --grad-accum 2 reference.
+// of one layer over 2 stages (4 and, with dp=2, 2 micro-batches per step: M = 2pp and M = pp;
+// also with tp=2 and sp inside each stage), and moe_bert_tiny with the micro-batches of its
+// --grad-accum 2 reference.
 TEST_F(MultiProcModelParallelTest, InterleavedFollowsTheSingleProcessLoss) {
   struct Case {
     std::string model, name;
@@ -333,6 +334,10 @@ TEST_F(MultiProcModelParallelTest, InterleavedFollowsTheSingleProcessLoss) {
       {"gpt_tiny",
        "dp2_pp2_vpp2",
        {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,vpp=2,mbs=2"},
+       {"--threads", "1"}},
+      {"gpt_tiny",
+       "pp2_vpp2_tp2_sp",
+       {"--nproc-per-node", "4", "--strategy", "pp=2,vpp=2,tp=2,sp=on,mbs=2"},
        {"--threads", "1"}},
       {"moe_bert_tiny",
        "moe_pp2_vpp2",
