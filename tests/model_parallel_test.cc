@@ -6,7 +6,8 @@
 // pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 and pp2 x tp2 with sp follow the single-process loss
 // of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny, and ep=2 and 4
 // (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and strategies that cannot run
-// exit 2 with one line.
+// exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2 or tp=2 with sp)
+// follows the same references.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,7 +63,8 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("tp=2", 3, "needs a multiple of 2 processes, but 3 were started");
   refused("dp=2,tp=2", 6, "dp*tp*pp = 2*2*1 = 4, but 6 processes");
   refused("sp=on", 2, "needs tp > 1");
-  refused("pp=2,vpp=2", 2, "interleaved pipelining (vpp=2)");
+  refused("vpp=2", 2, "so it needs pp > 1");
+  EXPECT_EQ(layout("pp=2,vpp=2", 2)->vpp, 2);
   refused("tp=2,pp=2", 6, "tp*pp = 4 needs a multiple of 4 processes, but 6");
   refused("pp=2,zero=1", 2, "zero=1 with pp or ep > 1");
   refused("tp=2,ep=2", 4, "expert parallelism (ep=2) together with tp or pp");
@@ -355,6 +357,51 @@ TEST_F(MultiProcModelParallelTest, SplitModelsSampleTheSameText) {
   ASSERT_GT(single.size(), 16u);
   EXPECT_EQ(sample({"--nproc-per-node", "2", "--strategy", "tp=2"}), single);
   EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "pp=2,tp=2"}), single);
+  EXPECT_EQ(sample({"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2"}), single);
+}
+
+// Interleaved 1F1B, same references and tolerance as above: gpt_tiny's 4 layers in 4 chunks
+// of one layer over 2 stages (4 and, with dp=2, 2 micro-batches per step: M = 2pp and M = pp;
+// also with tp=2 and sp inside each stage), and moe_bert_tiny with the micro-batches of its
+// --grad-accum 2 reference.
+TEST_F(MultiProcModelParallelTest, InterleavedFollowsTheSingleProcessLoss) {
+  struct Case {
+    std::string model, name;
+    std::vector<std::string> flags, reference;
+  };
+  const std::vector<Case> cases = {
+      {"gpt_tiny",
+       "pp2_vpp2",
+       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=2"},
+       {"--threads", "1"}},
+      {"gpt_tiny",
+       "dp2_pp2_vpp2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,vpp=2,mbs=2"},
+       {"--threads", "1"}},
+      {"gpt_tiny",
+       "pp2_vpp2_tp2_sp",
+       {"--nproc-per-node", "4", "--strategy", "pp=2,vpp=2,tp=2,sp=on,mbs=2"},
+       {"--threads", "1"}},
+      {"moe_bert_tiny",
+       "moe_pp2_vpp2",
+       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=4"},
+       {"--threads", "1", "--grad-accum", "2"}},
+  };
+  for (const Case& c : cases) {
+    const auto want = train(c.model, c.name + "_reference", c.reference);
+    const auto rows = train(c.model, c.name, c.flags);
+    ASSERT_EQ(want.size(), 20u) << c.name;
+    ASSERT_EQ(rows.size(), 20u) << c.name;
+    double worst = 0, worst_rel = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double a = want[i]["loss"].get<double>(), b = rows[i]["loss"].get<double>();
+      worst = std::max(worst, std::abs(a - b));
+      worst_rel = std::max(worst_rel, std::abs(a - b) / std::abs(a));
+    }
+    EXPECT_LT(worst_rel, 1e-4) << c.name;
+    std::printf("%-14s %-17s max loss deviation %.2e (relative %.2e) over 20 steps\n",
+                c.model.c_str(), c.name.c_str(), worst, worst_rel);
+  }
 }
 
 TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
@@ -364,7 +411,10 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "2", "--strategy", "tp=2,pp=2"},
       {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
       {"--nproc-per-node", "2", "--strategy", "ep=2"},  // gpt_tiny has no experts
-      {"--strategy", "tp=2"},  // one process
+      {"--strategy", "tp=2"},                                        // one process
+      {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=16"},  // 1 micro-batch a step
+      {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=3,mbs=2"},   // 4 layers, 6 chunks
+      {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=2", "--pipeline-schedule", "1f1b"},
   };
   for (const auto& flags : bad) {
     std::vector<std::string> args = {"run", "--steps", "2", "--monitor", "off", "--quiet"};

@@ -139,8 +139,10 @@ void expect_pipeline_matches(const model::ModelSpec& s, int stages, int tp,
     const int stage = (*mesh)->coords().pp, tp_rank = (*mesh)->coords().tp;
     parallel::GroupTensorParallelComm comm((*mesh)->tp());
     model::TensorParallel tpc{tp_rank, tp, false, tp > 1 ? &comm : nullptr};
-    model::PipelineStage ps{bounds[stage], bounds[stage + 1],
-                            parallel::pipeline_slots(sched, stage, stages, kM)};
+    model::PipelineStage ps;
+    ps.first_layer = bounds[stage];
+    ps.end_layer = bounds[stage + 1];
+    ps.slots = parallel::pipeline_slots(sched, stage, stages, kM);
     auto m = model::Model::create(s, kB, kT, tpc, ps);
     ASSERT_TRUE(m.ok()) << m.status().message();
     (*m)->init_params(9);

@@ -114,8 +114,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "`run` with no arguments uses auto")
       ->group(kParallel);
   run->add_option("--pipeline-schedule", config->pipeline_schedule,
-                  "Pipeline schedule when the strategy has pp > 1: gpipe or 1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+                  "Pipeline schedule when the strategy has pp > 1: gpipe, 1f1b or interleaved "
+                  "(vpp > 1); auto picks 1f1b, or interleaved when the strategy has vpp > 1")
+      ->check(CLI::IsMember({"auto", "gpipe", "1f1b", "interleaved"}))
       ->group(kParallel)
       ->capture_default_str();
   run->add_option("--grad-accum", config->grad_accum,
@@ -304,8 +305,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     if (!env->has_value() &&
         (launch->nproc_per_node > 1 || launch->nnodes > 1 || resilience->elastic)) {
       // This process is the agent: launch the workers with the same arguments.
-      if (Status st = train::check_strategy_for_launch(config->strategy, config->model,
-                                                       launch->nproc_per_node * launch->nnodes);
+      if (Status st = train::check_strategy_for_launch(
+              config->strategy, config->model, launch->nproc_per_node * launch->nnodes,
+              {config->batch_size, config->grad_accum, config->pipeline_schedule});
           !st.ok())
         return report(st);
       elastic::AgentConfig ac;

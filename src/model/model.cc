@@ -4,6 +4,7 @@
 // BERT uses the same blocks with bidirectional attention and scores only masked positions.
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -21,16 +22,28 @@ namespace cann::model {
 
 using namespace cann::kernels;
 
+namespace {
+
+// The stage's layer ranges: its chunks, or the one range [first_layer, end_layer).
+std::vector<LayerRange> stage_chunks(const ModelSpec& s, const PipelineStage& stage) {
+  if (!stage.chunks.empty()) return stage.chunks;
+  return {{stage.first_layer, stage.end_layer < 0 ? s.num_hidden_layers : stage.end_layer}};
+}
+
+}  // namespace
+
 Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
              const ExpertParallel& ep)
     : spec_(std::move(spec)),
       tp_(tp),
       ep_(ep),
-      first_layer_(stage.first_layer),
-      end_layer_(stage.end_layer < 0 ? spec_.num_hidden_layers : stage.end_layer),
-      embed_(first_layer_ == 0),
-      head_(end_layer_ == spec_.num_hidden_layers),
-      table_(build_stage_param_table(spec_, tp.size, first_layer_, end_layer_, ep.size)) {
+      chunks_(stage_chunks(spec_, stage)),
+      table_(build_chunked_param_table(spec_, tp.size, chunks_, ep.size)) {
+  holds_embed_ = holds_head_ = false;
+  for (const LayerRange& c : chunks_) {
+    holds_embed_ = holds_embed_ || c.first == 0;
+    holds_head_ = holds_head_ || c.end == spec_.num_hidden_layers;
+  }
   const int t = tp_.size;
   nh_ = spec_.num_attention_heads / t;
   kvh_ = spec_.num_key_value_heads / t;
@@ -65,13 +78,20 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                              "tokens against a different expert capacity; hint: use sp=off "
                              "(tensor parallelism alone works with MoE models)");
   }
-  const int end = stage.end_layer < 0 ? spec.num_hidden_layers : stage.end_layer;
-  if (stage.first_layer < 0 || stage.first_layer > end || end > spec.num_hidden_layers ||
-      stage.slots < 1)
-    return InvalidArgument("pipeline stage with layers [" + std::to_string(stage.first_layer) +
-                           ", " + std::to_string(end) + ") and " + std::to_string(stage.slots) +
-                           " activation slots does not fit model '" + spec.name + "' with " +
-                           std::to_string(spec.num_hidden_layers) + " layers");
+  // One range may be empty; several (interleaved chunks) must each hold a layer, in order.
+  const std::vector<LayerRange> chunks = stage_chunks(spec, stage);
+  int prev_end = 0;
+  for (const LayerRange& c : chunks) {
+    const bool empty_ok = chunks.size() == 1;
+    if (c.first < prev_end || c.first > c.end || (c.first == c.end && !empty_ok) ||
+        c.end > spec.num_hidden_layers || stage.slots < 1)
+      return InvalidArgument("pipeline stage with layers [" + std::to_string(c.first) + ", " +
+                             std::to_string(c.end) + ") and " + std::to_string(stage.slots) +
+                             " activation slots does not fit model '" + spec.name + "' with " +
+                             std::to_string(spec.num_hidden_layers) +
+                             " layers (chunks must be non-empty and ascending)");
+    prev_end = c.end;
+  }
   if (ep.size > 1 && (!spec.is_moe() || spec.num_local_experts % ep.size != 0 ||
                       ep.comm == nullptr || ep.rank < 0 || ep.rank >= ep.size))
     return InvalidArgument("expert parallelism ep=" + std::to_string(ep.size) +
@@ -81,43 +101,46 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                            " experts)");
   std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage,
                                      ep.size > 1 ? ep : ExpertParallel{}));
-  m->slots_.resize(stage.slots);
+  m->slots_.resize(static_cast<size_t>(stage.slots) * m->chunks_.size());
   m->recompute_ = recompute;
   m->max_batch_ = max_batch;
   m->max_seq_ = max_seq;
   m->params_.resize(m->table_.total_floats());
   m->grads_.resize(m->table_.total_floats());
   auto off = [&](const std::string& name) { return m->table_.at(*m->table_.find(name)).offset; };
-  if (m->embed_ || m->head_) m->wte_ = off("wte");
-  if (m->embed_) m->wpe_ = off("wpe");
-  if (m->head_) {
+  if (m->holds_embed_ || m->holds_head_) m->wte_ = off("wte");
+  if (m->holds_embed_) m->wpe_ = off("wpe");
+  if (m->holds_head_) {
     m->lnfw_ = off("lnf.w");
     m->lnfb_ = off("lnf.b");
   }
-  for (int l = m->first_layer_; l < m->end_layer_; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    LayerOffsets o{};
-    o.ln1w = off(p + "ln1.w");
-    o.ln1b = off(p + "ln1.b");
-    o.qkvw = off(p + "attn.qkv.w");
-    o.qkvb = off(p + "attn.qkv.b");
-    o.projw = off(p + "attn.proj.w");
-    o.projb = off(p + "attn.proj.b");
-    o.ln2w = off(p + "ln2.w");
-    o.ln2b = off(p + "ln2.b");
-    if (spec.is_moe_layer(l)) {
-      o.moe.routerw = off(p + "moe.router.w");
-      o.moe.fcw = off(p + "moe.fc.w");
-      o.moe.fcb = off(p + "moe.fc.b");
-      o.moe.projw = off(p + "moe.proj.w");
-      o.moe.projb = off(p + "moe.proj.b");
-    } else {
-      o.fcw = off(p + "mlp.fc.w");
-      o.fcb = off(p + "mlp.fc.b");
-      o.fcprojw = off(p + "mlp.proj.w");
-      o.fcprojb = off(p + "mlp.proj.b");
+  for (const LayerRange& chunk : m->chunks_) {
+    m->chunk_offsets_.push_back(m->all_offsets_.size());
+    for (int l = chunk.first; l < chunk.end; ++l) {
+      const std::string p = "h." + std::to_string(l) + ".";
+      LayerOffsets o{};
+      o.ln1w = off(p + "ln1.w");
+      o.ln1b = off(p + "ln1.b");
+      o.qkvw = off(p + "attn.qkv.w");
+      o.qkvb = off(p + "attn.qkv.b");
+      o.projw = off(p + "attn.proj.w");
+      o.projb = off(p + "attn.proj.b");
+      o.ln2w = off(p + "ln2.w");
+      o.ln2b = off(p + "ln2.b");
+      if (spec.is_moe_layer(l)) {
+        o.moe.routerw = off(p + "moe.router.w");
+        o.moe.fcw = off(p + "moe.fc.w");
+        o.moe.fcb = off(p + "moe.fc.b");
+        o.moe.projw = off(p + "moe.proj.w");
+        o.moe.projb = off(p + "moe.proj.b");
+      } else {
+        o.fcw = off(p + "mlp.fc.w");
+        o.fcb = off(p + "mlp.fc.b");
+        o.fcprojw = off(p + "mlp.proj.w");
+        o.fcprojb = off(p + "mlp.proj.b");
+      }
+      m->all_offsets_.push_back(o);
     }
-    m->offsets_.push_back(o);
   }
   m->layout_activations();
   return m;
@@ -146,8 +169,20 @@ void Model::layout_activations() {
       arena.ibase = ints_.data();
     }
     auto take = [&](size_t n) { return arena.take(n); };
-    // One set of saved activations per slot (micro-batches in flight in a pipeline).
+    // One set of saved activations per slot (micro-batches in flight in a pipeline). With
+    // several chunks, slots_[si] is chunk si % chunks of slot si / chunks: a slot holds one
+    // chunk's activations at a time, every chunk's layout starts at the slot's start, and the
+    // slot is as large as the largest.
+    const size_t nchunks = chunks_.size();
+    size_t slot_start = 0, islot_start = 0, slot_end = arena.used, islot_end = arena.iused;
     for (size_t si = 0; si < slots_.size(); ++si) {
+      if (si % nchunks == 0) {
+        slot_start = arena.used = slot_end;
+        islot_start = arena.iused = islot_end;
+      }
+      arena.used = slot_start;
+      arena.iused = islot_start;
+      select_chunk(static_cast<int>(si % nchunks));
       Slot& slot = slots_[si];
       slot.layers.clear();
       slot.moe_layers.clear();
@@ -168,7 +203,11 @@ void Model::layout_activations() {
       }
       slot.inputs = arena.itake(N);
       slot.targets = arena.itake(N);
+      slot_end = std::max(slot_end, arena.used);
+      islot_end = std::max(islot_end, arena.iused);
     }
+    arena.used = slot_end;
+    arena.iused = islot_end;
     // Backward scratch, shared by the slots (one backward runs at a time).
     d_resid_ = take(R * C);
     d_branch_ = take(R * C);
@@ -197,8 +236,19 @@ void Model::layout_activations() {
       ints_.resize(arena.iused);
     }
   }
+  select_chunk(0);
   slot_ = 0;
   load_slot(0);
+}
+
+void Model::select_chunk(int c) {
+  chunk_ = c;
+  first_layer_ = chunks_[c].first;
+  end_layer_ = chunks_[c].end;
+  embed_ = first_layer_ == 0;
+  head_ = end_layer_ == spec_.num_hidden_layers;
+  offsets_ = std::span<const LayerOffsets>(all_offsets_)
+                 .subspan(chunk_offsets_[c], static_cast<size_t>(end_layer_ - first_layer_));
 }
 
 void Model::save_slot(int i) {
@@ -243,11 +293,15 @@ void Model::load_slot(int i) {
   have_targets_ = s.have_targets;
 }
 
-void Model::use_slot(int i) {
-  CANN_CHECK(i >= 0 && i < static_cast<int>(slots_.size()))
-      << "activation slot " << i << " of " << slots_.size();
+void Model::use_slot(int slot, int chunk) {
+  const int nchunks = num_chunks();
+  CANN_CHECK(slot >= 0 && slot < num_slots() && chunk >= 0 && chunk < nchunks)
+      << "activation slot " << slot << " of " << num_slots() << ", chunk " << chunk << " of "
+      << nchunks;
+  const int i = slot * nchunks + chunk;
   if (i == slot_) return;
   save_slot(slot_);
+  select_chunk(chunk);
   load_slot(i);
   slot_ = i;
 }
@@ -266,7 +320,7 @@ size_t Model::activation_bytes() const {
 void Model::init_params(uint64_t seed) {
   Rng rng(seed);
   const float residual_scale = 1.0f / std::sqrt(2.0f * spec_.num_hidden_layers);
-  const bool part = tp_.size > 1 || ep_.size > 1 || !embed_ || !head_;
+  const bool part = tp_.size > 1 || ep_.size > 1 || !holds_embed_ || !holds_head_;
   const ParamTable full_table = part ? build_param_table(spec_) : ParamTable{};
   const ParamTable& table = part ? full_table : table_;
   AlignedBuffer<float> full_params;

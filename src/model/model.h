@@ -32,10 +32,16 @@ namespace cann::model {
 // One pipeline stage: layers [first_layer, end_layer) (end_layer -1: to the last), with the
 // embeddings when first_layer == 0 and the final norm and head when end_layer is the last.
 // `slots` sets of saved activations let several micro-batches be in flight (use_slot).
+// Interleaved pipelining: `chunks`, when not empty, replaces [first_layer, end_layer) by
+// several ascending layer ranges (the stage's model chunks, e.g. layers [0,1) and [2,3) of 4
+// on stage 0 of 2); each chunk has the embeddings or the head when its range does, the
+// parameters stay in one flat buffer (build_chunked_param_table), and each slot holds one
+// chunk's activations (the slots are sized for the largest chunk and shared by all).
 struct PipelineStage {
   int first_layer = 0;
   int end_layer = -1;
   int slots = 1;
+  std::vector<LayerRange> chunks;
 };
 
 struct ForwardStats {
@@ -77,8 +83,11 @@ class Model {
   // stage_output_grad() (fill it before backward) and returns no loss; after backward a stage
   // without the embeddings leaves the gradient of its input in stage_input_grad(). Each holds
   // stage_io_floats(B, T) floats: B*T rows of hidden_size (this rank's rows under sp).
-  void use_slot(int slot);
-  int num_slots() const { return static_cast<int>(slots_.size()); }
+  // With several chunks, use_slot also picks the chunk that forward, backward and the stage_*
+  // buffers act on, and has_embedding / has_head describe that chunk.
+  void use_slot(int slot, int chunk = 0);
+  int num_slots() const { return static_cast<int>(slots_.size() / chunks_.size()); }
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
   bool has_embedding() const { return embed_; }
   bool has_head() const { return head_; }
   float* stage_input() { return encoded_; }
@@ -196,6 +205,8 @@ class Model {
   // The tensors local layer i's backward reads: its own, or the shared buffers refilled by
   // recomputation from x_in, its input. *moe gets its MoeActs (MoE layers).
   LayerActs backward_acts(int i, const float* x_in, const MoeActs** moe);
+  // Makes chunk c current: its layer range, offsets and whether it has the embeddings or head.
+  void select_chunk(int c);
   void save_slot(int i);
   void load_slot(int i);
   // Tensor-parallel plumbing; each records the first failure in tp_status_ and then does nothing.
@@ -230,10 +241,14 @@ class Model {
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;
   int vocab_begin_ = 0;
-  // Pipeline stage: layers [first_layer_, end_layer_); offsets_ and layers_ are indexed from
-  // first_layer_.
+  // Pipeline stage: the current chunk's layers [first_layer_, end_layer_); offsets_ and layers_
+  // are indexed from first_layer_. holds_embed_ / holds_head_: some chunk has them.
+  std::vector<LayerRange> chunks_;
+  std::vector<size_t> chunk_offsets_;  // where each chunk's layers start in all_offsets_
+  int chunk_ = 0;
   int first_layer_ = 0, end_layer_ = 0;
-  bool embed_ = true, head_ = true;
+  bool embed_ = true, head_ = true, holds_embed_ = true, holds_head_ = true;
+  // Slot s of chunk c is slots_[s * chunks + c]; slot_ indexes slots_.
   std::vector<Slot> slots_;
   int slot_ = 0;
   ParamTable table_;
@@ -242,7 +257,8 @@ class Model {
   AlignedBuffer<float> acts_;
   AlignedBuffer<int> ints_;
   size_t wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
-  std::vector<LayerOffsets> offsets_;
+  std::vector<LayerOffsets> all_offsets_;  // every chunk's layers, chunk after chunk
+  std::span<const LayerOffsets> offsets_;  // the current chunk's
   std::vector<LayerActs> layers_;
   std::vector<MoeActs> moe_layers_;
   float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;

@@ -178,8 +178,17 @@ ParamTable build_param_table(const ModelSpec& s, int tp) {
 
 ParamTable build_stage_param_table(const ModelSpec& s, int tp, int first_layer, int end_layer,
                                    int ep) {
+  return build_chunked_param_table(s, tp, {{first_layer, end_layer}}, ep);
+}
+
+ParamTable build_chunked_param_table(const ModelSpec& s, int tp,
+                                     const std::vector<LayerRange>& chunks, int ep) {
   ParamTable table;
-  const bool embed = first_layer == 0, head = end_layer == s.num_hidden_layers;
+  bool embed = false, head = false;
+  for (const LayerRange& c : chunks) {
+    embed = embed || c.first == 0;
+    head = head || c.end == s.num_hidden_layers;
+  }
   const int64_t C = s.hidden_size, V = s.vocab_size, T = s.seq_length;
   const int64_t QKV = s.qkv_size(), F = s.intermediate_size;
   const int64_t Q = static_cast<int64_t>(s.num_attention_heads) * s.head_size();
@@ -188,33 +197,34 @@ ParamTable build_stage_param_table(const ModelSpec& s, int tp, int first_layer, 
     table.add_sharded("wte", {V, C}, -1, TpSplit::kVocab, true, tp);
     table.add("wpe", {T, C}, -1, TpSplit::kReplicated, false);
   }
-  for (int l = first_layer; l < end_layer; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    table.add(p + "ln1.w", {C}, l, TpSplit::kReplicated, false);
-    table.add(p + "ln1.b", {C}, l, TpSplit::kReplicated, false);
-    table.add_sharded(p + "attn.qkv.w", {QKV, C}, l, TpSplit::kColumn, true, tp, {Q, KV, KV});
-    table.add_sharded(p + "attn.qkv.b", {QKV}, l, TpSplit::kColumn, false, tp, {Q, KV, KV});
-    table.add_sharded(p + "attn.proj.w", {C, Q}, l, TpSplit::kRow, true, tp);
-    table.add(p + "attn.proj.b", {C}, l, TpSplit::kReplicated, false);
-    table.add(p + "ln2.w", {C}, l, TpSplit::kReplicated, false);
-    table.add(p + "ln2.b", {C}, l, TpSplit::kReplicated, false);
-    if (s.is_moe_layer(l)) {
-      const int64_t E = s.num_local_experts / ep, FM = s.moe_intermediate_size;
-      const int64_t router_e = s.num_local_experts;
-      // Experts are sharded by expert parallelism, not by tp: every tensor-parallel rank holds
-      // them whole and computes the MoE block on the full (all-reduced) input.
-      table.add(p + "moe.router.w", {router_e, C}, l, TpSplit::kReplicated, true);
-      table.add(p + "moe.fc.w", {E, FM, C}, l, TpSplit::kReplicated, true, true);
-      table.add(p + "moe.fc.b", {E, FM}, l, TpSplit::kReplicated, false, true);
-      table.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kReplicated, true, true);
-      table.add(p + "moe.proj.b", {E, C}, l, TpSplit::kReplicated, false, true);
-    } else {
-      table.add_sharded(p + "mlp.fc.w", {F, C}, l, TpSplit::kColumn, true, tp);
-      table.add_sharded(p + "mlp.fc.b", {F}, l, TpSplit::kColumn, false, tp);
-      table.add_sharded(p + "mlp.proj.w", {C, F}, l, TpSplit::kRow, true, tp);
-      table.add(p + "mlp.proj.b", {C}, l, TpSplit::kReplicated, false);
+  for (const LayerRange& chunk : chunks)
+    for (int l = chunk.first; l < chunk.end; ++l) {
+      const std::string p = "h." + std::to_string(l) + ".";
+      table.add(p + "ln1.w", {C}, l, TpSplit::kReplicated, false);
+      table.add(p + "ln1.b", {C}, l, TpSplit::kReplicated, false);
+      table.add_sharded(p + "attn.qkv.w", {QKV, C}, l, TpSplit::kColumn, true, tp, {Q, KV, KV});
+      table.add_sharded(p + "attn.qkv.b", {QKV}, l, TpSplit::kColumn, false, tp, {Q, KV, KV});
+      table.add_sharded(p + "attn.proj.w", {C, Q}, l, TpSplit::kRow, true, tp);
+      table.add(p + "attn.proj.b", {C}, l, TpSplit::kReplicated, false);
+      table.add(p + "ln2.w", {C}, l, TpSplit::kReplicated, false);
+      table.add(p + "ln2.b", {C}, l, TpSplit::kReplicated, false);
+      if (s.is_moe_layer(l)) {
+        const int64_t E = s.num_local_experts / ep, FM = s.moe_intermediate_size;
+        const int64_t router_e = s.num_local_experts;
+        // Experts are sharded by expert parallelism, not by tp: every tensor-parallel rank holds
+        // them whole and computes the MoE block on the full (all-reduced) input.
+        table.add(p + "moe.router.w", {router_e, C}, l, TpSplit::kReplicated, true);
+        table.add(p + "moe.fc.w", {E, FM, C}, l, TpSplit::kReplicated, true, true);
+        table.add(p + "moe.fc.b", {E, FM}, l, TpSplit::kReplicated, false, true);
+        table.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kReplicated, true, true);
+        table.add(p + "moe.proj.b", {E, C}, l, TpSplit::kReplicated, false, true);
+      } else {
+        table.add_sharded(p + "mlp.fc.w", {F, C}, l, TpSplit::kColumn, true, tp);
+        table.add_sharded(p + "mlp.fc.b", {F}, l, TpSplit::kColumn, false, tp);
+        table.add_sharded(p + "mlp.proj.w", {C, F}, l, TpSplit::kRow, true, tp);
+        table.add(p + "mlp.proj.b", {C}, l, TpSplit::kReplicated, false);
+      }
     }
-  }
   if (head) {
     table.add("lnf.w", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);
     table.add("lnf.b", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);

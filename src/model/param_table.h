@@ -87,6 +87,17 @@ ParamTable build_param_table(const ModelSpec& spec, int tp = 1);
 ParamTable build_stage_param_table(const ModelSpec& spec, int tp, int first_layer, int end_layer,
                                    int ep = 1);
 
+// Layers [first, end) of the model: one chunk of an interleaved pipeline stage.
+struct LayerRange {
+  int first = 0;
+  int end = 0;
+};
+// The tensors of a stage holding several chunks (interleaved pipelining), in chunk order: the
+// embeddings if a chunk starts at layer 0, each chunk's layers, and the final norm (with the
+// tied wte copy, as above) if a chunk ends at the last layer. One chunk: the table above.
+ParamTable build_chunked_param_table(const ModelSpec& spec, int tp,
+                                     const std::vector<LayerRange>& chunks, int ep = 1);
+
 // Whether the model can be split over tp ranks; the error names the dimension and the fix.
 Status check_tp_divides(const ModelSpec& spec, int tp);
 

@@ -189,6 +189,25 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
   pipe.p2p_s = out.p2p_message_s;
   out.pipeline =
       f == Fidelity::kExact ? simulate_pipeline(pipe, record_events) : estimate_pipeline(pipe);
+  // The fp32 engine keeps each (micro-batch, chunk) in flight in a slot of its own, every slot
+  // sized for the device's largest chunk and each with its own input buffer and token ids
+  // (Model::layout_activations): slots x that, not the sum of what is in flight at once. The
+  // slots are the schedule's most pairs in flight (parallel/pipeline_schedule.h): min(p-i, m)
+  // without interleaving, the warm-up (p-i-1)*2 + (v-1)*p plus one with it.
+  if (c.device.precision == Precision::kFp32 && m.architecture != model::Architecture::kVit) {
+    const int mb = s.micro_batches();
+    for (int i = 0; i < p; ++i) {
+      double largest = 0;
+      for (int ch = 0; ch < v; ++ch) {
+        const bool embeds = out.bounds[ch * p + i] == 0;
+        largest = std::max(largest, pipe.chunks[i][ch].activation_bytes +
+                                        (embeds ? 0 : blocks.embedding.activation_bytes));
+      }
+      const int slots =
+          v == 1 ? std::min(p - i, mb) : std::min(mb * v, (p - i - 1) * 2 + (v - 1) * p + 1);
+      out.pipeline.peak_activation_bytes[i] = std::max(1, slots) * largest;
+    }
+  }
   return out;
 }
 

@@ -40,7 +40,8 @@ struct TrainConfig {
   int onebit_warmup = -1;         // fp32 steps before 1-bit compression; -1: 15% of the run
   double bucket_mb = 25.0;        // gradient bucket size after the first (1 MiB) bucket
   int compute_nice = 0;           // nice value of compute threads in multi-process runs
-  std::string pipeline_schedule = "1f1b";  // pp > 1: gpipe | 1f1b
+  // pp > 1: auto (1f1b, or interleaved with vpp > 1) | gpipe | 1f1b | interleaved
+  std::string pipeline_schedule = "auto";
   // Monitoring: who serves the dashboard is decided by Trainer::start_monitoring.
   bool monitor = true;
   monitor::ServerConfig monitor_server = [] {

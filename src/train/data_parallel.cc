@@ -144,11 +144,23 @@ parallel::BucketReduction* DataParallelEngine::reduction() {
 }
 
 Status DataParallelEngine::backward_and_reduce(float grad_scale, parallel::StepComm* stats) {
+  begin_reduction();
+  model_.backward(grad_scale, [this](int layer) { layer_done(layer); });
+  return finish_reduction(stats);
+}
+
+void DataParallelEngine::begin_reduction() {
   reducer_->begin_step(model_.grads(), reduction());
-  // Only this backward communicates (not the accumulation micro-steps before it), so the
-  // finer readiness signal is attached for its duration.
+  // Backward reports finer readiness only in the passes that report their layers (the last
+  // micro-step's; each chunk's last under a pipeline), so the hook can stay until finish.
   model_.set_grad_ready_hook([this](size_t offset) { reducer_->grads_final_from(offset); });
-  model_.backward(grad_scale, [this](int layer) { reducer_->layer_done(layer); });
+}
+
+void DataParallelEngine::layer_done(int layer) {
+  reducer_->layer_done(layer);
+}
+
+Status DataParallelEngine::finish_reduction(parallel::StepComm* stats) {
   model_.set_grad_ready_hook({});
   return reducer_->finish(stats);
 }

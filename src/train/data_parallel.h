@@ -67,6 +67,11 @@ class DataParallelEngine {
   // A micro-step's backward, its buckets reduced while it runs: the last micro-step's only, or
   // every micro-step's when reduces_every_micro_step() (ZeRO stage 2).
   Status backward_and_reduce(float grad_scale, parallel::StepComm* stats);
+  // The same in three parts, for a pipeline whose last micro-batch runs several backwards (one
+  // per model chunk): begin, then layer_done from each of them, then finish.
+  void begin_reduction();
+  void layer_done(int layer);
+  Status finish_reduction(parallel::StepComm* stats);
   bool reduces_every_micro_step() const { return config_.zero >= 2; }
   // Clears the gradients before a step (nothing to do under stages 2 and 3: the reductions did).
   void zero_grads();

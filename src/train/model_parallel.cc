@@ -29,8 +29,10 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
                   ") together with tp or pp is not available in this build; hint: use ep with "
                   "dp only (ep divides dp)");
   if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
-  if (s.vpp != 1)
-    return refuse("interleaved pipelining (vpp=" + std::to_string(s.vpp) + ")" + later);
+  if (s.vpp > 1 && s.pp == 1)
+    return refuse("vpp=" + std::to_string(s.vpp) +
+                  " interleaves model chunks over pipeline stages, so it needs pp > 1; hint: add "
+                  "pp=2 or drop vpp");
   if (s.sp && s.tp == 1)
     return refuse(
         "sp=on shards the sequence inside the tensor-parallel group, so it needs tp > 1; "
@@ -38,6 +40,7 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   ParallelLayout l;
   l.tp = s.tp;
   l.pp = s.pp;
+  l.vpp = s.vpp;
   l.sp = s.sp;
   l.recompute = s.recompute == plan::Recompute::kFull        ? model::Recompute::kFull
                 : s.recompute == plan::Recompute::kSelective ? model::Recompute::kSelective
@@ -68,11 +71,82 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   return l;
 }
 
+StatusOr<parallel::PipelineSchedule> resolve_pipeline_schedule(const std::string& flag,
+                                                               const ParallelLayout& layout,
+                                                               int micro_batches,
+                                                               const std::string& where) {
+  const bool interleave = layout.vpp > 1;
+  parallel::PipelineSchedule sched =
+      interleave ? parallel::PipelineSchedule::kInterleaved : parallel::PipelineSchedule::k1F1B;
+  if (!flag.empty() && flag != "auto") {
+    CANN_ASSIGN_OR_RETURN(sched, parallel::parse_pipeline_schedule(flag));
+  }
+  const std::string name = parallel::pipeline_schedule_name(sched);
+  if (interleave && sched != parallel::PipelineSchedule::kInterleaved)
+    return InvalidArgument(where + "--pipeline-schedule " + name +
+                           " with vpp=" + std::to_string(layout.vpp) +
+                           ": vpp > 1 runs the interleaved schedule; hint: drop "
+                           "--pipeline-schedule or use vpp=1");
+  if (!interleave && sched == parallel::PipelineSchedule::kInterleaved)
+    return InvalidArgument(where +
+                           "--pipeline-schedule interleaved needs model chunks to "
+                           "interleave; hint: add vpp=2 (or more) to --strategy");
+  if (interleave && micro_batches % layout.pp != 0)
+    return InvalidArgument(where + "vpp=" + std::to_string(layout.vpp) + " runs " +
+                           std::to_string(micro_batches) + " micro-batches per step, not a " +
+                           "multiple of pp=" + std::to_string(layout.pp) +
+                           " (interleaved 1F1B runs them in groups of pp); hint: pick gbs, mbs "
+                           "or --grad-accum so that the micro-batches per step divide by " +
+                           std::to_string(layout.pp));
+  return sched;
+}
+
+Status check_pipeline_chunks(const model::ModelSpec& spec, const ParallelLayout& layout,
+                             const std::string& where) {
+  const int L = spec.num_hidden_layers, chunks = layout.pp * layout.vpp;
+  if (layout.vpp == 1 || L % chunks == 0) return OkStatus();
+  std::string fits;
+  for (int v = 1; v * layout.pp <= L; ++v)
+    if (L % (v * layout.pp) == 0) {
+      if (!fits.empty()) fits += ", ";
+      fits += std::to_string(v);
+    }
+  return InvalidArgument(where + "vpp=" + std::to_string(layout.vpp) + " cuts model '" + spec.name +
+                         "' into pp*vpp = " + std::to_string(chunks) +
+                         " equal chunks, but it has " + std::to_string(L) +
+                         " layers; hint: use vpp in " + (fits.empty() ? "1" : fits));
+}
+
+namespace {
+
+// The micro-batches per step of a launch, as Trainer::resolve_layout derives them (0 where
+// the batch does not split, which the workers report).
+int launch_micro_batches(const plan::Strategy& st, const ParallelLayout& layout,
+                         const LaunchBatch& batch) {
+  const int gbs = st.gbs != 0 ? st.gbs : batch.batch_size;
+  if (gbs <= 0 || gbs % layout.dp != 0) return 0;
+  const int local = gbs / layout.dp;
+  if (batch.grad_accum > 0) return batch.grad_accum;
+  // An omitted mbs is 1 under pipeline parallelism (as the trainer reads it).
+  const int mbs = st.mbs > 0 ? st.mbs : (layout.pp > 1 ? 1 : 0);
+  if (mbs > 0) return local % mbs == 0 ? local / mbs : 0;
+  return 1;
+}
+
+}  // namespace
+
 Status check_strategy_for_launch(const std::string& strategy, const std::string& model_name,
-                                 int world) {
+                                 int world, const LaunchBatch& batch) {
   if (strategy.empty()) return OkStatus();
   CANN_ASSIGN_OR_RETURN(plan::Strategy st, plan::parse_strategy(strategy));
   CANN_ASSIGN_OR_RETURN(ParallelLayout layout, parallel_layout(st, strategy, world));
+  if (layout.pp > 1) {
+    // An M that cannot be derived here passes as pp: the workers report the batch itself.
+    const int M = launch_micro_batches(st, layout, batch);
+    auto sched = resolve_pipeline_schedule(batch.pipeline_schedule, layout, M > 0 ? M : layout.pp,
+                                           "--strategy " + strategy + ": ");
+    if (!sched.ok()) return sched.status();
+  }
   if (!layout.model_parallel()) return OkStatus();
   auto spec = model::load_model_spec(model_name);
   if (!spec.ok()) return OkStatus();  // the workers report a bad model with its own message
@@ -86,6 +160,9 @@ Status check_strategy_for_launch(const std::string& strategy, const std::string&
                            " stages but model '" + spec->name + "' has " +
                            std::to_string(spec->num_hidden_layers) +
                            " layers; hint: use at most one stage per layer");
+  if (Status chunks = check_pipeline_chunks(*spec, layout, "--strategy " + strategy + ": ");
+      !chunks.ok())
+    return chunks;
   if (layout.tp == 1) return OkStatus();
   Status fits = model::check_tp_divides(*spec, layout.tp);
   if (!fits.ok()) return InvalidArgument("--strategy " + strategy + ": " + fits.message());
@@ -180,11 +257,31 @@ int ModelParallel::pp_next() const {
   return mesh_->pp_next();
 }
 
+std::vector<int> ModelParallel::stage_ranks() const {
+  return parallel::pp_group_ranks(mesh_->shape(), mesh_->rank());
+}
+
+comm::Group& ModelParallel::pp_group() {
+  return mesh_->pp();
+}
+
 // Per-layer cost: the forward GEMM FLOPs per token (attention projections and scores, MLP or
 // the routed experts), the tied head added to the last layer. Embedding lookups cost ~0.
+
 model::PipelineStage ModelParallel::pipeline_stage(const model::ModelSpec& s, int micro_batches,
-                                                   bool gpipe) const {
+                                                   parallel::PipelineSchedule schedule) const {
   const int L = s.num_hidden_layers, P = layout_.pp, stage = mesh_->coords().pp;
+  if (schedule == parallel::PipelineSchedule::kInterleaved) {
+    // Chunk c of this stage is virtual stage c*P + stage of P*V equal ones.
+    const int V = layout_.vpp, per = L / (P * V);
+    model::PipelineStage ps;
+    for (int c = 0; c < V; ++c)
+      ps.chunks.push_back({(c * P + stage) * per, (c * P + stage + 1) * per});
+    ps.first_layer = ps.chunks.front().first;
+    ps.end_layer = ps.chunks.back().end;
+    ps.slots = parallel::pipeline_slots(schedule, stage, P, micro_batches, V);
+    return ps;
+  }
   std::vector<double> costs(L);
   const double C = s.hidden_size, T = s.seq_length;
   for (int l = 0; l < L; ++l) {
@@ -200,9 +297,7 @@ model::PipelineStage ModelParallel::pipeline_stage(const model::ModelSpec& s, in
   model::PipelineStage ps;
   ps.first_layer = bounds[stage];
   ps.end_layer = bounds[stage + 1];
-  ps.slots = parallel::pipeline_slots(
-      gpipe ? parallel::PipelineSchedule::kGPipe : parallel::PipelineSchedule::k1F1B, stage, P,
-      micro_batches);
+  ps.slots = parallel::pipeline_slots(schedule, stage, P, micro_batches);
   return ps;
 }
 

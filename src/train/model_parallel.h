@@ -1,7 +1,7 @@
 // ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
-// the layout `run` can train (dp x pp x tp, with sequence parallelism on or off, and the
-// activation recomputation) and refuses, with one line naming the key, what this build cannot
-// train yet (cp, vpp, and ep combined with tp or pp).
+// the layout `run` can train (dp x pp x tp with vpp chunks per stage, with sequence
+// parallelism on or off, and the activation recomputation) and refuses, with one line naming
+// the key, what this build cannot train yet (cp, and ep combined with tp or pp).
 // For tp > 1 or pp > 1 it builds the process mesh over the world group, the model's
 // tensor-parallel communicator over the mesh's tp group, this rank's pipeline stage (layers
 // balanced by cost with the planner's partition), the gradient norm over the model-parallel
@@ -30,6 +30,7 @@ namespace cann::plan {
 struct Strategy;
 }
 namespace cann::parallel {
+enum class PipelineSchedule;
 class ProcessMesh;
 class GroupTensorParallelComm;
 class GroupExpertParallelComm;
@@ -41,7 +42,8 @@ struct ParallelLayout {
   int dp = 1;
   int tp = 1;
   int pp = 1;
-  int ep = 1;  // expert groups carved out of dp (ep divides dp)
+  int ep = 1;   // expert groups carved out of dp (ep divides dp)
+  int vpp = 1;  // model chunks per pipeline stage (interleaved 1F1B when > 1)
   bool sp = false;
   model::Recompute recompute = model::Recompute::kNone;
   bool model_parallel() const { return tp > 1 || pp > 1 || ep > 1; }
@@ -54,7 +56,27 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 // What the launcher checks before it starts `world` workers, so a strategy that cannot run is
 // reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
 // the model splits that way. `model` is a shipped name or a spec path.
-Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world);
+// `batch`: the run's --batch-size, --grad-accum and --pipeline-schedule, for the pipeline
+// schedule's checks (0 / empty: not given).
+struct LaunchBatch {
+  int batch_size = 0;
+  int grad_accum = 0;
+  std::string pipeline_schedule;
+};
+Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world,
+                                 const LaunchBatch& batch = {});
+
+// The schedule a pipelined run uses: --pipeline-schedule as given ("" or "auto": 1f1b, or
+// interleaved with vpp > 1), checked against vpp and the M micro-batches per step (interleaved
+// needs vpp > 1 and M a multiple of pp; gpipe and 1f1b need vpp = 1). `where` prefixes errors.
+StatusOr<parallel::PipelineSchedule> resolve_pipeline_schedule(const std::string& flag,
+                                                               const ParallelLayout& layout,
+                                                               int micro_batches,
+                                                               const std::string& where);
+
+// Interleaved pipelining cuts the layers into pp*vpp equal chunks: they must divide.
+Status check_pipeline_chunks(const model::ModelSpec& spec, const ParallelLayout& layout,
+                             const std::string& where);
 
 class ModelParallel {
  public:
@@ -69,15 +91,19 @@ class ModelParallel {
   comm::Group& expert_dp_group();
   comm::Group& dp_group();
   int dp_rank() const;
-  // Pipeline: this rank's stage, its neighbours (world ranks, -1 at the ends), and the stage's
-  // layers, balanced by cost over the stages (the planner's contiguous partition of per-layer
-  // FLOPs, the head counted with the last layer), with one activation slot per micro-batch
-  // in flight under `schedule`.
+  // Pipeline: this rank's stage, its neighbours (world ranks, -1 at the ends), the world ranks
+  // of every stage of its pipeline, the pipeline group, and the stage's layers with one
+  // activation slot per micro-batch (and chunk) in flight under `schedule`. Without
+  // interleaving the layers are balanced by cost over the stages (the planner's contiguous
+  // partition of per-layer FLOPs, the head counted with the last layer); interleaved, stage s
+  // holds chunks s, s+pp, ... of pp*vpp equal chunks (Megatron-LM's and the planner's split).
   int stage() const;
   int pp_prev() const;
   int pp_next() const;
+  std::vector<int> stage_ranks() const;
+  comm::Group& pp_group();
   model::PipelineStage pipeline_stage(const model::ModelSpec& spec, int micro_batches,
-                                      bool gpipe) const;
+                                      parallel::PipelineSchedule schedule) const;
   // Adds the wte gradient of the first and last stage (each holds a copy of the tied
   // embedding) so both copies take the same update. A collective over the pipeline group;
   // a no-op without pipeline parallelism.

@@ -85,19 +85,26 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            (bert ? " (the last id is [MASK])" : "") +
                            "; hint: pick a model whose vocab_size covers the data");
   CANN_RETURN_IF_ERROR(setup_model_parallel());
-  const bool gpipe = config_.pipeline_schedule == "gpipe";
+  parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+  if (layout_.pp > 1) {
+    CANN_ASSIGN_OR_RETURN(
+        schedule, resolve_pipeline_schedule(config_.pipeline_schedule, layout_, accum_steps_,
+                                            "--strategy " + config_.strategy + ": "));
+  }
   CANN_ASSIGN_OR_RETURN(
-      model_, model::Model::create(
-                  spec_, micro_batch_, seq_len_,
-                  mp_ ? mp_->tensor_parallel() : model::TensorParallel{},
-                  layout_.pp > 1 ? mp_->pipeline_stage(spec_, accum_steps_, gpipe)
-                                 : model::PipelineStage{},
-                  mp_ ? mp_->expert_parallel() : model::ExpertParallel{}, layout_.recompute));
-  if (layout_.pp > 1)
+      model_,
+      model::Model::create(spec_, micro_batch_, seq_len_,
+                           mp_ ? mp_->tensor_parallel() : model::TensorParallel{},
+                           layout_.pp > 1 ? mp_->pipeline_stage(spec_, accum_steps_, schedule)
+                                          : model::PipelineStage{},
+                           mp_ ? mp_->expert_parallel() : model::ExpertParallel{},
+                           layout_.recompute));
+  if (layout_.pp > 1 && schedule == parallel::PipelineSchedule::kInterleaved)
+    pipeline_ = std::make_unique<parallel::PipelineRunner>(*model_, *world_, mp_->pp_group(),
+                                                           mp_->stage_ranks(), mp_->stage());
+  else if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::PipelineRunner>(
-        *model_, *world_, mp_->pp_prev(), mp_->pp_next(),
-        gpipe ? parallel::PipelineSchedule::kGPipe : parallel::PipelineSchedule::k1F1B,
-        mp_->stage(), layout_.pp);
+        *model_, *world_, mp_->pp_prev(), mp_->pp_next(), schedule, mp_->stage(), layout_.pp);
   optim::AdamWConfig oc;
   oc.weight_decay = config_.weight_decay;
   oc.grad_clip = config_.grad_clip;
@@ -256,6 +263,7 @@ Status Trainer::setup_model_parallel() {
     return InvalidArgument(where + "pp=" + std::to_string(layout_.pp) + " stages but model '" +
                            spec_.name + "' has " + std::to_string(spec_.num_hidden_layers) +
                            " layers; hint: use at most one stage per layer");
+  CANN_RETURN_IF_ERROR(check_pipeline_chunks(spec_, layout_, where));
   if (layout_.sp && spec_.is_moe())
     return InvalidArgument(where + "sp=on with MoE model '" + spec_.name +
                            "' is not available (each rank would route its own tokens against "
@@ -276,11 +284,14 @@ Status Trainer::pipeline_step(float grad_scale, model::ForwardStats* st,
     *inputs = inputs_.data();
     *targets = targets_.data();
   };
-  auto last_backward = [this, comm_stats](float scale) {
-    return dp_->backward_and_reduce(scale, comm_stats);
-  };
-  auto stepped = pipeline_->step(accum_steps_, micro_batch_, seq_len_, grad_scale, batch,
-                                 last_backward);
+  parallel::PipelineRunner::GradReduction reduction;
+  if (dp_) {
+    reduction.begin = [this] { dp_->begin_reduction(); };
+    reduction.layer_done = [this](int layer) { dp_->layer_done(layer); };
+    reduction.finish = [this, comm_stats] { return dp_->finish_reduction(comm_stats); };
+  }
+  auto stepped =
+      pipeline_->step(accum_steps_, micro_batch_, seq_len_, grad_scale, batch, reduction);
   if (!stepped.ok()) return comm_failure(stepped.status());
   const float frac = 1.0f / static_cast<float>(accum_steps_);
   st->loss = stepped->loss * frac;
@@ -349,6 +360,7 @@ std::string Trainer::planner_memory_note() const {
   s.tp = layout_.tp;
   s.pp = layout_.pp;
   s.ep = layout_.ep;
+  s.vpp = layout_.vpp;
   s.sp = layout_.sp;
   s.recompute = layout_.recompute == model::Recompute::kFull        ? plan::Recompute::kFull
                 : layout_.recompute == model::Recompute::kSelective ? plan::Recompute::kSelective
@@ -673,9 +685,12 @@ Status Trainer::run(RunSummary* summary) {
     progress_.line(std::string(mem) + planner_memory_note());
     if (mp_) progress_.line("process mesh: " + mp_->describe() + "\n" + mp_->rank_table());
     if (pipeline_)
-      progress_.line("pipeline: " + std::to_string(layout_.pp) + " stages, schedule " +
-                     config_.pipeline_schedule + ", " + std::to_string(accum_steps_) +
-                     " micro-batches of " + std::to_string(micro_batch_) + " per step");
+      progress_.line(
+          "pipeline: " + std::to_string(layout_.pp) + " stages" +
+          (layout_.vpp > 1 ? " of " + std::to_string(layout_.vpp) + " chunks" : std::string()) +
+          ", schedule " + parallel::pipeline_schedule_name(pipeline_->schedule()) + ", " +
+          std::to_string(accum_steps_) + " micro-batches of " + std::to_string(micro_batch_) +
+          " per step");
     if (dp_)
       progress_.line("data parallel: " + std::to_string(data_world_) + " ranks, " +
                      std::to_string(accum_steps_) + " micro-step" + (accum_steps_ == 1 ? "" : "s") +
