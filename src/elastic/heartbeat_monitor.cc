@@ -51,7 +51,14 @@ std::optional<HeartbeatFailure> HeartbeatMonitor::poll(comm::Store& store,
     if (r >= running.size() || !running[r]) continue;
     Rank& rk = ranks_[r];
     auto v = store.try_get(prefix_ + "/heartbeat/rank" + std::to_string(r));
-    if (v.ok() && v->has_value() && **v != rk.value) {
+    if (!v.ok()) {
+      // The store is unreachable (a restarting Redis): no beat can be seen, so none is judged
+      // missing; the clocks restart when the store answers again.
+      rk.changed_at = now;
+      rk.step_at = now;
+      continue;
+    }
+    if (v->has_value() && **v != rk.value) {
       std::istringstream in(**v);
       int gen = -1, step = 0, total = 0;
       in >> gen >> step >> total;

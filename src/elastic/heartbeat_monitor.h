@@ -11,6 +11,8 @@
 //   - no progress: the step has not advanced for max(kHangFactor x the median step interval
 //     seen so far, kHangFloorSeconds), counted only between completed steps (setup and the
 //     work after the last step are not steps).
+// A read that fails (the store is down) restarts that rank's clocks: an outage of the store is
+// not a hang of the worker.
 //
 // Thread safety: one thread (the agent's loop).
 #pragma once

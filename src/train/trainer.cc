@@ -134,7 +134,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   if (keeper_->elastic() && mp_)
     return InvalidArgument("--elastic with tp or pp > 1: a new generation rebuilds the world and "
                            "data-parallel groups only; hint: use a data-parallel --strategy");
-  if (keeper_->generation() > 0) {
+  if (keeper_->generation() > 0 && !env_->node_snapshots.empty()) {
+    CANN_RETURN_IF_ERROR(restore_from_peers());
+  } else if (keeper_->generation() > 0) {
     // A restarted elastic generation: the committed step from memory, else from disk.
     CANN_ASSIGN_OR_RETURN(auto ck, keeper_->recovery_state(config_.checkpoint_dir));
     if (ck) {
