@@ -59,8 +59,7 @@ void on_signal(int sig) {
 
 struct Liveness {
   std::string value;
-  bool seen_change = false;  // the first value read may be an old one: live after a change
-  double changed_at = 0.0;
+  double changed_at = 0.0;  // by this agent's clock
 };
 
 class NodeAgent {
@@ -114,6 +113,7 @@ class NodeAgent {
   double store_down_since_ = 0.0;
   double min_reached_at_ = 0.0;      // first generation: when min_nodes agents were live
   double short_since_ = 0.0;         // fewer than min_nodes live members since
+  double watch_since_ = 0.0;         // first answer of the store
   bool rendezvous_pending_ = false;
 };
 
@@ -198,7 +198,6 @@ bool NodeAgent::observe(double now) {
     if (!v.ok()) return false;
     Liveness& l = agents_[id];
     if (v->has_value() && **v != l.value) {
-      if (!l.value.empty()) l.seen_change = true;
       l.value = **v;
       l.changed_at = now;
     }
@@ -236,7 +235,7 @@ bool NodeAgent::observe(double now) {
 bool NodeAgent::live(int id, double now) const {
   if (id == node_id_) return true;
   auto it = agents_.find(id);
-  return it != agents_.end() && it->second.seen_change &&
+  return it != agents_.end() && !it->second.value.empty() &&
          now - it->second.changed_at <= config_.heartbeat_timeout_s;
 }
 
@@ -395,6 +394,12 @@ Status NodeAgent::spawn_generation(double now) {
   const std::string gen_dir = join_path(snapshot_root_, "gen" + std::to_string(r.generation));
   char interval[32];
   std::snprintf(interval, sizeof(interval), "%g", config_.heartbeat_interval_s);
+  // The micro-batch at the largest world the job was started for; 0 (the trainer's own choice)
+  // when that does not divide.
+  const int max_world = config_.max_nodes * P_;
+  const int micro_batch = config_.global_batch > 0 && config_.global_batch % max_world == 0
+                              ? config_.global_batch / max_world
+                              : 0;
   for (int l = 0; l < P_; ++l) {
     Worker& w = workers_[l];
     w.local_rank = l;
@@ -418,6 +423,7 @@ Status NodeAgent::spawn_generation(double now) {
         "CANN_TRAIN_NODE_SNAPSHOTS=" + snapshot_root_,
         "CANN_TRAIN_SNAPSHOT_EVERY=" + std::to_string(config_.snapshot_every),
         std::string("CANN_TRAIN_HEARTBEAT_INTERVAL=") + interval,
+        "CANN_TRAIN_MICRO_BATCH=" + std::to_string(micro_batch),
     };
     CANN_RETURN_IF_ERROR(start_worker(w, config_.worker_args, env, config_.plain_rank0_stdout));
   }
@@ -519,7 +525,11 @@ StatusOr<int> NodeAgent::run() {
       }
       continue;
     }
-    if (store_down_since_ > 0.0) say("the store answers again");
+    if (store_down_since_ > 0.0) {
+      // No agent could beat during the outage: every clock starts again now.
+      say("the store answers again after " + seconds_text(now - store_down_since_));
+      for (auto& [id, l] : agents_) l.changed_at = now;
+    }
     store_down_since_ = 0.0;
     if (record_ && record_->generation != seen_gen_) {
       seen_gen_ = record_->generation;
@@ -561,7 +571,10 @@ StatusOr<int> NodeAgent::run() {
         local_failure_at_ = now - failure_grace;  // this node's own fault: no grace
       }
     }
-    if (leader(now) == node_id_) lead(now);
+    // An agent judges others only after watching them for a heartbeat timeout: a beat seen
+    // once may be old, and one not seen yet may be on its way.
+    if (watch_since_ == 0.0) watch_since_ = now;
+    if (now - watch_since_ > config_.heartbeat_timeout_s && leader(now) == node_id_) lead(now);
     // A failure of this node's workers with no new generation after the grace: restart.
     if (local_failure_at_ > 0.0 && record_ && record_->generation == my_gen_ &&
         now - local_failure_at_ > failure_grace && record_->state == JobState::kRunning) {

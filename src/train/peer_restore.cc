@@ -138,6 +138,9 @@ Status Trainer::restore_from_peers() {
       local = std::move(ck);
       from = path + " (received from rank " + std::to_string(source) + ", " +
              std::to_string(size) + " bytes)";
+      log_info("rank " + std::to_string(rank_) + " received the snapshot of step " +
+               std::to_string(step) + " from rank " + std::to_string(source) + " (" +
+               std::to_string(size) + " bytes)");
     }
   }
   CANN_RETURN_IF_ERROR(restore_state(*local));

@@ -320,6 +320,11 @@ Status Trainer::resolve_layout() {
   config_.batch_size = gbs;
   local_batch_ = gbs / data_world_;
   accum_steps_ = config_.grad_accum > 0 ? config_.grad_accum : 1;
+  // Multi-node elastic: the micro-batch of the largest world, whatever this generation's size
+  // (8 sequences over 4 ranks: 2 per rank; on 2 ranks, 2 micro-steps of 2).
+  const int elastic_micro = env_ ? env_->micro_batch : 0;
+  if (config_.grad_accum == 0 && mbs == 0 && elastic_micro > 0 && local_batch_ % elastic_micro == 0)
+    accum_steps_ = local_batch_ / elastic_micro;
   if (config_.grad_accum == 0 && mbs > 0) {
     if (local_batch_ % mbs != 0)
       return InvalidArgument("--strategy mbs=" + std::to_string(mbs) + " does not divide the " +
