@@ -292,5 +292,38 @@ TEST_F(MultiProcElasticNodesTest, LinkDownTheStoreSideFinishes) {
   expect_no_step_lost(run, false);
 }
 
+// `cann-train scale` lowers the bounds below the running size: the surplus node stops at a step
+// boundary and leaves with exit 0, the other trains on without redoing a step. A job the store
+// does not know is a usage error (exit 2).
+TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
+  steps_ = 2000;
+  const std::string run = dir_.path();
+  const std::string job = "scale-" + suffix_;
+  auto a = start_node(0, run, job);
+  auto b = start_node(1, run, job);
+  ASSERT_TRUE(wait_for_step(run, 100)) << out(a, b);
+  auto scale = [&](const std::string& id) {
+    return test::run_command({"/usr/sbin/ip", "netns", "exec", ns_[0], CANN_TRAIN_BINARY, "scale",
+                              "--job", id, "--rdzv", rdzv_, "--min-nodes", "1", "--max-nodes",
+                              "1"},
+                             30);
+  };
+  const auto unknown = scale("no-such-job");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("no elastic job 'no-such-job'"), std::string::npos);
+  const auto r = scale(job);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nodes 1..2 -> 1..1"), std::string::npos) << r.output;
+  EXPECT_EQ(a->wait(120), 0) << out(a, b);
+  EXPECT_EQ(b->wait(30), 0) << out(a, b);
+  EXPECT_NE(out(a, b).find("leaving the job"), std::string::npos) << out(a, b);
+  const auto ev = log_lines(run + "/log.jsonl", true);
+  EXPECT_TRUE(find_event(ev, "bounds_changed"));
+  const auto* scaled = find_event(ev, "scaled");
+  ASSERT_TRUE(scaled) << out(a, b);
+  EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
+  expect_no_step_lost(run, true);
+}
+
 }  // namespace
 }  // namespace cann

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/store.h"
+
 namespace cann::elastic {
 namespace {
 
@@ -113,6 +115,36 @@ int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global
   for (int n = bounds.min_nodes; n <= bounds.max_nodes; ++n)
     if (fits(n, nproc_per_node, global_batch)) return n;
   return 0;
+}
+
+StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job, int min_nodes,
+                                     int max_nodes, NodeRecord* current) {
+  const std::string keys = "cann/" + job;
+  CANN_ASSIGN_OR_RETURN(auto raw, store.try_get(keys + "/membership"));
+  if (!raw)
+    return NotFound("no elastic job '" + job + "' at " + store.address() +
+                    " (no membership record); hint: --job is the run's --rdzv-id, and the job "
+                    "must run with --elastic --nnodes MIN:MAX");
+  CANN_ASSIGN_OR_RETURN(NodeRecord record, parse_node_record(*raw));
+  if (current != nullptr) *current = record;
+  if (record.state != JobState::kRunning)
+    return FailedPrecondition("job '" + job + "' has " +
+                              (record.state == JobState::kFinished ? "finished" : "failed") +
+                              "; nothing to scale");
+  // Retry until our write lands on the record we read (another `scale` may race us).
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    CANN_ASSIGN_OR_RETURN(auto old_raw, store.try_get(keys + "/bounds"));
+    NodeBounds old;
+    if (old_raw) {
+      CANN_ASSIGN_OR_RETURN(old, parse_bounds(*old_raw));
+    }
+    const NodeBounds next{min_nodes, max_nodes, old.version + 1};
+    const std::string desired = bounds_json(next);
+    CANN_ASSIGN_OR_RETURN(std::string got, store.compare_set(keys + "/bounds", old_raw, desired));
+    if (got == desired) return old;
+  }
+  return IoError("job '" + job + "': the bounds kept changing under this command; hint: run "
+                 "one `cann-train scale` at a time");
 }
 
 std::string describe_nodes(const std::vector<int>& nodes) {

@@ -20,6 +20,10 @@
 
 #include "core/status.h"
 
+namespace cann::comm {
+class Store;
+}
+
 namespace cann::elastic {
 
 enum class JobState { kRunning, kFinished, kFailed };
@@ -60,6 +64,12 @@ std::optional<std::vector<int>> next_members(const std::vector<int>& current_liv
 
 // The smallest node count in [min, max] that fits the global batch, or 0 when none does.
 int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global_batch);
+
+// `cann-train scale`: replaces job's bounds in the store (compare_set, version + 1) and returns
+// the bounds it replaced. NotFound when the store holds no membership record for the job;
+// FailedPrecondition when the job has ended. The leader reacts at its next poll.
+StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job, int min_nodes,
+                                     int max_nodes, NodeRecord* current = nullptr);
 
 // "nodes 0,2" for an event's detail.
 std::string describe_nodes(const std::vector<int>& nodes);
