@@ -114,8 +114,8 @@ class MultiProcElasticNodesTest : public ::testing::Test {
         veth_[0] + " type veth peer name " + veth_[1] + "; ip link set " + veth_[0] + " netns " +
         ns_[0] + "; ip link set " + veth_[1] + " netns " + ns_[1] + "; ip -n " + ns_[0] +
         " addr add 10.232.0.1/24 dev " + veth_[0] + "; ip -n " + ns_[1] +
-        " addr add 10.232.0.2/24 dev " + veth_[1] + "; ip -n " + ns_[0] + " link set " +
-        veth_[0] + " up; ip -n " + ns_[1] + " link set " + veth_[1] + " up; ip -n " + ns_[0] +
+        " addr add 10.232.0.2/24 dev " + veth_[1] + "; ip -n " + ns_[0] + " link set " + veth_[0] +
+        " up; ip -n " + ns_[1] + " link set " + veth_[1] + " up; ip -n " + ns_[0] +
         " link set lo up; ip -n " + ns_[1] + " link set lo up";
     ASSERT_EQ(std::system(("(" + script + ") 2>&1").c_str()), 0) << "netns setup failed";
     ready_ = true;
@@ -129,16 +129,15 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     for (const std::string& ns : ns_)
       std::system(("ip netns pids " + ns + " | xargs -r kill -9 2>/dev/null").c_str());
     redis_.reset();
-    std::system(("ip netns del " + ns_[0] + " 2>/dev/null; ip netns del " + ns_[1] +
-                 " 2>/dev/null")
+    std::system(("ip netns del " + ns_[0] + " 2>/dev/null; ip netns del " + ns_[1] + " 2>/dev/null")
                     .c_str());
   }
 
   void start_redis() {
     redis_ = std::make_unique<Process>(
-        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns_[0], "redis-server",
-                                 "--port", "6379", "--bind", "10.232.0.1", "--requirepass",
-                                 password_, "--save", "", "--appendonly", "no"},
+        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns_[0], "redis-server", "--port",
+                                 "6379", "--bind", "10.232.0.1", "--requirepass", password_,
+                                 "--save", "", "--appendonly", "no"},
         dir_.file("redis.txt"));
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
   }
@@ -146,16 +145,50 @@ class MultiProcElasticNodesTest : public ::testing::Test {
   // One node's agent in namespace `node` (0 or 1), writing into `run`'s directory.
   std::unique_ptr<Process> start_node(int node, const std::string& run, const std::string& job,
                                       const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", ns_[node], CANN_TRAIN_BINARY,
-                                     "run", "--model", dir_.file("m.yaml"), "--steps",
-                                     std::to_string(steps_), "--batch-size", "8", "--seq-len",
-                                     "32", "--sample-tokens", "0", "--eval-every", "0",
-                                     "--eval-batches", "1", "--monitor", "off", "--threads", "1",
-                                     "--quiet", "--nproc-per-node", "2", "--elastic", "--nnodes",
-                                     "1:2", "--rdzv", rdzv_, "--rdzv-id", job, "--rdzv-timeout",
-                                     "60", "--comm-timeout", "10", "--log-json",
-                                     run + "/log.jsonl", "--checkpoint-dir", run + "/ck",
-                                     "--checkpoint-every", "100"};
+    std::vector<std::string> argv = {"/usr/sbin/ip",
+                                     "netns",
+                                     "exec",
+                                     ns_[node],
+                                     CANN_TRAIN_BINARY,
+                                     "run",
+                                     "--model",
+                                     dir_.file("m.yaml"),
+                                     "--steps",
+                                     std::to_string(steps_),
+                                     "--batch-size",
+                                     "8",
+                                     "--seq-len",
+                                     "32",
+                                     "--sample-tokens",
+                                     "0",
+                                     "--eval-every",
+                                     "0",
+                                     "--eval-batches",
+                                     "1",
+                                     "--monitor",
+                                     "off",
+                                     "--threads",
+                                     "1",
+                                     "--quiet",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--elastic",
+                                     "--nnodes",
+                                     "1:2",
+                                     "--rdzv",
+                                     rdzv_,
+                                     "--rdzv-id",
+                                     job,
+                                     "--rdzv-timeout",
+                                     "60",
+                                     "--comm-timeout",
+                                     "10",
+                                     "--log-json",
+                                     run + "/log.jsonl",
+                                     "--checkpoint-dir",
+                                     run + "/ck",
+                                     "--checkpoint-every",
+                                     "100"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<Process>(argv, run + "/node" + std::to_string(node) + ".txt");
   }
@@ -222,8 +255,8 @@ TEST_F(MultiProcElasticNodesTest, NodeKilledTheOtherFinishes) {
   EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
   EXPECT_TRUE(find_event(ev, "failure_detected"));
   EXPECT_TRUE(find_event(ev, "state_restored"));
-  std::printf("node killed: training again %.2f s later\n", (*resumed)["time"].get<double>() -
-                                                              killed_at);
+  std::printf("node killed: training again %.2f s later\n",
+              (*resumed)["time"].get<double>() - killed_at);
   expect_no_step_lost(run, false);
 }
 
@@ -304,8 +337,7 @@ TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
   ASSERT_TRUE(wait_for_step(run, 100)) << out(a, b);
   auto scale = [&](const std::string& id) {
     return test::run_command({"/usr/sbin/ip", "netns", "exec", ns_[0], CANN_TRAIN_BINARY, "scale",
-                              "--job", id, "--rdzv", rdzv_, "--min-nodes", "1", "--max-nodes",
-                              "1"},
+                              "--job", id, "--rdzv", rdzv_, "--min-nodes", "1", "--max-nodes", "1"},
                              30);
   };
   const auto unknown = scale("no-such-job");

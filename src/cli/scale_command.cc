@@ -90,8 +90,8 @@ int run_policy(comm::Store& store, const ScaleFlags& f) {
       std::fflush(stdout);
       applied = window;
     } else if (!window && (first || applied)) {
-      std::printf("%s job %s: no window in force; bounds left as they are\n",
-                  clock_text().c_str(), f.job.c_str());
+      std::printf("%s job %s: no window in force; bounds left as they are\n", clock_text().c_str(),
+                  f.job.c_str());
       std::fflush(stdout);
       applied.reset();
     }

@@ -1,121 +1,26 @@
-// The multi-node elastic agent: one per node, all meeting in the store (node_membership.h).
-//
-// Every agent beats under cann/<job>/agents/<id> from its own thread and connection, watches its
-// own workers (waitpid and their heartbeats, as on one node) and the other agents' beats. The
-// leader (the lowest-numbered live member) writes each new generation of the membership record:
-//   - a member node is gone (its agent's beat is stale: the machine died, or its link is down):
-//     the live members go on without it, with waiting nodes admitted up to max_nodes;
-//   - waiting nodes and room below max_nodes, or bounds lowered by `cann-train scale`: a
-//     graceful generation, whose workers stop together at a step boundary (SIGTERM; the stop is
-//     agreed over the ranks each step), so no work is redone.
-// An agent whose own worker fails kills its other workers and, unless the leader has started a
-// new generation within a grace period (a peer node's death makes its workers fail first),
-// proposes a restart generation itself. Every record is written with compare_set against the
-// record it replaces, so concurrent proposals cannot both win.
-//
-// On a new generation each member agent stops its workers and starts fresh ones with the new
-// rank, world size and generation; they take the state from the in-memory snapshots of this node
-// or, when another node holds a newer step, receive it from that node over the new group
-// (train/peer_restore.cc). A member dropped by a scale-down exits 0; a node not admitted waits.
-// Failure generations count against max_restarts; the next one ends the job (exit 1).
-//
-// Store outages: every store operation of the loop may fail; while the store is unreachable no
-// beat is judged stale and no decision is made, and a record that the restarted store lost is
-// written back from this agent's copy. An outage longer than kStoreOutageSeconds ends the job.
+// The multi-node elastic agent's loop: its workers, store outages, and the change from one
+// generation to the next (see node_agent.h).
+#include "elastic/node_agent.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <map>
-#include <optional>
-#include <thread>
-
 #include "ckpt/replicas.h"
-#include "comm/store.h"
-#include "core/event_log.h"
 #include "core/fs.h"
 #include "core/threads.h"
 #include "core/timer.h"
-#include "elastic/agent.h"
-#include "elastic/heartbeat_monitor.h"
-#include "elastic/node_membership.h"
 #include "elastic/rendezvous.h"
-#include "elastic/worker_process.h"
 
 namespace cann::elastic {
 namespace {
-
-// Longest store outage survived; store operations of the loop time out after kStoreOpSeconds.
-constexpr double kStoreOutageSeconds = 30.0;
-constexpr double kStoreOpSeconds = 2.0;
-// Before the first generation, once min_nodes agents are live, how long to wait for more.
-constexpr double kLastCallSeconds = 2.0;
 
 std::atomic<int> g_signal{0};
 void on_signal(int sig) {
   g_signal = sig;
 }
 
-struct Liveness {
-  std::string value;
-  double changed_at = 0.0;  // by this agent's clock
-};
-
-class NodeAgent {
- public:
-  explicit NodeAgent(const AgentConfig& c) : config_(c), P_(c.nproc_per_node) {}
-  ~NodeAgent();
-  StatusOr<int> run();
-
- private:
-  Status setup();
-  // Reads the shared state; false while the store does not answer.
-  bool observe(double now);
-  bool live(int id, double now) const;
-  std::vector<int> live_ids(double now) const;
-  int leader(double now) const;
-  // Writes `next` over the record read last; true when it won.
-  bool propose(NodeRecord next);
-  void lead(double now);
-  void on_local_failure(int rank, const std::string& cause, double now);
-  void kill_workers(int sig);
-  bool any_running() const;
-  Status spawn_generation(double now);
-  void check_rendezvous(double now);
-  void event(const std::string& name, int rank, int generation, const std::string& detail);
-  void say(const std::string& line);
-
-  AgentConfig config_;
-  const int P_;
-  std::string job_, keys_, url_, comm_addr_, host_;
-  std::shared_ptr<comm::Store> store_;
-  int node_id_ = -1;
-  std::thread beat_thread_;
-  std::atomic<bool> beat_stop_{false};
-  std::map<int, Liveness> agents_;
-  int max_id_ = 0;
-  std::optional<NodeRecord> record_;
-  std::string record_raw_;
-  NodeBounds bounds_;
-  std::string bounds_raw_;
-  std::string snapshot_root_;
-  EventLog events_;
-  std::unique_ptr<HeartbeatMonitor> heartbeats_;
-  std::vector<Worker> workers_;
-  int my_gen_ = -1;    // generation of the workers this agent runs (or last ran)
-  int seen_gen_ = -1;  // newest generation seen in the record
-  bool was_member_ = false;
-  bool completed_ = false;           // this node's workers finished the training
-  double local_failure_at_ = 0.0;    // when this node's workers failed; 0: they did not
-  double change_at_ = 0.0;           // when the current generation was decided
-  double stop_deadline_ = 0.0;       // SIGKILL stopping workers after this
-  double store_down_since_ = 0.0;
-  double min_reached_at_ = 0.0;      // first generation: when min_nodes agents were live
-  double short_since_ = 0.0;         // fewer than min_nodes live members since
-  double watch_since_ = 0.0;         // first answer of the store
-  bool rendezvous_pending_ = false;
-};
+}  // namespace
 
 NodeAgent::~NodeAgent() {
   beat_stop_ = true;
@@ -181,181 +86,6 @@ Status NodeAgent::setup() {
       " workers per node, " + std::to_string(bounds_.min_nodes) + " to " +
       std::to_string(bounds_.max_nodes) + " nodes)");
   return OkStatus();
-}
-
-bool NodeAgent::observe(double now) {
-  auto ids = store_->try_get(keys_ + "/agent_ids");
-  if (!ids.ok()) return false;
-  if (!ids->has_value()) {
-    // A restarted store lost the counter: put back at least the ids this agent knows of.
-    (void)store_->compare_set(keys_ + "/agent_ids", std::nullopt, std::to_string(max_id_ + 1));
-  } else {
-    max_id_ = std::max(max_id_, std::atoi((*ids)->c_str()) - 1);
-  }
-  max_id_ = std::max(max_id_, node_id_);
-  for (int id = 0; id <= max_id_; ++id) {
-    auto v = store_->try_get(keys_ + "/agents/" + std::to_string(id));
-    if (!v.ok()) return false;
-    Liveness& l = agents_[id];
-    if (v->has_value() && **v != l.value) {
-      l.value = **v;
-      l.changed_at = now;
-    }
-  }
-  auto raw = store_->try_get(keys_ + "/membership");
-  if (!raw.ok()) return false;
-  if (!raw->has_value()) {
-    if (record_) (void)store_->compare_set(keys_ + "/membership", std::nullopt, record_raw_);
-  } else if (**raw != record_raw_) {
-    auto r = parse_node_record(**raw);
-    if (r.ok()) {
-      record_ = *r;
-      record_raw_ = **raw;
-    }
-  }
-  auto b = store_->try_get(keys_ + "/bounds");
-  if (!b.ok()) return false;
-  if (!b->has_value()) {
-    (void)store_->compare_set(keys_ + "/bounds", std::nullopt, bounds_raw_);
-  } else if (**b != bounds_raw_) {
-    auto nb = parse_bounds(**b);
-    if (nb.ok()) {
-      if (leader(now) == node_id_)
-        event("bounds_changed", -1, record_ ? record_->generation : 0,
-              "min_nodes " + std::to_string(bounds_.min_nodes) + " -> " +
-                  std::to_string(nb->min_nodes) + ", max_nodes " +
-                  std::to_string(bounds_.max_nodes) + " -> " + std::to_string(nb->max_nodes));
-      bounds_ = *nb;
-      bounds_raw_ = **b;
-    }
-  }
-  return true;
-}
-
-bool NodeAgent::live(int id, double now) const {
-  if (id == node_id_) return true;
-  auto it = agents_.find(id);
-  return it != agents_.end() && !it->second.value.empty() &&
-         now - it->second.changed_at <= config_.heartbeat_timeout_s;
-}
-
-std::vector<int> NodeAgent::live_ids(double now) const {
-  std::vector<int> out;
-  for (int id = 0; id <= max_id_; ++id)
-    if (live(id, now)) out.push_back(id);
-  return out;
-}
-
-int NodeAgent::leader(double now) const {
-  if (record_ && record_->state == JobState::kRunning) {
-    int best = -1;
-    for (int id : record_->nodes)
-      if (live(id, now) && (best < 0 || id < best)) best = id;
-    if (best >= 0) return best;
-  }
-  const auto ids = live_ids(now);
-  return ids.empty() ? node_id_ : ids.front();
-}
-
-bool NodeAgent::propose(NodeRecord next) {
-  const std::optional<std::string> expected =
-      record_ ? std::optional<std::string>(record_raw_) : std::nullopt;
-  const std::string desired = node_record_json(next);
-  auto got = store_->compare_set(keys_ + "/membership", expected, desired);
-  if (!got.ok() || *got != desired) return false;
-  if (next.state == JobState::kRunning) {
-    const int old_world = record_ ? record_->world_size() : 0;
-    if (record_ && old_world != next.world_size())
-      event("scaled", -1, next.generation,
-            "world size " + std::to_string(old_world) + " -> " +
-                std::to_string(next.world_size()) + " (" + describe_nodes(record_->nodes) +
-                " -> " + describe_nodes(next.nodes) + ")");
-    say("generation " + std::to_string(next.generation) + " on " + describe_nodes(next.nodes) +
-        ", world size " + std::to_string(next.world_size()) + ": " + next.reason);
-  }
-  record_ = next;
-  record_raw_ = desired;
-  return true;
-}
-
-// The leader's decisions: the first generation, a lost member, and scaling.
-void NodeAgent::lead(double now) {
-  const std::vector<int> live = live_ids(now);
-  if (!record_) {
-    if (static_cast<int>(live.size()) < bounds_.min_nodes) return;
-    if (min_reached_at_ == 0.0) min_reached_at_ = now;
-    if (static_cast<int>(live.size()) < bounds_.max_nodes &&
-        now - min_reached_at_ < kLastCallSeconds)
-      return;
-    auto members = next_members({}, live, bounds_, P_, config_.global_batch);
-    if (!members) return;
-    NodeRecord r;
-    r.generation = 0;
-    r.nproc_per_node = P_;
-    r.nodes = *members;
-    r.reason = "first generation";
-    (void)propose(r);
-    return;
-  }
-  if (record_->state != JobState::kRunning) return;
-  std::vector<int> current_live, gone, waiting;
-  for (int id : record_->nodes) (this->live(id, now) ? current_live : gone).push_back(id);
-  for (int id : live)
-    if (record_->index_of(id) < 0) waiting.push_back(id);
-  NodeRecord next = *record_;
-  next.generation = record_->generation + 1;
-  if (!gone.empty()) {
-    auto members = next_members(current_live, waiting, bounds_, P_, config_.global_batch);
-    const std::string cause = describe_nodes(gone) + " gone (agent heartbeat stale for more than " +
-                              seconds_text(config_.heartbeat_timeout_s) + ")";
-    if (short_since_ == 0.0) {
-      event("failure_detected", -1, record_->generation, cause);
-      say(cause);
-    }
-    if (!members) {
-      if (short_since_ == 0.0) {
-        short_since_ = now;
-        kill_workers(SIGKILL);
-        say("fewer than " + std::to_string(bounds_.min_nodes) +
-            " nodes left; waiting up to " + std::to_string(static_cast<int>(config_.rdzv_timeout_s)) +
-            " s for nodes to join");
-      }
-      if (now - short_since_ > config_.rdzv_timeout_s) {
-        next.state = JobState::kFailed;
-        next.reason = "fewer than " + std::to_string(bounds_.min_nodes) + " nodes (--nnodes " +
-                      "minimum) for " + std::to_string(static_cast<int>(config_.rdzv_timeout_s)) +
-                      " s after " + cause;
-        (void)propose(next);
-      }
-      return;
-    }
-    short_since_ = 0.0;
-    if (record_->restarts >= config_.max_restarts) {
-      next.state = JobState::kFailed;
-      next.reason = cause + " after " + std::to_string(record_->restarts) +
-                    " restarts (--max-restarts " + std::to_string(config_.max_restarts) + ")";
-      (void)propose(next);
-      return;
-    }
-    next.nodes = *members;
-    next.restarts = record_->restarts + 1;
-    next.graceful = false;
-    next.reason = cause + "; restart " + std::to_string(next.restarts) + " of " +
-                  std::to_string(config_.max_restarts);
-    (void)propose(next);
-    return;
-  }
-  // Scaling: only between settled generations (every worker of this one has joined).
-  if (rendezvous_pending_ || now - change_at_ < kLastCallSeconds) return;
-  auto members = next_members(current_live, waiting, bounds_, P_, config_.global_batch);
-  if (!members || *members == record_->nodes) return;
-  next.nodes = *members;
-  next.graceful = true;
-  next.reason = members->size() > record_->nodes.size()
-                    ? "admitting " + describe_nodes(waiting) + " (up to " +
-                          std::to_string(bounds_.max_nodes) + " nodes)"
-                    : "scaling down to at most " + std::to_string(bounds_.max_nodes) + " nodes";
-  (void)propose(next);
 }
 
 void NodeAgent::kill_workers(int sig) {
@@ -436,29 +166,13 @@ Status NodeAgent::spawn_generation(double now) {
   return OkStatus();
 }
 
-// The leader names the moment every rank of the generation has beaten with it.
-void NodeAgent::check_rendezvous(double now) {
-  if (!rendezvous_pending_ || !record_) return;
-  const int world = record_->world_size();
-  for (int r = 0; r < world; ++r) {
-    auto v = store_->try_get(keys_ + "/heartbeat/rank" + std::to_string(r));
-    if (!v.ok() || !v->has_value()) return;
-    if (std::atoi((*v)->c_str()) != record_->generation) return;
-  }
-  rendezvous_pending_ = false;
-  if (leader(now) == node_id_)
-    event("rendezvous_complete", -1, record_->generation,
-          "generation " + std::to_string(record_->generation) + ": " + std::to_string(world) +
-              " workers on " + describe_nodes(record_->nodes) + " joined, " +
-              seconds_text(now - change_at_) + " after it was decided");
-}
-
 StatusOr<int> NodeAgent::run() {
   CANN_RETURN_IF_ERROR(setup());
   g_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
-  struct sigaction old_int {}, old_term{};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   struct Restore {
@@ -513,8 +227,10 @@ StatusOr<int> NodeAgent::run() {
     if (!store_up) {
       if (store_down_since_ == 0.0) {
         store_down_since_ = now;
-        say("the store at " + store_->address() + " does not answer; training goes on, waiting "
-            "up to " + std::to_string(static_cast<int>(kStoreOutageSeconds)) + " s for it");
+        say("the store at " + store_->address() +
+            " does not answer; training goes on, waiting "
+            "up to " +
+            std::to_string(static_cast<int>(kStoreOutageSeconds)) + " s for it");
       }
       if (now - store_down_since_ > kStoreOutageSeconds) {
         kill_workers(SIGKILL);
@@ -616,8 +332,6 @@ StatusOr<int> NodeAgent::run() {
     }
   }
 }
-
-}  // namespace
 
 StatusOr<int> run_node_agent(const AgentConfig& config) {
   NodeAgent agent(config);

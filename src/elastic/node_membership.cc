@@ -143,7 +143,8 @@ StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job,
     CANN_ASSIGN_OR_RETURN(std::string got, store.compare_set(keys + "/bounds", old_raw, desired));
     if (got == desired) return old;
   }
-  return IoError("job '" + job + "': the bounds kept changing under this command; hint: run "
+  return IoError("job '" + job +
+                 "': the bounds kept changing under this command; hint: run "
                  "one `cann-train scale` at a time");
 }
 

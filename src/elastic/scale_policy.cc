@@ -29,7 +29,8 @@ StatusOr<std::vector<ScaleWindow>> parse_scale_policy(const std::string& text,
   }
   if (root.IsMap() && root["windows"]) root = root["windows"];
   if (!root.IsSequence() || root.size() == 0)
-    return InvalidArgument(where + ": expected a list of windows {from, to, min_nodes, "
+    return InvalidArgument(where +
+                           ": expected a list of windows {from, to, min_nodes, "
                            "max_nodes}; hint: see docs/elastic.md, \"Scaling\"");
   std::vector<ScaleWindow> out;
   for (size_t i = 0; i < root.size(); ++i) {

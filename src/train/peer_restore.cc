@@ -88,8 +88,8 @@ Status Trainer::restore_from_peers() {
     if (!world_) return OkStatus();
     comm::Options opts;
     opts.tag = tag;
-    Status s = world_->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)
-                   ->wait(kWait);
+    Status s =
+        world_->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
     return s.ok() ? s : comm_failure(s);
   };
   int64_t step = local ? local->step : -1;
@@ -99,8 +99,8 @@ Status Trainer::restore_from_peers() {
     CANN_ASSIGN_OR_RETURN(auto ck, keeper_->recovery_state(config_.checkpoint_dir));
     if (ck) {
       CANN_RETURN_IF_ERROR(restore_state(*ck));
-      keeper_->event("state_restored", "step " + std::to_string(start_step_) + " from " +
-                                           ck->path + " (no in-memory snapshot on any node)");
+      keeper_->event("state_restored", "step " + std::to_string(start_step_) + " from " + ck->path +
+                                           " (no in-memory snapshot on any node)");
     }
     return OkStatus();
   }
@@ -136,8 +136,8 @@ Status Trainer::restore_from_peers() {
       CANN_ASSIGN_OR_RETURN(const std::string path, unpack_copy(blob, dir, name));
       CANN_ASSIGN_OR_RETURN(ckpt::LoadedCheckpoint ck, ckpt::read_checkpoint(path));
       local = std::move(ck);
-      from = path + " (received from rank " + std::to_string(source) + ", " +
-             std::to_string(size) + " bytes)";
+      from = path + " (received from rank " + std::to_string(source) + ", " + std::to_string(size) +
+             " bytes)";
       log_info("rank " + std::to_string(rank_) + " received the snapshot of step " +
                std::to_string(step) + " from rank " + std::to_string(source) + " (" +
                std::to_string(size) + " bytes)");
