@@ -1,10 +1,16 @@
 // Multi-node elastic membership without processes: the records' JSON, the leader's choice of the
-// next generation's members (order, bounds, global batch), and time-window scale policies.
+// next generation's members (order, bounds, global batch), time-window scale policies, the
+// node's snapshots across generations, and heartbeats through a store outage.
 #include <gtest/gtest.h>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/replicas.h"
 #include "comm/store.h"
+#include "core/fs.h"
+#include "elastic/heartbeat_monitor.h"
 #include "elastic/node_membership.h"
 #include "elastic/scale_policy.h"
+#include "test_util.h"
 
 namespace cann::elastic {
 namespace {
@@ -125,6 +131,80 @@ TEST(ScalePolicyTest, BadPoliciesNameTheWindowAndField) {
   EXPECT_NE(bad.status().message().find("'to' is missing"), std::string::npos);
   EXPECT_FALSE(parse_scale_policy("[]", "p.yaml").ok());
   EXPECT_EQ(bad.status().exit_code(), 2);
+}
+
+// A store whose reads can be made to fail, as a restarting Redis does.
+class FlakyStore : public comm::Store {
+ public:
+  explicit FlakyStore(std::shared_ptr<comm::Store> base) : base_(std::move(base)) {}
+  bool down = false;
+  Status set(const std::string& k, std::string_view v) override { return base_->set(k, v); }
+  StatusOr<std::string> get(const std::string& k, std::chrono::milliseconds t) override {
+    return base_->get(k, t);
+  }
+  StatusOr<std::optional<std::string>> try_get(const std::string& k) override {
+    if (down) return IoError("connection refused");
+    return base_->try_get(k);
+  }
+  StatusOr<int64_t> add(const std::string& k, int64_t d) override { return base_->add(k, d); }
+  StatusOr<std::string> compare_set(const std::string& k, const std::optional<std::string>& e,
+                                    std::string_view d) override {
+    return base_->compare_set(k, e, d);
+  }
+  Status wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override {
+    return base_->wait(k, t);
+  }
+  StatusOr<bool> remove(const std::string& k) override { return base_->remove(k); }
+  std::string address() const override { return "flaky"; }
+
+ private:
+  std::shared_ptr<comm::Store> base_;
+};
+
+TEST(NodeMembershipTest, AStoreOutageIsNotAStaleHeartbeat) {
+  auto base = comm::open_store("memory://node-membership-outage");
+  ASSERT_TRUE(base.ok());
+  FlakyStore store(*base);
+  HeartbeatMonitor m("job", 1.0, 60.0);
+  m.start_generation(0, 1, 100.0);
+  ASSERT_TRUE(store.set("job/heartbeat/rank0", "0 1 10 1").ok());
+  EXPECT_FALSE(m.poll(store, {true}, 100.1));
+  store.down = true;  // 5 s without an answer: nothing is judged
+  for (double t = 100.5; t < 105.1; t += 0.5) EXPECT_FALSE(m.poll(store, {true}, t)) << t;
+  store.down = false;  // back, the beat not rewritten yet: the clock restarted at the outage end
+  EXPECT_FALSE(m.poll(store, {true}, 105.5));
+  auto f = m.poll(store, {true}, 106.2);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->verdict, HeartbeatVerdict::kStale);
+}
+
+TEST(NodeMembershipTest, NodeSnapshotsAcrossGenerationsNewestFirstAndPruned) {
+  test::TempDir root("cann-node-snapshots");
+  float value = 1.0f;
+  auto write = [&](const std::string& rank_dir, int64_t step) {
+    ckpt::CheckpointWrite w;
+    w.step = step;
+    w.meta_json = "{}";
+    w.sections.push_back({"params", &value, sizeof(value)});
+    ASSERT_TRUE(ckpt::write_checkpoint(join_path(root.path(), rank_dir), w, 2).ok());
+  };
+  write("gen0/rank2", 40);
+  write("gen0/rank2", 41);
+  write("gen0/rank3", 41);
+  write("gen1/rank0", 45);
+  write("gen1/rank0", 44);
+  auto copies = ckpt::list_node_snapshots(root.path());
+  ASSERT_EQ(copies.size(), 5u);
+  EXPECT_EQ(copies[0].step, 45);
+  EXPECT_NE(copies[0].path.find("gen1/rank0/step-00000045"), std::string::npos);
+  EXPECT_EQ(copies[1].step, 44);
+  EXPECT_EQ(copies.back().step, 40);
+  ckpt::prune_node_snapshots(root.path(), 2);
+  copies = ckpt::list_node_snapshots(root.path());
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].step, 45);
+  EXPECT_EQ(copies[1].step, 44);
+  EXPECT_TRUE(ckpt::list_node_snapshots(root.file("missing")).empty());
 }
 
 }  // namespace

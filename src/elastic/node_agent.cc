@@ -187,6 +187,7 @@ StatusOr<int> NodeAgent::run() {
   while (true) {
     pump_all(workers_, 50);
     const double now = now_seconds();
+    // A stop by signal ends the whole job: the record says so, so that no node restarts it.
     if (g_signal != 0) {
       kill_workers(SIGTERM);
       const double end = now + config_.grace_s;
@@ -194,6 +195,13 @@ StatusOr<int> NodeAgent::run() {
         pump_all(workers_, 50);
         for (auto& w : workers_)
           if (w.running && waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.running = false;
+      }
+      kill_workers(SIGKILL);
+      if (record_ && record_->state == JobState::kRunning) {
+        NodeRecord end = *record_;
+        end.state = JobState::kFinished;
+        end.reason = "stopped by a signal";
+        (void)propose(end);
       }
       return 130;
     }
@@ -203,7 +211,15 @@ StatusOr<int> NodeAgent::run() {
       if (w.running && waitpid(w.pid, &w.status, WNOHANG) == w.pid) {
         w.running = false;
         drain(w);
-        if (failed(w.status) && !w.stopped_by_agent) {
+        // Exit 130 without a signal from this agent: the ranks agreed on a stop asked for on
+        // another node (a graceful generation not seen here yet, or the job being stopped).
+        // Not a failure; the record will say which, else the grace below restarts.
+        const bool interrupted = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 130;
+        if (interrupted && !w.stopped_by_agent && local_failure_at_ == 0.0) {
+          local_failure_at_ = now;
+          kill_workers(SIGTERM);
+        }
+        if (failed(w.status) && !w.stopped_by_agent && !interrupted) {
           if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2) {
             // Bad usage or configuration fails the same way in every generation.
             NodeRecord end = *record_;
@@ -262,6 +278,10 @@ StatusOr<int> NodeAgent::run() {
     }
     if (record_ && record_->state == JobState::kFinished && !any_running()) {
       if (!was_member_) say("the job finished before this node was admitted");
+      if (record_->reason == "stopped by a signal") {
+        say("the job was stopped by a signal on another node");
+        return 130;
+      }
       return 0;
     }
     if (record_ && record_->state == JobState::kFailed) {
