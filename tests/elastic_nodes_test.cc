@@ -52,6 +52,7 @@ class Process {
     }
   }
   ~Process() { stop(); }
+  void interrupt() { kill(pid_, SIGINT); }
   void stop() {
     if (pid_ > 0 && !reaped_) {
       kill(-pid_, SIGKILL);
@@ -260,6 +261,20 @@ TEST_F(MultiProcElasticNodesTest, NodeKilledTheOtherFinishes) {
   expect_no_step_lost(run, false);
 }
 
+// --max-restarts bounds failure generations across nodes too: with 0, a lost node ends the job
+// (exit 1, naming the bound) instead of shrinking it.
+TEST_F(MultiProcElasticNodesTest, MaxRestartsEndsTheJob) {
+  const std::string run = dir_.path();
+  auto a = start_node(0, run, "max-" + suffix_, {"--max-restarts", "0"});
+  auto b = start_node(1, run, "max-" + suffix_, {"--max-restarts", "0"});
+  ASSERT_TRUE(wait_for_step(run, 60)) << out(a, b);
+  std::system(("ip netns pids " + ns_[1] + " | xargs -r kill -9").c_str());
+  EXPECT_EQ(a->wait(60), 1) << out(a, b);
+  EXPECT_NE(a->output().find("after 0 restarts (--max-restarts 0)"), std::string::npos)
+      << a->output();
+  EXPECT_FALSE(find_event(log_lines(run + "/log.jsonl", true), "scaled"));
+}
+
 // (d) A node started later is admitted at the next generation and receives the state.
 TEST_F(MultiProcElasticNodesTest, LateNodeIsAdmitted) {
   steps_ = 2000;  // long enough to outlast the admission (a few seconds)
@@ -327,7 +342,7 @@ TEST_F(MultiProcElasticNodesTest, LinkDownTheStoreSideFinishes) {
 
 // `cann-train scale` lowers the bounds below the running size: the surplus node stops at a step
 // boundary and leaves with exit 0, the other trains on without redoing a step. A job the store
-// does not know is a usage error (exit 2).
+// does not know is a usage error (exit 2). `scale --auto` applies its policy's window once.
 TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
   steps_ = 2000;
   const std::string run = dir_.path();
@@ -346,6 +361,25 @@ TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
   const auto r = scale(job);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("nodes 1..2 -> 1..1"), std::string::npos) << r.output;
+  // Once the leader has acted (the scaled event), a policy whose one window covers the day
+  // raises the bounds back, once, until interrupted.
+  for (int i = 0; i < 3000 && !find_event(log_lines(run + "/log.jsonl", true), "scaled"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  test::write_text(run + "/policy.yaml",
+                   "- {from: \"00:00\", to: \"00:00\", min_nodes: 1, max_nodes: 2}\n");
+  {
+    Process policy({"/usr/sbin/ip", "netns", "exec", ns_[0], CANN_TRAIN_BINARY, "scale", "--job",
+                    job, "--rdzv", rdzv_, "--auto", run + "/policy.yaml", "--interval", "0.2"},
+                   run + "/policy.txt");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    policy.interrupt();
+    EXPECT_EQ(policy.wait(10), 0) << policy.output();
+    const std::string text = policy.output();
+    EXPECT_NE(text.find("window 00:00-00:00 in force: nodes 1..1 -> 1..2"), std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("in force", text.find("in force") + 1), std::string::npos)
+        << "applied more than once: " << text;
+  }
   EXPECT_EQ(a->wait(120), 0) << out(a, b);
   EXPECT_EQ(b->wait(30), 0) << out(a, b);
   EXPECT_NE(out(a, b).find("leaving the job"), std::string::npos) << out(a, b);

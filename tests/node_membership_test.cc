@@ -207,5 +207,29 @@ TEST(NodeMembershipTest, NodeSnapshotsAcrossGenerationsNewestFirstAndPruned) {
   EXPECT_TRUE(ckpt::list_node_snapshots(root.file("missing")).empty());
 }
 
+TEST(ScalePolicyTest, ScaleCommandUsageErrors) {
+  test::TempDir dir("cann-scale-cli");
+  test::write_text(dir.file("bad.yaml"),
+                   "- {from: \"9am\", to: \"17:00\", min_nodes: 1, max_nodes: 2}\n");
+  const std::string store = "redis://127.0.0.1:1";
+  auto r =
+      test::run_cann({"scale", "--job", "j", "--rdzv", store, "--auto", dir.file("bad.yaml")}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.yaml: window 1: times must be \"HH:MM\""), std::string::npos)
+      << r.output;
+  r = test::run_cann({"scale", "--job", "j", "--rdzv", store, "--min-nodes", "2"}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_cann({"scale", "--job", "j", "--rdzv", store, "--min-nodes", "1", "--max-nodes",
+                      "2", "--auto", dir.file("bad.yaml")},
+                     60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("give either"), std::string::npos) << r.output;
+  // An unreachable store is not a usage error: exit 1, one line naming it.
+  r = test::run_cann(
+      {"scale", "--job", "j", "--rdzv", store, "--min-nodes", "1", "--max-nodes", "2"}, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot reach the job's store"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace cann::elastic

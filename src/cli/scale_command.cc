@@ -62,9 +62,8 @@ int apply(comm::Store& store, const ScaleFlags& f, int min_nodes, int max_nodes,
   return 0;
 }
 
-int run_policy(comm::Store& store, const ScaleFlags& f) {
-  auto policy = elastic::load_scale_policy(f.policy);
-  if (!policy.ok()) return fail(policy.status());
+int run_policy(comm::Store& store, const ScaleFlags& f,
+               const std::vector<elastic::ScaleWindow>& policy) {
   g_scale_signal = 0;
   signal(SIGINT, on_scale_signal);
   signal(SIGTERM, on_scale_signal);
@@ -74,9 +73,9 @@ int run_policy(comm::Store& store, const ScaleFlags& f) {
     const std::time_t t = std::time(nullptr);
     std::tm tm{};
     localtime_r(&t, &tm);
-    const auto window = elastic::window_in_force(*policy, tm.tm_hour * 60 + tm.tm_min);
+    const auto window = elastic::window_in_force(policy, tm.tm_hour * 60 + tm.tm_min);
     if (window && (first || window != applied)) {
-      const elastic::ScaleWindow& w = (*policy)[*window];
+      const elastic::ScaleWindow& w = policy[*window];
       auto s = elastic::set_node_bounds(store, f.job, w.min_nodes, w.max_nodes);
       if (!s.ok() && s.status().code() == StatusCode::kFailedPrecondition) {
         std::printf("%s job %s: %s; the policy stops\n", clock_text().c_str(), f.job.c_str(),
@@ -136,11 +135,18 @@ CommandMain add_scale_command(CLI::App& app) {
                    f->min_nodes, f->max_nodes);
       return 2;
     }
+    // A bad policy is a usage error before any store is needed.
+    std::vector<elastic::ScaleWindow> policy;
+    if (!manual) {
+      auto loaded = elastic::load_scale_policy(f->policy);
+      if (!loaded.ok()) return fail(loaded.status());
+      policy = std::move(*loaded);
+    }
     auto store = comm::open_store(f->rdzv, std::chrono::seconds(5));
     if (!store.ok())
       return fail(IoError("cannot reach the job's store: " + store.status().message()));
     if (manual) return apply(**store, *f, f->min_nodes, f->max_nodes, "");
-    return run_policy(**store, *f);
+    return run_policy(**store, *f, policy);
   };
 }
 
