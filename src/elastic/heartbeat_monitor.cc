@@ -25,6 +25,13 @@ void HeartbeatMonitor::start_generation(int generation, int world, double now) {
   intervals_.clear();
 }
 
+void HeartbeatMonitor::restart_clocks(double now) {
+  for (Rank& r : ranks_) {
+    r.changed_at = now;
+    r.step_at = now;
+  }
+}
+
 bool HeartbeatMonitor::all_joined() const {
   return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.joined; });
 }

@@ -49,6 +49,9 @@ class HeartbeatMonitor {
   // `running[r]` false: rank r has exited, its heartbeat no longer counts.
   std::optional<HeartbeatFailure> poll(comm::Store& store, const std::vector<bool>& running,
                                        double now);
+  // After a store outage in which this monitor was not polled: every rank's clocks start again
+  // at `now`, since no beat could be seen meanwhile.
+  void restart_clocks(double now);
   // Every rank has beaten at least once in this generation.
   bool all_joined() const;
   // The highest step any rank reported in this generation.

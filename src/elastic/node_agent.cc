@@ -240,6 +240,16 @@ StatusOr<int> NodeAgent::run() {
     }
     if (all_ok && !completed_ && record_ && my_gen_ == record_->generation) completed_ = true;
     const bool store_up = observe(now);
+    if (completed_) {
+      // Done, even inside a store outage (the other nodes' workers complete on their own).
+      if (record_ && record_->state == JobState::kRunning) {
+        NodeRecord end = *record_;
+        end.state = JobState::kFinished;
+        end.reason = "training completed";
+        (void)propose(end);
+      }
+      return 0;
+    }
     if (!store_up) {
       if (store_down_since_ == 0.0) {
         store_down_since_ = now;
@@ -261,20 +271,12 @@ StatusOr<int> NodeAgent::run() {
       // No agent could beat during the outage: every clock starts again now.
       say("the store answers again after " + seconds_text(now - store_down_since_));
       for (auto& [id, l] : agents_) l.changed_at = now;
+      heartbeats_->restart_clocks(now);
     }
     store_down_since_ = 0.0;
     if (record_ && record_->generation != seen_gen_) {
       seen_gen_ = record_->generation;
       change_at_ = now;
-    }
-    if (completed_) {
-      if (record_ && record_->state == JobState::kRunning) {
-        NodeRecord end = *record_;
-        end.state = JobState::kFinished;
-        end.reason = "training completed";
-        (void)propose(end);
-      }
-      return 0;
     }
     if (record_ && record_->state == JobState::kFinished && !any_running()) {
       if (!was_member_) say("the job finished before this node was admitted");

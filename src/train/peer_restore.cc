@@ -3,21 +3,23 @@
 // A generation may change the world size, and the ranks of a node that just joined have no
 // snapshot at all, so the state cannot be the agent's choice of per-rank files as on one node.
 // Instead the ranks of the new group agree on it:
-//   1. each rank reads the newest snapshot of its node that verifies (every generation's copies
-//      live under the node's root, ckpt::list_node_snapshots); allreduce(max) of its step gives
-//      the step S to load. Any copy of S serves: it was written after step S's collectives, so
-//      every rank finished S, and it holds the whole state (parameters, full AdamW moments,
-//      error-feedback buffers, sampler, RNG), loadable at another world size by slicing;
+//   1. each rank finds the newest snapshot of its node that verifies (every generation's copies
+//      live under the node's root, ckpt::list_node_snapshots); the oldest of these over the
+//      ranks that have one is the step S to load (as on one node: the committed step). Any copy
+//      of S serves: it was written after step S's collectives, so every rank finished S, and it
+//      holds the whole state (parameters, full AdamW moments, error-feedback buffers, sampler,
+//      RNG), loadable at another world size by slicing;
 //   2. ranks that hold S load their copy; when some rank does not, the lowest rank that holds S
 //      broadcasts the files of its copy and the others write them as a snapshot of their own
 //      (so a later failure finds it on this node too);
 //   3. no copy anywhere (a failure before the first snapshot): the newest disk checkpoint, else
 //      step 0, on every rank alike.
 // A broadcast costs the snapshot's size (12 bytes per parameter and then some) once over the
-// slowest link; it happens only when some node lacks the newest step (a node that joined).
+// slowest link; it happens only when some node lacks the step (a node that joined).
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 
 #include "ckpt/replicas.h"
 #include "core/fs.h"
@@ -72,11 +74,15 @@ StatusOr<std::string> unpack_copy(const std::string& blob, const std::string& di
 }  // namespace
 
 Status Trainer::restore_from_peers() {
+  // This node's newest copy that verifies: what this rank offers.
+  const std::vector<ckpt::SnapshotCopy> copies = ckpt::list_node_snapshots(env_->node_snapshots);
+  int64_t newest = -1;
   std::optional<ckpt::LoadedCheckpoint> local;
   std::string local_dir;
-  for (const ckpt::SnapshotCopy& c : ckpt::list_node_snapshots(env_->node_snapshots)) {
+  for (const ckpt::SnapshotCopy& c : copies) {
     StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(c.path);
     if (ck.ok()) {
+      newest = c.step;
       local = std::move(*ck);
       local_dir = c.path;
       break;
@@ -92,19 +98,23 @@ Status Trainer::restore_from_peers() {
         world_->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
     return s.ok() ? s : comm_failure(s);
   };
-  int64_t step = local ? local->step : -1;
-  CANN_RETURN_IF_ERROR(allreduce_max(&step, 1, "restore_step"));
-  if (step < 0) {
-    // No snapshot on any node: the disk checkpoint, else a fresh start (the same on every rank).
-    CANN_ASSIGN_OR_RETURN(auto ck, keeper_->recovery_state(config_.checkpoint_dir));
-    if (ck) {
-      CANN_RETURN_IF_ERROR(restore_state(*ck));
-      keeper_->event("state_restored", "step " + std::to_string(start_step_) + " from " + ck->path +
-                                           " (no in-memory snapshot on any node)");
-    }
-    return OkStatus();
+  // The step: the oldest of the ranks' newest (-newest maximized; ranks without any snapshot,
+  // a node that just joined, offer nothing). Every rank finished it, and a node whose newest is
+  // one interval ahead still holds it, so at most one snapshot interval is trained again and
+  // the step log stays complete.
+  int64_t offer = newest >= 0 ? -newest : std::numeric_limits<int64_t>::min();
+  CANN_RETURN_IF_ERROR(allreduce_max(&offer, 1, "restore_step"));
+  const int64_t step = offer == std::numeric_limits<int64_t>::min() ? -1 : -offer;
+  if (local && local->step != step) local.reset();
+  for (const ckpt::SnapshotCopy& c : copies) {
+    if (local || c.step != step) continue;
+    StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(c.path);
+    if (!ck.ok()) continue;
+    local = std::move(*ck);
+    local_dir = c.path;
+    break;
   }
-  const bool have = local && local->step == step;
+  const bool have = local.has_value();
   // [the lowest rank holding the step, as world - rank; whether some rank lacks it]
   int64_t who[2] = {have ? world_size_ - rank_ : 0, have ? 0 : 1};
   CANN_RETURN_IF_ERROR(allreduce_max(who, 2, "restore_source"));
