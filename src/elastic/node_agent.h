@@ -14,9 +14,9 @@
 // record it replaces, so concurrent proposals cannot both win.
 //
 // On a new generation each member agent stops its workers and starts fresh ones with the new
-// rank, world size and generation; they take the state from the in-memory snapshots of this node
-// or, when another node holds a newer step, receive it from that node over the new group
-// (train/peer_restore.cc). A member dropped by a scale-down exits 0; a node not admitted waits.
+// rank, world size and generation; they load the committed step from the in-memory snapshots of
+// this node or, when this node lacks it (it just joined), receive it from a node that holds it
+// over the new group (train/peer_restore.cc). A member dropped by a scale-down exits 0; a node not admitted waits.
 // Failure generations count against max_restarts; the next one ends the job (exit 1).
 //
 // Store outages: every store operation of the loop may fail; while the store is unreachable no

@@ -37,8 +37,8 @@ struct DistEnv {
   std::string snapshot_dir;     // CANN_TRAIN_SNAPSHOT_DIR: where ranks keep in-memory snapshots
   std::string restore_from;     // CANN_TRAIN_RESTORE_FROM: snapshot candidates, ';'-separated
   // CANN_TRAIN_NODE_SNAPSHOTS (multi-node elastic): the node's snapshot root, every generation's
-  // copies under it; a new generation agrees on the newest step over the ranks and receives it
-  // from a peer when this node lacks it (peer_restore.cc).
+  // copies under it; a new generation agrees on the committed step over the ranks and receives
+  // it from a peer when this node lacks it (peer_restore.cc).
   std::string node_snapshots;
   // CANN_TRAIN_MICRO_BATCH (multi-node elastic): sequences per forward/backward, fixed for the
   // job, so a smaller world keeps the global batch through more accumulation micro-steps.
