@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -130,6 +131,14 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     for (const std::string& ns : ns_)
       std::system(("ip netns pids " + ns + " | xargs -r kill -9 2>/dev/null").c_str());
     redis_.reset();
+    // A SIGKILLed agent cannot remove its snapshot directory; this test's job ids end in suffix_.
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      const std::string name = e.path().filename();
+      if (name.rfind("cann-train-snap-", 0) == 0 &&
+          name.find("-" + suffix_ + "-") != std::string::npos)
+        std::filesystem::remove_all(e.path());
+    }
     std::system(("ip netns del " + ns_[0] + " 2>/dev/null; ip netns del " + ns_[1] + " 2>/dev/null")
                     .c_str());
   }
