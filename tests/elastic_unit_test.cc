@@ -252,7 +252,21 @@ TEST(ElasticFlagsTest, BadCombinationsAreUsageErrors) {
   auto r = test::run_cann(
       {"run", "--elastic", "--nnodes", "2", "--rdzv", "redis://127.0.0.1:1", "--steps", "1"}, 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--elastic supports one node"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("needs --rdzv redis://HOST:PORT and --rdzv-id ID"), std::string::npos)
+      << r.output;
+  r = test::run_cann({"run", "--nnodes", "1:2", "--steps", "1"}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("a range of nodes needs --elastic"), std::string::npos) << r.output;
+  r = test::run_cann({"run", "--elastic", "--nnodes", "2:1", "--steps", "1"}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("1 <= MIN <= MAX"), std::string::npos) << r.output;
+  // 2 or 3 nodes of 2 workers: neither 4 nor 6 divides a global batch of 5.
+  r = test::run_cann({"run", "--elastic", "--nnodes", "2:3", "--nproc-per-node", "2",
+                      "--batch-size", "5", "--rdzv", "redis://127.0.0.1:1", "--rdzv-id", "x",
+                      "--steps", "1"},
+                     60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("divides the global batch 5"), std::string::npos) << r.output;
   r = test::run_cann({"run", "--elastic", "--heartbeat-interval", "0.5", "--heartbeat-timeout",
                       "0.2", "--steps", "1"},
                      60);

@@ -2,6 +2,7 @@
 #include "ckpt/replicas.h"
 
 #include <algorithm>
+#include <set>
 
 #include "ckpt/checkpoint.h"
 #include "core/fs.h"
@@ -55,6 +56,32 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
     plan.candidates[r] = list;
   }
   return plan;
+}
+
+std::vector<SnapshotCopy> list_node_snapshots(const std::string& root) {
+  std::vector<SnapshotCopy> out;
+  auto gens = list_dir(root);
+  if (!gens.ok()) return out;
+  for (const std::string& gen : *gens) {
+    auto ranks = list_dir(join_path(root, gen));
+    if (!ranks.ok()) continue;
+    for (const std::string& rank : *ranks) {
+      auto steps = list_checkpoints(join_path(join_path(root, gen), rank));
+      if (!steps.ok()) continue;
+      for (const std::string& p : *steps) out.push_back({step_of(p), p});
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const SnapshotCopy& a, const SnapshotCopy& b) { return a.step > b.step; });
+  return out;
+}
+
+void prune_node_snapshots(const std::string& root, int keep_steps) {
+  std::set<int64_t> kept;
+  for (const SnapshotCopy& c : list_node_snapshots(root)) {
+    if (kept.count(c.step) == 0 && static_cast<int>(kept.size()) < keep_steps) kept.insert(c.step);
+    if (kept.count(c.step) == 0) (void)remove_all(c.path);
+  }
 }
 
 }  // namespace cann::ckpt

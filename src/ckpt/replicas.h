@@ -28,4 +28,17 @@ struct ReplicaPlan {
 // a missing or unreadable directory counts as a rank with no snapshot.
 ReplicaPlan plan_replica_restore(const std::string& root, int world_size);
 
+// Across nodes (the multi-node elastic agent) ranks change from one generation to the next, so
+// a node keeps its snapshots as <root>/gen<G>/rank<r>/step-<k>/ and any of them may serve: a
+// snapshot of step k is written after the collectives of step k, so every rank finished step k,
+// and each holds the whole state. The node's copies, newest step first.
+struct SnapshotCopy {
+  int64_t step = 0;
+  std::string path;
+};
+std::vector<SnapshotCopy> list_node_snapshots(const std::string& root);
+// Removes every copy of all but the `keep_steps` newest steps under root (a generation's
+// directories stay while they hold a kept copy). Called between generations, no writer running.
+void prune_node_snapshots(const std::string& root, int keep_steps);
+
 }  // namespace cann::ckpt

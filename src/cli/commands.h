@@ -37,6 +37,9 @@ CommandMain add_debug_replay_command(CLI::App* debug, std::vector<std::string> a
 // `cann-train bench comm ...`: benchmarks that launch their own worker processes.
 CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after_binary);
 
+// `cann-train scale`: change the node bounds of a running elastic job (scale_command.cc).
+CommandMain add_scale_command(CLI::App& app);
+
 // `cann-train search`: search every parallel strategy for a model on a cluster (src/plan).
 CommandMain add_search_command(CLI::App& app);
 

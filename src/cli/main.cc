@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   commands["run"] = cann::cli::add_run_command(app, args);
   commands["bench"] = cann::cli::add_bench_command(app, args);
   commands["debug"] = cann::cli::add_debug_command(app, args);
+  commands["scale"] = cann::cli::add_scale_command(app);
   commands["search"] = cann::cli::add_search_command(app);
   commands["simulate"] = cann::cli::add_simulate_command(app);
 

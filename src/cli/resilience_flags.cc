@@ -5,6 +5,8 @@
 
 #include "cli/validators.h"
 #include "elastic/agent.h"
+#include "elastic/node_membership.h"
+#include "plan/strategy.h"
 #include "train/config.h"
 
 namespace cann::cli {
@@ -17,7 +19,8 @@ void add_resilience_flags(CLI::App* run, train::TrainConfig* config, ResilienceF
       ->group(kGroup);
   run->add_flag("--elastic", flags->elastic,
                 "Survive worker failures: a dead, stopped or hung worker is detected and the "
-                "workers restart from the last committed step held in memory (one node)")
+                "workers restart from the last committed step held in memory; with --nnodes MIN:MAX "
+                "nodes may fail, join and leave between MIN and MAX")
       ->group(kGroup);
   run->add_option("--heartbeat-interval", flags->heartbeat_interval_s,
                   "Seconds between a worker's heartbeats (--elastic)")
@@ -46,6 +49,24 @@ std::string check_resilience_flags(const ResilienceFlags& flags) {
     return "--heartbeat-timeout " + std::to_string(flags.heartbeat_timeout_s) +
            " must exceed --heartbeat-interval " + std::to_string(flags.heartbeat_interval_s) +
            "; hint: a timeout of 5 to 10 intervals tolerates a late beat";
+  return "";
+}
+
+std::string check_elastic_nodes(const train::TrainConfig& config, int min_nodes, int max_nodes,
+                                int nproc_per_node, int* global_batch) {
+  int gbs = config.batch_size;
+  if (!config.strategy.empty() && config.strategy != "auto") {
+    auto st = plan::parse_strategy(config.strategy);
+    if (st.ok() && st->gbs > 0) gbs = st->gbs;
+  }
+  *global_batch = gbs;
+  const elastic::NodeBounds bounds{min_nodes, max_nodes, 0};
+  if (elastic::smallest_admissible(bounds, nproc_per_node, gbs) == 0)
+    return "--nnodes " + std::to_string(min_nodes) + ":" + std::to_string(max_nodes) +
+           " with --nproc-per-node " + std::to_string(nproc_per_node) +
+           ": no node count in the range gives a world size that divides the global batch " +
+           std::to_string(gbs) + "; hint: pick a --batch-size that is a multiple of " +
+           std::to_string(max_nodes * nproc_per_node);
   return "";
 }
 

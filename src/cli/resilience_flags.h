@@ -30,6 +30,12 @@ void add_resilience_flags(CLI::App* run, train::TrainConfig* config, ResilienceF
 // Checks the combination; returns an error line for the user, or "" when it is fine.
 std::string check_resilience_flags(const ResilienceFlags& flags);
 
+// --elastic across nodes (--nnodes MIN:MAX): a generation's world size (nodes x nproc_per_node)
+// must divide the global batch, so that every rank keeps an equal share of the same global
+// batch. Sets *global_batch; returns an error line when no node count in [min, max] fits.
+std::string check_elastic_nodes(const train::TrainConfig& config, int min_nodes, int max_nodes,
+                                int nproc_per_node, int* global_batch);
+
 // Fills the agent's elastic settings.
 void apply_resilience_flags(const ResilienceFlags& flags, const train::TrainConfig& config,
                             elastic::AgentConfig* agent);

@@ -21,12 +21,39 @@ namespace {
 
 struct LaunchFlags {
   int nproc_per_node = 1;
-  int nnodes = 1;
+  std::string nnodes_text = "1";
+  int nnodes = 1;  // the static count, or MAX of MIN:MAX
+  int min_nodes = 1;
   std::string rdzv;
   std::string rdzv_id;
   double rdzv_timeout_s = 300.0;
   std::string comm_addr;
 };
+
+// --nnodes N or MIN:MAX (a range needs --elastic). Returns an error line, or "".
+std::string parse_nnodes(LaunchFlags& launch, bool elastic) {
+  const std::string& t = launch.nnodes_text;
+  const size_t colon = t.find(':');
+  auto number = [](const std::string& s, int* out) {
+    char* end = nullptr;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || v < 1 || v > 100000) return false;
+    *out = static_cast<int>(v);
+    return true;
+  };
+  int lo = 0, hi = 0;
+  const bool ok = colon == std::string::npos
+                      ? number(t, &lo) && (hi = lo) > 0
+                      : number(t.substr(0, colon), &lo) && number(t.substr(colon + 1), &hi);
+  if (!ok || lo > hi)
+    return "--nnodes '" + t + "': expected a node count N or a range MIN:MAX with 1 <= MIN <= MAX";
+  if (lo != hi && !elastic)
+    return "--nnodes " + t + ": a range of nodes needs --elastic; hint: add --elastic, or give "
+           "one node count";
+  launch.min_nodes = lo;
+  launch.nnodes = hi;
+  return "";
+}
 
 int report(const Status& s) {
   std::fprintf(stderr, "cann-train run: error: %s\n", s.message().c_str());
@@ -187,8 +214,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->check(kPositive)
       ->group(kLaunch)
       ->capture_default_str();
-  run->add_option("--nnodes", launch->nnodes, "Nodes in the job (one `cann-train run` per node)")
-      ->check(kPositive)
+  run->add_option("--nnodes", launch->nnodes_text,
+                  "Nodes in the job (one `cann-train run` per node): N, or MIN:MAX with --elastic")
       ->group(kLaunch)
       ->capture_default_str();
   run->add_option("--rdzv", launch->rdzv,
@@ -267,6 +294,10 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
       return 2;
     }
+    if (const std::string bad = parse_nnodes(*launch, resilience->elastic); !bad.empty()) {
+      std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
+      return 2;
+    }
     auto env = train::detect_dist_env();
     if (!env.ok()) return report(env.status());
     std::vector<std::string> worker_args = argv_after_binary;
@@ -323,6 +354,16 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ac.monitor_server = config->monitor_server;
       ac.alerts = config->alerts;
       apply_resilience_flags(*resilience, *config, &ac);
+      ac.min_nodes = launch->min_nodes;
+      ac.max_nodes = launch->nnodes;
+      if (resilience->elastic && launch->nnodes > 1) {
+        if (const std::string bad = check_elastic_nodes(*config, launch->min_nodes, launch->nnodes,
+                                                        launch->nproc_per_node, &ac.global_batch);
+            !bad.empty()) {
+          std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
+          return 2;
+        }
+      }
       auto code = elastic::run_agent(ac);
       if (!code.ok()) return report(code.status());
       return *code;

@@ -23,6 +23,7 @@
 #include "debug/job_registry.h"
 #include "elastic/heartbeat_monitor.h"
 #include "elastic/output_forwarder.h"
+#include "elastic/worker_process.h"
 #include "elastic/rendezvous.h"
 #include "monitor/alerts.h"
 #include "monitor/collector.h"
@@ -36,116 +37,13 @@ void on_agent_signal(int sig) {
   g_agent_signal = sig;
 }
 
-struct Worker {
-  int rank = 0;
-  int local_rank = 0;
-  pid_t pid = -1;
-  int out_fd = -1;
-  int err_fd = -1;
-  bool running = false;
-  bool stopped_by_agent = false;  // the agent signalled it before it exited
-  int status = 0;                 // waitpid status once exited
-  int exit_order = -1;            // order in which the agent saw it exit
-  std::unique_ptr<OutputForwarder> out, err;
-};
-
-std::string random_id() {
-  std::random_device rd;
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
-  return buf;
-}
-
-std::string describe_exit(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    return "was killed by signal " + std::to_string(sig) + " (" + sigabbrev_np(sig) + ")";
-  }
-  return "ended with wait status " + std::to_string(status);
-}
-
-bool failed(int status) {
-  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-}
-
 constexpr double kSettleSeconds = 0.3;
-
-StatusOr<pid_t> spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                      int out_fd, int err_fd) {
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return IoError(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    // A worker must not outlive its agent.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    signal(SIGINT, SIG_IGN);  // Ctrl-C reaches the agent, which forwards SIGTERM
-    dup2(out_fd, 1);
-    dup2(err_fd, 2);
-    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> argv;
-    static const char kSelf[] = "/proc/self/exe";
-    argv.push_back(const_cast<char*>(kSelf));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(kSelf, argv.data());
-    std::fprintf(stderr, "cannot exec the worker: %s\n", std::strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
-
-// Reads what is available on fd into the forwarder; returns false at end of file.
-bool pump(int fd, OutputForwarder& fwd) {
-  char buf[8192];
-  const ssize_t n = read(fd, buf, sizeof(buf));
-  if (n > 0) {
-    fwd.write(std::string_view(buf, static_cast<size_t>(n)));
-    return true;
-  }
-  return n < 0 && (errno == EAGAIN || errno == EINTR);
-}
-
-// A directory for the workers' in-memory snapshots: in /dev/shm (memory) when it exists.
-StatusOr<std::string> make_snapshot_root(const std::string& job) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string base = is_directory("/dev/shm") ? "/dev/shm" : (tmp ? tmp : "/tmp");
-  std::string templ = base + "/cann-train-snap-" + job.substr(0, 16) + "-XXXXXX";
-  std::vector<char> buf(templ.begin(), templ.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr)
-    return IoError(templ + ": cannot create the snapshot directory: " + std::strerror(errno) +
-                   "; hint: check that /dev/shm or TMPDIR is writable");
-  return std::string(buf.data());
-}
-
-// Whether `pid` is stopped (SIGSTOP, or a debugger): state T or t in /proc/<pid>/stat.
-bool process_stopped(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  std::FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return false;
-  char line[512] = {};
-  const bool got = std::fgets(line, sizeof(line), f) != nullptr;
-  std::fclose(f);
-  const char* close = got ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
-  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3f s", s);
-  return buf;
-}
 
 }  // namespace
 
 StatusOr<int> run_agent(const AgentConfig& config) {
   const int P = config.nproc_per_node;
-  if (config.elastic && config.nnodes > 1)
-    return InvalidArgument("--elastic supports one node (--nnodes 1) in this build; hint: drop "
-                           "--elastic for a multi-node job, or run on one node");
+  if (config.elastic && config.max_nodes > 1) return run_node_agent(config);
   std::string job = config.rdzv_id.empty() ? random_id() : config.rdzv_id;
   std::string store_url = config.rdzv;
   std::string temp_dir;
@@ -251,9 +149,6 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       w = Worker();
       w.local_rank = l;
       w.rank = node.node_rank * P + l;
-      int out[2], err[2];
-      if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
-        return IoError(std::string("pipe failed: ") + std::strerror(errno));
       std::vector<std::string> env = {
           "RANK=" + std::to_string(w.rank),
           "WORLD_SIZE=" + std::to_string(world),
@@ -279,20 +174,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
         if (plan != nullptr && plan->step >= 0)
           env.push_back("CANN_TRAIN_RESTORE_FROM=" + plan->candidates[w.rank]);
       }
-      auto pid = spawn(config.worker_args, env, out[1], err[1]);
-      close(out[1]);
-      close(err[1]);
-      if (!pid.ok()) return pid.status();
-      w.pid = *pid;
-      w.running = true;
-      w.out_fd = out[0];
-      w.err_fd = err[0];
-      fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
-      fcntl(w.err_fd, F_SETFL, O_NONBLOCK);
-      const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
-      w.out = std::make_unique<OutputForwarder>(
-          stdout, config.plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
-      w.err = std::make_unique<OutputForwarder>(stderr, prefix);
+      CANN_RETURN_IF_ERROR(start_worker(w, config.worker_args, env, config.plain_rank0_stdout));
     }
     return OkStatus();
   };
@@ -341,14 +223,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
         w.running = false;
       }
       if (w.running) continue;
-      for (int* fd : {&w.out_fd, &w.err_fd}) {
-        while (*fd >= 0 && pump(*fd, fd == &w.out_fd ? *w.out : *w.err)) {
-        }
-        if (*fd >= 0) close(*fd);
-        *fd = -1;
-      }
-      w.out->finish();
-      w.err->finish();
+      drain(w);
       ++replaced;
     }
     ++generation;
@@ -383,28 +258,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     }
   };
   while (true) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Worker*, bool>> owners;  // (worker, is_stdout)
-    for (auto& w : workers) {
-      if (w.out_fd >= 0) {
-        fds.push_back({w.out_fd, POLLIN, 0});
-        owners.push_back({&w, true});
-      }
-      if (w.err_fd >= 0) {
-        fds.push_back({w.err_fd, POLLIN, 0});
-        owners.push_back({&w, false});
-      }
-    }
-    poll(fds.data(), fds.size(), 50);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Worker& w = *owners[i].first;
-      int& fd = owners[i].second ? w.out_fd : w.err_fd;
-      if (!pump(fd, owners[i].second ? *w.out : *w.err)) {
-        close(fd);
-        fd = -1;
-      }
-    }
+    pump_all(workers, 50);
     if (server && server->stop_requested() && g_agent_signal == 0) g_agent_signal = SIGTERM;
     if (g_agent_signal != 0 && !interrupted) {
       interrupted = true;

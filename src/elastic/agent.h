@@ -14,13 +14,13 @@
 // to the agent are forwarded as SIGTERM (workers checkpoint and stop). Workers die with the
 // agent (PR_SET_PDEATHSIG).
 //
-// Elastic (one node, `elastic`): failures do not end the job. The agent watches waitpid and
+// Elastic (`elastic`): on one node, failures do not end the job. The agent watches waitpid and
 // the workers' heartbeats (HeartbeatMonitor); on a dead, stopped or hung worker it records a
 // failure_detected event, kills that worker, bumps the generation in the membership record
 // cann/<job>/membership (with the snapshot copies each rank loads, ckpt/replicas.h) and starts
 // a replacement. Survivors keep their processes: they rejoin the new generation themselves
 // (train/trainer_rejoin.cc). After `max_restarts` restarts the next failure ends the job as
-// above.
+// above. Several nodes (max_nodes > 1) are run_node_agent's (node_agent.cc).
 // See docs/elastic.md.
 #pragma once
 
@@ -50,8 +50,12 @@ struct AgentConfig {
   bool monitor = false;
   monitor::ServerConfig monitor_server;
   monitor::AlertConfig alerts;
-  // Elastic training (one node).
+  // Elastic training. One node: failed workers are replaced in place. Several nodes
+  // (max_nodes > 1, see node_agent.cc): the job runs on min_nodes..max_nodes nodes.
   bool elastic = false;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int global_batch = 0;  // sequences per step; a generation's world size must divide it
   double heartbeat_interval_s = 0.1;
   double heartbeat_timeout_s = 1.0;
   double start_timeout_s = 120.0;  // a worker must send its first heartbeat within this
@@ -64,5 +68,9 @@ struct AgentConfig {
 // worker succeeded, 130 when interrupted, otherwise 1 (or 2 when a worker reported a usage
 // error, so `cann-train run --bad-flag --nproc-per-node 2` still exits 2).
 StatusOr<int> run_agent(const AgentConfig& config);
+
+// The multi-node elastic agent (elastic with max_nodes > 1; node_agent.cc): membership of nodes
+// in the store, generations, scaling. Same exit statuses as run_agent.
+StatusOr<int> run_node_agent(const AgentConfig& config);
 
 }  // namespace cann::elastic

@@ -25,6 +25,13 @@ void HeartbeatMonitor::start_generation(int generation, int world, double now) {
   intervals_.clear();
 }
 
+void HeartbeatMonitor::restart_clocks(double now) {
+  for (Rank& r : ranks_) {
+    r.changed_at = now;
+    r.step_at = now;
+  }
+}
+
 bool HeartbeatMonitor::all_joined() const {
   return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.joined; });
 }
@@ -51,7 +58,14 @@ std::optional<HeartbeatFailure> HeartbeatMonitor::poll(comm::Store& store,
     if (r >= running.size() || !running[r]) continue;
     Rank& rk = ranks_[r];
     auto v = store.try_get(prefix_ + "/heartbeat/rank" + std::to_string(r));
-    if (v.ok() && v->has_value() && **v != rk.value) {
+    if (!v.ok()) {
+      // The store is unreachable (a restarting Redis): no beat can be seen, so none is judged
+      // missing; the clocks restart when the store answers again.
+      rk.changed_at = now;
+      rk.step_at = now;
+      continue;
+    }
+    if (v->has_value() && **v != rk.value) {
       std::istringstream in(**v);
       int gen = -1, step = 0, total = 0;
       in >> gen >> step >> total;

@@ -11,6 +11,8 @@
 //   - no progress: the step has not advanced for max(kHangFactor x the median step interval
 //     seen so far, kHangFloorSeconds), counted only between completed steps (setup and the
 //     work after the last step are not steps).
+// A read that fails (the store is down) restarts that rank's clocks: an outage of the store is
+// not a hang of the worker.
 //
 // Thread safety: one thread (the agent's loop).
 #pragma once
@@ -47,6 +49,9 @@ class HeartbeatMonitor {
   // `running[r]` false: rank r has exited, its heartbeat no longer counts.
   std::optional<HeartbeatFailure> poll(comm::Store& store, const std::vector<bool>& running,
                                        double now);
+  // After a store outage in which this monitor was not polled: every rank's clocks start again
+  // at `now`, since no beat could be seen meanwhile.
+  void restart_clocks(double now);
   // Every rank has beaten at least once in this generation.
   bool all_joined() const;
   // The highest step any rank reported in this generation.

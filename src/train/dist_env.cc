@@ -90,6 +90,8 @@ StatusOr<std::optional<DistEnv>> detect_dist_env() {
     CANN_ASSIGN_OR_RETURN(e.snapshot_every, env_int("CANN_TRAIN_SNAPSHOT_EVERY", 1, false));
     if (const char* d = env("CANN_TRAIN_SNAPSHOT_DIR")) e.snapshot_dir = d;
     if (const char* r = env("CANN_TRAIN_RESTORE_FROM")) e.restore_from = r;
+    if (const char* n = env("CANN_TRAIN_NODE_SNAPSHOTS")) e.node_snapshots = n;
+    CANN_ASSIGN_OR_RETURN(e.micro_batch, env_int("CANN_TRAIN_MICRO_BATCH", 0, false));
     if (const char* h = env("CANN_TRAIN_HEARTBEAT_INTERVAL")) {
       char* end = nullptr;
       e.heartbeat_interval_s = std::strtod(h, &end);

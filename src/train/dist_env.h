@@ -36,6 +36,13 @@ struct DistEnv {
   int generation = -1;          // CANN_TRAIN_GENERATION; -1: not an elastic job
   std::string snapshot_dir;     // CANN_TRAIN_SNAPSHOT_DIR: where ranks keep in-memory snapshots
   std::string restore_from;     // CANN_TRAIN_RESTORE_FROM: snapshot candidates, ';'-separated
+  // CANN_TRAIN_NODE_SNAPSHOTS (multi-node elastic): the node's snapshot root, every generation's
+  // copies under it; a new generation agrees on the committed step over the ranks and receives
+  // it from a peer when this node lacks it (peer_restore.cc).
+  std::string node_snapshots;
+  // CANN_TRAIN_MICRO_BATCH (multi-node elastic): sequences per forward/backward, fixed for the
+  // job, so a smaller world keeps the global batch through more accumulation micro-steps.
+  int micro_batch = 0;
   double heartbeat_interval_s = 0.1;  // CANN_TRAIN_HEARTBEAT_INTERVAL
   int snapshot_every = 1;             // CANN_TRAIN_SNAPSHOT_EVERY
   bool elastic() const { return generation >= 0; }

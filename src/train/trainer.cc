@@ -141,7 +141,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   if (keeper_->elastic() && mp_)
     return InvalidArgument("--elastic with tp or pp > 1: a new generation rebuilds the world and "
                            "data-parallel groups only; hint: use a data-parallel --strategy");
-  if (keeper_->generation() > 0) {
+  if (keeper_->generation() > 0 && !env_->node_snapshots.empty()) {
+    CANN_RETURN_IF_ERROR(restore_from_peers());
+  } else if (keeper_->generation() > 0) {
     // A restarted elastic generation: the committed step from memory, else from disk.
     CANN_ASSIGN_OR_RETURN(auto ck, keeper_->recovery_state(config_.checkpoint_dir));
     if (ck) {
@@ -332,6 +334,11 @@ Status Trainer::resolve_layout() {
   config_.batch_size = gbs;
   local_batch_ = gbs / data_world_;
   accum_steps_ = config_.grad_accum > 0 ? config_.grad_accum : 1;
+  // Multi-node elastic: the micro-batch of the largest world, whatever this generation's size
+  // (8 sequences over 4 ranks: 2 per rank; on 2 ranks, 2 micro-steps of 2).
+  const int elastic_micro = env_ ? env_->micro_batch : 0;
+  if (config_.grad_accum == 0 && mbs == 0 && elastic_micro > 0 && local_batch_ % elastic_micro == 0)
+    accum_steps_ = local_batch_ / elastic_micro;
   if (config_.grad_accum == 0 && mbs > 0) {
     if (local_batch_ % mbs != 0)
       return InvalidArgument("--strategy mbs=" + std::to_string(mbs) + " does not divide the " +

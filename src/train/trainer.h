@@ -102,6 +102,10 @@ class Trainer {
   bool rejoinable() const;
   static bool stop_signalled();  // SIGINT/SIGTERM arrived
   Status rejoin(const Status& cause);
+  // Multi-node elastic (peer_restore.cc): a new generation's ranks agree on the committed step
+  // (the oldest of the ranks' newest snapshots); ranks whose node lacks it receive it from the
+  // lowest rank that has it, and all load it.
+  Status restore_from_peers();
   // Loads a checkpoint or snapshot into the model, optimizer, sampler and RNG.
   Status restore_state(const ckpt::LoadedCheckpoint& ck);
   // After a completed step: in-memory snapshot (elastic) and heartbeat progress.

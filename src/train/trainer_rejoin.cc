@@ -46,7 +46,9 @@ Status Trainer::make_data_parallel_engine() {
 }
 
 bool Trainer::rejoinable() const {
-  return comm_failed_ && keeper_ && keeper_->elastic() && env_ && world_;
+  // Across nodes a generation may change the world size: the agent starts fresh workers.
+  return comm_failed_ && keeper_ && keeper_->elastic() && env_ && world_ &&
+         env_->node_snapshots.empty();
 }
 
 Status Trainer::rejoin(const Status& cause) {

@@ -1,0 +1,165 @@
+// fork/exec, pipes and exit statuses of worker processes.
+#include "elastic/worker_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "core/fs.h"
+
+namespace cann::elastic {
+
+std::string random_id() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
+  return buf;
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + sigabbrev_np(sig) + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+bool failed(int status) {
+  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f s", s);
+  return buf;
+}
+
+StatusOr<pid_t> spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                      int out_fd, int err_fd) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return IoError(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    // A worker must not outlive its agent.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    signal(SIGINT, SIG_IGN);  // Ctrl-C reaches the agent, which forwards SIGTERM
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv;
+    static const char kSelf[] = "/proc/self/exe";
+    argv.push_back(const_cast<char*>(kSelf));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(kSelf, argv.data());
+    std::fprintf(stderr, "cannot exec the worker: %s\n", std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+Status start_worker(Worker& w, const std::vector<std::string>& args,
+                    const std::vector<std::string>& env, bool plain_rank0_stdout) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    return IoError(std::string("pipe failed: ") + std::strerror(errno));
+  auto pid = spawn(args, env, out[1], err[1]);
+  close(out[1]);
+  close(err[1]);
+  if (!pid.ok()) {
+    close(out[0]);
+    close(err[0]);
+    return pid.status();
+  }
+  w.pid = *pid;
+  w.running = true;
+  w.out_fd = out[0];
+  w.err_fd = err[0];
+  fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
+  fcntl(w.err_fd, F_SETFL, O_NONBLOCK);
+  const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
+  w.out = std::make_unique<OutputForwarder>(
+      stdout, plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
+  w.err = std::make_unique<OutputForwarder>(stderr, prefix);
+  return OkStatus();
+}
+
+bool pump(int fd, OutputForwarder& fwd) {
+  char buf[8192];
+  const ssize_t n = read(fd, buf, sizeof(buf));
+  if (n > 0) {
+    fwd.write(std::string_view(buf, static_cast<size_t>(n)));
+    return true;
+  }
+  return n < 0 && (errno == EAGAIN || errno == EINTR);
+}
+
+void drain(Worker& w) {
+  for (int* fd : {&w.out_fd, &w.err_fd}) {
+    while (*fd >= 0 && pump(*fd, fd == &w.out_fd ? *w.out : *w.err)) {
+    }
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+  if (w.out) w.out->finish();
+  if (w.err) w.err->finish();
+}
+
+void pump_all(std::vector<Worker>& workers, int timeout_ms) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Worker*, bool>> owners;  // (worker, is_stdout)
+  for (auto& w : workers) {
+    if (w.out_fd >= 0) {
+      fds.push_back({w.out_fd, POLLIN, 0});
+      owners.push_back({&w, true});
+    }
+    if (w.err_fd >= 0) {
+      fds.push_back({w.err_fd, POLLIN, 0});
+      owners.push_back({&w, false});
+    }
+  }
+  poll(fds.data(), fds.size(), timeout_ms);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Worker& w = *owners[i].first;
+    int& fd = owners[i].second ? w.out_fd : w.err_fd;
+    if (!pump(fd, owners[i].second ? *w.out : *w.err)) {
+      close(fd);
+      fd = -1;
+    }
+  }
+}
+
+StatusOr<std::string> make_snapshot_root(const std::string& job) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string base = is_directory("/dev/shm") ? "/dev/shm" : (tmp ? tmp : "/tmp");
+  std::string templ = base + "/cann-train-snap-" + job.substr(0, 16) + "-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr)
+    return IoError(templ + ": cannot create the snapshot directory: " + std::strerror(errno) +
+                   "; hint: check that /dev/shm or TMPDIR is writable");
+  return std::string(buf.data());
+}
+
+bool process_stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char line[512] = {};
+  const bool got = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  const char* close = got ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
+  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+}  // namespace cann::elastic

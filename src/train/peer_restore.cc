@@ -1,0 +1,162 @@
+// State for a new multi-node elastic generation (the agent is elastic/node_agent.cc).
+//
+// A generation may change the world size, and the ranks of a node that just joined have no
+// snapshot at all, so the state cannot be the agent's choice of per-rank files as on one node.
+// Instead the ranks of the new group agree on it:
+//   1. each rank finds the newest snapshot of its node that verifies (every generation's copies
+//      live under the node's root, ckpt::list_node_snapshots); the oldest of these over the
+//      ranks that have one is the step S to load (as on one node: the committed step). Any copy
+//      of S serves: it was written after step S's collectives, so every rank finished S, and it
+//      holds the whole state (parameters, full AdamW moments, error-feedback buffers, sampler,
+//      RNG), loadable at another world size by slicing;
+//   2. ranks that hold S load their copy; when some rank does not, the lowest rank that holds S
+//      broadcasts the files of its copy and the others write them as a snapshot of their own
+//      (so a later failure finds it on this node too);
+//   3. no copy anywhere (a failure before the first snapshot): the newest disk checkpoint, else
+//      step 0, on every rank alike.
+// A broadcast costs the snapshot's size (12 bytes per parameter and then some) once over the
+// slowest link; it happens only when some node lacks the step (a node that joined).
+#include <unistd.h>
+
+#include <cstring>
+#include <limits>
+
+#include "ckpt/replicas.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace cann::train {
+namespace {
+
+constexpr auto kWait = std::chrono::hours(24);  // collectives fail on their own comm timeout
+
+// A step directory's files as one blob: "<name>\0<size>\n" per file, a blank line, the bytes.
+StatusOr<std::string> pack_copy(const std::string& step_dir) {
+  CANN_ASSIGN_OR_RETURN(std::vector<std::string> names, list_dir(step_dir));
+  std::string header, payload;
+  for (const std::string& name : names) {
+    CANN_ASSIGN_OR_RETURN(std::string bytes, read_file(join_path(step_dir, name)));
+    header += name + '\0' + std::to_string(bytes.size()) + '\n';
+    payload += bytes;
+  }
+  return header + '\n' + payload;
+}
+
+// Writes the blob's files into <dir>/<step_name> through a temporary directory and a rename,
+// as the checkpoint writer does, so a partial copy never carries a final name.
+StatusOr<std::string> unpack_copy(const std::string& blob, const std::string& dir,
+                                  const std::string& step_name) {
+  const size_t end = blob.find("\n\n");
+  if (end == std::string::npos) return DataLoss("received snapshot has no file table");
+  const std::string tmp = join_path(dir, "." + step_name + ".tmp-" + std::to_string(getpid()));
+  (void)remove_all(tmp);
+  CANN_RETURN_IF_ERROR(make_dirs(tmp));
+  size_t pos = 0, data = end + 2;
+  while (pos < end + 1) {
+    const size_t nul = blob.find('\0', pos), nl = blob.find('\n', pos);
+    if (nul == std::string::npos || nl == std::string::npos || nul > nl)
+      return DataLoss("received snapshot has a malformed file table");
+    const std::string name = blob.substr(pos, nul - pos);
+    const size_t size = std::stoull(blob.substr(nul + 1, nl - nul - 1));
+    if (data + size > blob.size()) return DataLoss("received snapshot is shorter than its table");
+    CANN_RETURN_IF_ERROR(write_file_atomic(join_path(tmp, name), {blob.data() + data, size}));
+    data += size;
+    pos = nl + 1;
+  }
+  const std::string final_dir = join_path(dir, step_name);
+  (void)remove_all(final_dir);
+  if (std::rename(tmp.c_str(), final_dir.c_str()) != 0)
+    return IoError(final_dir + ": cannot rename the received snapshot: " + errno_text());
+  return final_dir;
+}
+
+}  // namespace
+
+Status Trainer::restore_from_peers() {
+  // This node's newest copy that verifies: what this rank offers.
+  const std::vector<ckpt::SnapshotCopy> copies = ckpt::list_node_snapshots(env_->node_snapshots);
+  int64_t newest = -1;
+  std::optional<ckpt::LoadedCheckpoint> local;
+  std::string local_dir;
+  for (const ckpt::SnapshotCopy& c : copies) {
+    StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(c.path);
+    if (ck.ok()) {
+      newest = c.step;
+      local = std::move(*ck);
+      local_dir = c.path;
+      break;
+    }
+    log_warning("rank " + std::to_string(rank_) + ": snapshot " + c.path +
+                " unusable, trying an older copy: " + ck.status().message());
+  }
+  auto allreduce_max = [this](int64_t* v, size_t n, const char* tag) -> Status {
+    if (!world_) return OkStatus();
+    comm::Options opts;
+    opts.tag = tag;
+    Status s =
+        world_->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
+    return s.ok() ? s : comm_failure(s);
+  };
+  // The step: the oldest of the ranks' newest (-newest maximized; ranks without any snapshot,
+  // a node that just joined, offer nothing). Every rank finished it, and a node whose newest is
+  // one interval ahead still holds it, so at most one snapshot interval is trained again and
+  // the step log stays complete.
+  int64_t offer = newest >= 0 ? -newest : std::numeric_limits<int64_t>::min();
+  CANN_RETURN_IF_ERROR(allreduce_max(&offer, 1, "restore_step"));
+  const int64_t step = offer == std::numeric_limits<int64_t>::min() ? -1 : -offer;
+  if (local && local->step != step) local.reset();
+  for (const ckpt::SnapshotCopy& c : copies) {
+    if (local || c.step != step) continue;
+    StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(c.path);
+    if (!ck.ok()) continue;
+    local = std::move(*ck);
+    local_dir = c.path;
+    break;
+  }
+  const bool have = local.has_value();
+  // [the lowest rank holding the step, as world - rank; whether some rank lacks it]
+  int64_t who[2] = {have ? world_size_ - rank_ : 0, have ? 0 : 1};
+  CANN_RETURN_IF_ERROR(allreduce_max(who, 2, "restore_source"));
+  const int source = world_size_ - static_cast<int>(who[0]);
+  std::string from = local_dir + " (this node's copy)";
+  if (who[1] > 0) {
+    std::string blob;
+    if (rank_ == source) {
+      CANN_ASSIGN_OR_RETURN(blob, pack_copy(local_dir));
+    }
+    int64_t size = static_cast<int64_t>(blob.size());
+    comm::Options opts;
+    opts.tag = "restore_size";
+    Status s = world_->broadcast(&size, 1, comm::DataType::kInt64, source, opts)->wait(kWait);
+    if (!s.ok()) return comm_failure(s);
+    // Broadcast moves 4-byte elements: pad the blob to a whole number of them.
+    std::vector<int32_t> words((static_cast<size_t>(size) + 3) / 4);
+    std::memcpy(words.data(), blob.data(), blob.size());
+    opts.tag = "restore_snapshot";
+    s = world_->broadcast(words.data(), words.size(), comm::DataType::kInt32, source, opts)
+            ->wait(kWait);
+    if (!s.ok()) return comm_failure(s);
+    if (!have) {
+      blob.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(size));
+      char name[32];
+      std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+      const std::string dir = join_path(env_->snapshot_dir, "rank" + std::to_string(rank_));
+      CANN_RETURN_IF_ERROR(make_dirs(dir));
+      CANN_ASSIGN_OR_RETURN(const std::string path, unpack_copy(blob, dir, name));
+      CANN_ASSIGN_OR_RETURN(ckpt::LoadedCheckpoint ck, ckpt::read_checkpoint(path));
+      local = std::move(ck);
+      from = path + " (received from rank " + std::to_string(source) + ", " + std::to_string(size) +
+             " bytes)";
+      log_info("rank " + std::to_string(rank_) + " received the snapshot of step " +
+               std::to_string(step) + " from rank " + std::to_string(source) + " (" +
+               std::to_string(size) + " bytes)");
+    }
+  }
+  CANN_RETURN_IF_ERROR(restore_state(*local));
+  keeper_->event("state_restored", "step " + std::to_string(start_step_) + " from " + from +
+                                       ", world size " + std::to_string(world_size_));
+  return OkStatus();
+}
+
+}  // namespace cann::train

@@ -1,0 +1,413 @@
+// Multi-node elastic training through the real binary: two "nodes" are network namespaces
+// joined by a veth pair, redis-server (the store) runs in the first, one agent per node with
+// --elastic --nnodes 1:2 and two workers each. Faults are real: a whole node SIGKILLed, its link
+// taken down, the store killed and restarted, a node started late.
+//
+// In each the job must finish every step with no committed step lost; where the world size ends
+// as it began (the store outage), the final checkpoint equals a fault-free run's byte for byte.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace cann {
+namespace {
+
+using test::TempDir;
+
+const char kModel[] =
+    "architecture: gpt\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 2\n"
+    "vocab_size: 256\nseq_length: 32\n";
+constexpr int kSteps = 400;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A process started in the background with its output in a file.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::string& out) : out_(out) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+      cargv.push_back(nullptr);
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+  }
+  ~Process() { stop(); }
+  void interrupt() { kill(pid_, SIGINT); }
+  void stop() {
+    if (pid_ > 0 && !reaped_) {
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      reaped_ = true;
+    }
+  }
+  // Exit status (-1 on timeout).
+  int wait(double timeout_s) {
+    const double end = now_s() + timeout_s;
+    while (now_s() < end) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  std::string output() const { return test::read_text(out_); }
+
+ private:
+  std::string out_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+std::vector<nlohmann::json> log_lines(const std::string& path, bool events) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("event") == events) out.push_back(j);
+  }
+  return out;
+}
+
+const nlohmann::json* find_event(const std::vector<nlohmann::json>& ev, const std::string& name) {
+  for (const auto& e : ev)
+    if (e["event"] == name) return &e;
+  return nullptr;
+}
+
+class MultiProcElasticNodesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    if (std::system("command -v ip >/dev/null 2>&1") != 0) GTEST_SKIP() << "iproute2 missing";
+    if (std::system("command -v redis-server >/dev/null 2>&1") != 0)
+      GTEST_SKIP() << "redis-server missing";
+    suffix_ = std::to_string(getpid() % 100000);
+    ns_[0] = "cel1-" + suffix_;
+    ns_[1] = "cel2-" + suffix_;
+    veth_[0] = "cev1-" + suffix_;
+    veth_[1] = "cev2-" + suffix_;
+    const std::string script =
+        "set -e; ip netns add " + ns_[0] + "; ip netns add " + ns_[1] + "; ip link add " +
+        veth_[0] + " type veth peer name " + veth_[1] + "; ip link set " + veth_[0] + " netns " +
+        ns_[0] + "; ip link set " + veth_[1] + " netns " + ns_[1] + "; ip -n " + ns_[0] +
+        " addr add 10.232.0.1/24 dev " + veth_[0] + "; ip -n " + ns_[1] +
+        " addr add 10.232.0.2/24 dev " + veth_[1] + "; ip -n " + ns_[0] + " link set " + veth_[0] +
+        " up; ip -n " + ns_[1] + " link set " + veth_[1] + " up; ip -n " + ns_[0] +
+        " link set lo up; ip -n " + ns_[1] + " link set lo up";
+    ASSERT_EQ(std::system(("(" + script + ") 2>&1").c_str()), 0) << "netns setup failed";
+    ready_ = true;
+    password_ = "cann-" + suffix_;
+    rdzv_ = "redis://:" + password_ + "@10.232.0.1:6379";
+    test::write_text(dir_.file("m.yaml"), kModel);
+    start_redis();
+  }
+  void TearDown() override {
+    if (!ready_) return;
+    for (const std::string& ns : ns_)
+      std::system(("ip netns pids " + ns + " | xargs -r kill -9 2>/dev/null").c_str());
+    redis_.reset();
+    // A SIGKILLed agent cannot remove its snapshot directory; this test's job ids end in suffix_.
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      const std::string name = e.path().filename();
+      if (name.rfind("cann-train-snap-", 0) == 0 &&
+          name.find("-" + suffix_ + "-") != std::string::npos)
+        std::filesystem::remove_all(e.path());
+    }
+    std::system(("ip netns del " + ns_[0] + " 2>/dev/null; ip netns del " + ns_[1] + " 2>/dev/null")
+                    .c_str());
+  }
+
+  void start_redis() {
+    redis_ = std::make_unique<Process>(
+        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns_[0], "redis-server", "--port",
+                                 "6379", "--bind", "10.232.0.1", "--requirepass", password_,
+                                 "--save", "", "--appendonly", "no"},
+        dir_.file("redis.txt"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+
+  // One node's agent in namespace `node` (0 or 1), writing into `run`'s directory.
+  std::unique_ptr<Process> start_node(int node, const std::string& run, const std::string& job,
+                                      const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {"/usr/sbin/ip",
+                                     "netns",
+                                     "exec",
+                                     ns_[node],
+                                     CANN_TRAIN_BINARY,
+                                     "run",
+                                     "--model",
+                                     dir_.file("m.yaml"),
+                                     "--steps",
+                                     std::to_string(steps_),
+                                     "--batch-size",
+                                     "8",
+                                     "--seq-len",
+                                     "32",
+                                     "--sample-tokens",
+                                     "0",
+                                     "--eval-every",
+                                     "0",
+                                     "--eval-batches",
+                                     "1",
+                                     "--monitor",
+                                     "off",
+                                     "--threads",
+                                     "1",
+                                     "--quiet",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--elastic",
+                                     "--nnodes",
+                                     "1:2",
+                                     "--rdzv",
+                                     rdzv_,
+                                     "--rdzv-id",
+                                     job,
+                                     "--rdzv-timeout",
+                                     "60",
+                                     "--comm-timeout",
+                                     "10",
+                                     "--log-json",
+                                     run + "/log.jsonl",
+                                     "--checkpoint-dir",
+                                     run + "/ck",
+                                     "--checkpoint-every",
+                                     "100"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(argv, run + "/node" + std::to_string(node) + ".txt");
+  }
+
+  static bool wait_for_step(const std::string& run, int step, double timeout_s = 90) {
+    const std::string needle = "{\"step\":" + std::to_string(step) + ",";
+    const double end = now_s() + timeout_s;
+    while (now_s() < end) {
+      if (test::read_text(run + "/log.jsonl").find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  // Every step logged, from 1 to steps_; a restart goes back at most one step before the
+  // highest logged (the newest snapshot any node held); `exact`: no step logged twice.
+  void expect_no_step_lost(const std::string& run, bool exact) const {
+    std::vector<int> steps;
+    for (const auto& j : log_lines(run + "/log.jsonl", false))
+      if (j.contains("step")) steps.push_back(j["step"].get<int>());
+    ASSERT_FALSE(steps.empty());
+    EXPECT_EQ(steps.front(), 1);
+    EXPECT_EQ(steps.back(), steps_);
+    int highest = 0;
+    for (size_t i = 1; i < steps.size(); ++i) {
+      highest = std::max(highest, steps[i - 1]);
+      if (steps[i] == steps[i - 1] + 1) continue;
+      EXPECT_FALSE(exact) << "step " << steps[i] << " after " << steps[i - 1];
+      EXPECT_LE(steps[i], steps[i - 1]) << "a step was skipped at " << i;
+      EXPECT_GE(steps[i], highest - 1) << "more than one step re-done at " << i;
+    }
+  }
+
+  std::string final_data(const std::string& run) const {
+    char name[32];
+    std::snprintf(name, sizeof(name), "step-%08d", steps_);
+    return test::read_text(run + "/ck/" + name + "/data.bin");
+  }
+
+  std::string out(const std::unique_ptr<Process>& a, const std::unique_ptr<Process>& b) const {
+    return "node A:\n" + a->output() + "\nnode B:\n" + b->output();
+  }
+
+  TempDir dir_{"cann-elastic-nodes"};
+  std::string suffix_, ns_[2], veth_[2], password_, rdzv_;
+  std::unique_ptr<Process> redis_;
+  bool ready_ = false;
+  int steps_ = kSteps;
+};
+
+// (a) A whole node dies (agent and workers SIGKILLed): the other finishes on the smaller world.
+TEST_F(MultiProcElasticNodesTest, NodeKilledTheOtherFinishes) {
+  const std::string run = dir_.path();
+  auto a = start_node(0, run, "kill-" + suffix_);
+  auto b = start_node(1, run, "kill-" + suffix_);
+  ASSERT_TRUE(wait_for_step(run, 120)) << out(a, b);
+  // The node without rank 0 dies (rank 0 writes the step log; when its node dies, the line of
+  // the step it was finishing can be missing although the step is committed, docs/elastic.md).
+  // Rank 0 printed its checkpoint of step 100.
+  const int victim = a->output().find("[rank 0]") != std::string::npos ? 1 : 0;
+  const double killed_at = now_s();
+  // Every process of the node but the store (which runs in the first namespace).
+  std::system(("for p in $(ip netns pids " + ns_[victim] +
+               "); do [ \"$(cat /proc/$p/comm)\" = redis-server ] || kill -9 $p; done")
+                  .c_str());
+  auto& survivor = victim == 1 ? a : b;
+  EXPECT_EQ(survivor->wait(120), 0) << out(a, b);
+  const auto ev = log_lines(run + "/log.jsonl", true);
+  const auto* scaled = find_event(ev, "scaled");
+  const auto* resumed = find_event(ev, "training_resumed");
+  ASSERT_TRUE(scaled && resumed) << out(a, b);
+  EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
+  EXPECT_TRUE(find_event(ev, "failure_detected"));
+  EXPECT_TRUE(find_event(ev, "state_restored"));
+  std::printf("node killed: training again %.2f s later\n",
+              (*resumed)["time"].get<double>() - killed_at);
+  expect_no_step_lost(run, false);
+}
+
+// --max-restarts bounds failure generations across nodes too: with 0, a lost node ends the job
+// (exit 1, naming the bound) instead of shrinking it.
+TEST_F(MultiProcElasticNodesTest, MaxRestartsEndsTheJob) {
+  const std::string run = dir_.path();
+  auto a = start_node(0, run, "max-" + suffix_, {"--max-restarts", "0"});
+  auto b = start_node(1, run, "max-" + suffix_, {"--max-restarts", "0"});
+  ASSERT_TRUE(wait_for_step(run, 60)) << out(a, b);
+  std::system(("ip netns pids " + ns_[1] + " | xargs -r kill -9").c_str());
+  EXPECT_EQ(a->wait(60), 1) << out(a, b);
+  EXPECT_NE(a->output().find("after 0 restarts (--max-restarts 0)"), std::string::npos)
+      << a->output();
+  EXPECT_FALSE(find_event(log_lines(run + "/log.jsonl", true), "scaled"));
+}
+
+// (d) A node started later is admitted at the next generation and receives the state.
+TEST_F(MultiProcElasticNodesTest, LateNodeIsAdmitted) {
+  steps_ = 2000;  // long enough to outlast the admission (a few seconds)
+  const std::string run = dir_.path();
+  auto a = start_node(0, run, "late-" + suffix_);
+  ASSERT_TRUE(wait_for_step(run, 80)) << a->output();
+  auto b = start_node(1, run, "late-" + suffix_);
+  EXPECT_EQ(a->wait(120), 0) << out(a, b);
+  EXPECT_EQ(b->wait(30), 0) << out(a, b);
+  const auto ev = log_lines(run + "/log.jsonl", true);
+  const auto* scaled = find_event(ev, "scaled");
+  ASSERT_TRUE(scaled) << out(a, b);
+  EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 2 -> 4"), std::string::npos);
+  // The joiner's ranks had no snapshot: they received the step from a rank of node A.
+  EXPECT_NE(b->output().find("received the snapshot of step"), std::string::npos) << out(a, b);
+  // Admission stops the workers at a step boundary: nothing is trained twice.
+  expect_no_step_lost(run, true);
+}
+
+// (c) The store is killed and restarted (empty) mid-run: the job rides out the outage.
+TEST_F(MultiProcElasticNodesTest, StoreRestartIsSurvived) {
+  steps_ = 1000;  // the outage (2 s) falls well inside the run
+  TempDir ref_dir("cann-elastic-ref");
+  const std::string ref = ref_dir.path();
+  {
+    auto a = start_node(0, ref, "ref-" + suffix_);
+    auto b = start_node(1, ref, "ref-" + suffix_);
+    ASSERT_EQ(a->wait(120), 0) << out(a, b);
+    ASSERT_EQ(b->wait(30), 0) << out(a, b);
+  }
+  const std::string run = dir_.path();
+  auto a = start_node(0, run, "redis-" + suffix_);
+  auto b = start_node(1, run, "redis-" + suffix_);
+  ASSERT_TRUE(wait_for_step(run, 100)) << out(a, b);
+  redis_->stop();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  start_redis();
+  EXPECT_EQ(a->wait(120), 0) << out(a, b);
+  EXPECT_EQ(b->wait(30), 0) << out(a, b);
+  const std::string both = out(a, b);
+  EXPECT_NE(both.find("does not answer"), std::string::npos) << both;
+  EXPECT_NE(both.find("answers again"), std::string::npos) << both;
+  EXPECT_FALSE(find_event(log_lines(run + "/log.jsonl", true), "scaled")) << both;
+  expect_no_step_lost(run, true);
+  const std::string got = final_data(run), want = final_data(ref);
+  ASSERT_GT(want.size(), 100000u);
+  EXPECT_TRUE(got == want) << "final parameters differ from the fault-free run";
+}
+
+// (b) One node's link goes down: the side holding the store notices the silence (agent
+// heartbeat timeout), goes on alone and finishes.
+TEST_F(MultiProcElasticNodesTest, LinkDownTheStoreSideFinishes) {
+  const std::string run = dir_.path();
+  auto a = start_node(0, run, "link-" + suffix_);
+  auto b = start_node(1, run, "link-" + suffix_);
+  ASSERT_TRUE(wait_for_step(run, 120)) << out(a, b);
+  ASSERT_EQ(std::system(("ip -n " + ns_[1] + " link set " + veth_[1] + " down").c_str()), 0);
+  EXPECT_EQ(a->wait(120), 0) << out(a, b);
+  const auto ev = log_lines(run + "/log.jsonl", true);
+  const auto* scaled = find_event(ev, "scaled");
+  ASSERT_TRUE(scaled) << out(a, b);
+  EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
+  EXPECT_NE(a->output().find("agent heartbeat stale"), std::string::npos) << a->output();
+  expect_no_step_lost(run, false);
+}
+
+// `cann-train scale` lowers the bounds below the running size: the surplus node stops at a step
+// boundary and leaves with exit 0, the other trains on without redoing a step. A job the store
+// does not know is a usage error (exit 2). `scale --auto` applies its policy's window once.
+TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
+  steps_ = 2000;
+  const std::string run = dir_.path();
+  const std::string job = "scale-" + suffix_;
+  auto a = start_node(0, run, job);
+  auto b = start_node(1, run, job);
+  ASSERT_TRUE(wait_for_step(run, 100)) << out(a, b);
+  auto scale = [&](const std::string& id) {
+    return test::run_command({"/usr/sbin/ip", "netns", "exec", ns_[0], CANN_TRAIN_BINARY, "scale",
+                              "--job", id, "--rdzv", rdzv_, "--min-nodes", "1", "--max-nodes", "1"},
+                             30);
+  };
+  const auto unknown = scale("no-such-job");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("no elastic job 'no-such-job'"), std::string::npos);
+  const auto r = scale(job);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nodes 1..2 -> 1..1"), std::string::npos) << r.output;
+  // Once the leader has acted (the scaled event), a policy whose one window covers the day
+  // raises the bounds back, once, until interrupted.
+  for (int i = 0; i < 3000 && !find_event(log_lines(run + "/log.jsonl", true), "scaled"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  test::write_text(run + "/policy.yaml",
+                   "- {from: \"00:00\", to: \"00:00\", min_nodes: 1, max_nodes: 2}\n");
+  {
+    Process policy({"/usr/sbin/ip", "netns", "exec", ns_[0], CANN_TRAIN_BINARY, "scale", "--job",
+                    job, "--rdzv", rdzv_, "--auto", run + "/policy.yaml", "--interval", "0.2"},
+                   run + "/policy.txt");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    policy.interrupt();
+    EXPECT_EQ(policy.wait(10), 0) << policy.output();
+    const std::string text = policy.output();
+    EXPECT_NE(text.find("window 00:00-00:00 in force: nodes 1..1 -> 1..2"), std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("in force", text.find("in force") + 1), std::string::npos)
+        << "applied more than once: " << text;
+  }
+  EXPECT_EQ(a->wait(120), 0) << out(a, b);
+  EXPECT_EQ(b->wait(30), 0) << out(a, b);
+  EXPECT_NE(out(a, b).find("leaving the job"), std::string::npos) << out(a, b);
+  const auto ev = log_lines(run + "/log.jsonl", true);
+  EXPECT_TRUE(find_event(ev, "bounds_changed"));
+  const auto* scaled = find_event(ev, "scaled");
+  ASSERT_TRUE(scaled) << out(a, b);
+  EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
+  expect_no_step_lost(run, true);
+}
+
+}  // namespace
+}  // namespace cann
