@@ -208,7 +208,10 @@ void dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
 // slice of its E/ep experts on them, expert MLPs as grouped GEMMs, then the mirror image back.
 // Capacity-factor padding is computed: each expert processes k*cf of its fair share.
 void moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
-  const double fl = x.fm / x.tp;
+  // cann-train's engine (x.engine) keeps each expert whole on every tensor-parallel rank and
+  // runs the MoE block on the full input there, so its expert GEMMs are not split and need no
+  // tensor-parallel collective (model/param_table.cc).
+  const double fl = x.engine ? x.fm : x.fm / x.tp;
   const double routed = x.Tsp;                  // tokens this device routes
   const double slots = routed * x.topk * x.cf;  // expert slots it sends
   const double rows = x.T * x.topk * x.cf;      // expert rows it computes (after the gather)
@@ -240,7 +243,7 @@ void moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
 
   fwd.cost.ep_comm_s += 2 * a2a;
   bwd.cost.ep_comm_s += 2 * a2a;
-  if (x.tp > 1) {
+  if (x.tp > 1 && !x.engine) {
     fwd.cost.tp_comm_s += tp_sublayer(t, x.sp);
     bwd.cost.tp_comm_s += tp_sublayer(t, x.sp);
   }
@@ -430,7 +433,7 @@ BlockCosts block_costs(const CostContext& ctx) {
   const Strategy& s = ctx.strategy;
   EngineBlocks eng;
   if (x.engine) {
-    eng.arena = engine_arena(*ctx.model, s.mbs, static_cast<int>(x.s), s.tp, x.sp, s.cp);
+    eng.arena = engine_arena(*ctx.model, s.mbs, static_cast<int>(x.s), s.tp, x.sp, s.cp, s.ep);
     eng.params = engine_params(*ctx.model, s.tp, s.ep);
   }
   const EngineBlocks* e = x.engine ? &eng : nullptr;
