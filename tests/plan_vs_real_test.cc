@@ -164,6 +164,25 @@ TEST(PlanVsRealForecastTest, GpipeHoldsEveryMicroBatch) {
   EXPECT_GT(g->peak_bytes, o->peak_bytes);
 }
 
+// The engine runs each expert on its routed rows, not on its capacity: on an fp32 device the
+// capacity factor changes memory (the expert buffers are capacity-sized) but not time.
+TEST(PlanVsRealForecastTest, EngineComputesRoutedRowsNotCapacity) {
+  auto spec = model::load_model_spec("moe_bert_tiny");
+  ASSERT_TRUE(spec.ok());
+  model::ModelSpec padded = *spec;
+  padded.capacity_factor = 2.0;
+  for (const char* text : {"dp=2", "dp=2,ep=2", "tp=2"}) {
+    SCOPED_TRACE(text);
+    auto b = parse_bench_strategy(text, 16);
+    ASSERT_TRUE(b.ok());
+    auto tight = forecast(*spec, two_core_machine(2), *b, 128, {});
+    auto loose = forecast(padded, two_core_machine(2), *b, 128, {});
+    ASSERT_TRUE(tight.ok() && loose.ok());
+    EXPECT_NEAR(loose->step_s, tight->step_s, 1e-9 * tight->step_s);
+    EXPECT_GT(loose->rank0_bytes, tight->rank0_bytes);
+  }
+}
+
 // A real run of one strategy, three steps: the forecast and the measurement must land in the
 // JSON, and memory, which does not depend on the machine's load, must agree with the planner.
 TEST(MultiProcPlanVsRealTest, MeasuresOneStrategy) {
