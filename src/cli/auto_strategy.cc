@@ -1,17 +1,12 @@
 // The planner's choice of layout for this machine.
 #include "cli/auto_strategy.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "cli/bench_calibrate.h"
-#include "core/threads.h"
+#include "cli/local_cluster.h"
 #include "model/spec.h"
 #include "plan/cluster.h"
 #include "plan/predict.h"
@@ -26,35 +21,6 @@ std::vector<int> divisors(int n) {
   for (int i = 1; i <= n; ++i)
     if (n % i == 0) d.push_back(i);
   return d;
-}
-
-// `cann-train bench calibrate --nproc cores`, its output hidden; the spec lands where
-// load_cluster_spec("local") finds it.
-Status calibrate(int cores) {
-  std::printf("auto: measuring this machine first (cann-train bench calibrate --nproc %d)\n",
-              cores);
-  std::fflush(stdout);
-  const std::string nproc = std::to_string(cores);
-  const pid_t pid = fork();
-  if (pid < 0) return Internal("auto: cannot start the calibration (fork failed)");
-  if (pid == 0) {
-    const int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
-    execl("/proc/self/exe", "cann-train", "bench", "calibrate", "--nproc", nproc.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return Internal("auto: `cann-train bench calibrate` failed; hint: run it by hand to see why, "
-                    "or pass an explicit --strategy");
-  return OkStatus();
-}
-
-// GFLOP/s of the model's MLP GEMM with `threads` threads.
-double gemm_rate(int threads, int N, int C, int F) {
-  set_num_threads(threads);
-  return gemm_gflops(N, F, C);
 }
 
 struct Priced {
@@ -79,15 +45,7 @@ std::string describe(const Priced& p, int processes, int threads) {
 
 StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores) {
   CANN_ASSIGN_OR_RETURN(model::ModelSpec spec, model::load_model_spec(config.model));
-  auto local = plan::load_cluster_spec("local");
-  if (!local.ok() && local.status().code() == StatusCode::kNotFound) {
-    CANN_RETURN_IF_ERROR(calibrate(cores));
-    local = plan::load_cluster_spec("local");
-  }
-  if (!local.ok()) return local.status();
-  plan::ClusterSpec cluster = *local;
-  cluster.nodes = 1;
-  cluster.devices_per_node = cores;
+  CANN_ASSIGN_OR_RETURN(plan::ClusterSpec cluster, local_cluster(cores, cores, "auto", false));
   const int seq = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   const int gbs = config.batch_size;
   plan::EngineBuckets buckets;
@@ -104,16 +62,9 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
 
   // One process using every core: one device, its GEMM rate scaled by the threads' speed-up,
   // measured on the model's MLP shape (capped, so a huge model costs no more than a second).
-  const int N = std::min(std::min(gbs, 8) * seq, 2048), C = std::min(spec.hidden_size, 1024),
-            F = std::min(spec.intermediate_size, 4096);
-  const double one = gemm_rate(1, N, C, F), all = gemm_rate(cores, N, C, F);
-  set_num_threads(config.threads);
-  const double speedup = std::max(1.0, all / one);
-  plan::ClusterSpec single = cluster;
-  single.devices_per_node = 1;
-  single.device.peak_tflops *= speedup;
-  single.device.memory_gb *= cores;
-  single.device.memory_bandwidth_GBps *= std::min<double>(cores, speedup);
+  const double speedup = thread_speedup(cores, std::min(gbs, 8) * seq, spec.hidden_size,
+                                        spec.intermediate_size, config.threads);
+  const plan::ClusterSpec single = threaded_device(cluster, cores, speedup);
   std::vector<Priced> alone, split;
   for (int mbs : divisors(gbs)) {
     plan::Strategy s;

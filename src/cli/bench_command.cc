@@ -1,11 +1,12 @@
 // `cann-train bench`: measurements of this machine and of cann-train's own components, each
-// validated and set beside a peer. Subcommands: comm, calibrate.
+// validated and set beside a peer. Subcommands: comm, calibrate, plan-vs-real.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
 #include "cli/bench_calibrate.h"
 #include "cli/bench_comm.h"
+#include "cli/bench_plan_vs_real.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "core/threads.h"
@@ -89,11 +90,15 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
                         "Where to write the spec (default: $CANN_TRAIN_HOME/clusters/local.yaml, "
                         "$CANN_TRAIN_HOME defaulting to ~/.cann-train)");
 
-  return [bench, comm, calibrate, f, cf, argv_after_binary]() -> int {
+  auto [plan_vs_real, plan_vs_real_main] = add_plan_vs_real_command(bench);
+
+  return [bench, comm, calibrate, plan_vs_real, plan_vs_real_main, f, cf,
+          argv_after_binary]() -> int {
     auto fail = [](const Status& s) {
       std::fprintf(stderr, "cann-train bench: error: %s\n", s.message().c_str());
       return s.exit_code();
     };
+    if (plan_vs_real->parsed()) return plan_vs_real_main();
     auto env = train::detect_dist_env();
     if (!env.ok()) return fail(env.status());
     if (calibrate->parsed()) {

@@ -30,7 +30,8 @@ int engine_moe_capacity(int N, int E, int K, double capacity_factor) {
   return std::max(1, static_cast<int>(c));
 }
 
-EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, bool sp, int cp) {
+EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, bool sp, int cp,
+                         int ep) {
   const size_t b = batch, sq = seq / cp, t = tp;
   const size_t N = b * sq;                     // tokens of this rank's micro-batch
   const size_t Nsp = sp ? ceil_div(N, t) : N;  // in the sequence-parallel regions
@@ -41,7 +42,9 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   const size_t QKV = tp == 1 ? static_cast<size_t>(m.qkv_size()) : (H + 2 * KV) * d;
   const size_t F = ceil_div(m.intermediate_size, t);
   const size_t E = m.num_local_experts, K = m.num_experts_per_tok;
-  const size_t FM = ceil_div(m.moe_intermediate_size, t);
+  // The engine shards experts by ep only: every tensor-parallel rank holds its experts whole
+  // and runs them on all its tokens (model/param_table.cc), so expert rows are FM wide.
+  const size_t FM = m.moe_intermediate_size;
   // Expert rows are sized for every token this rank's experts may see: the tensor group's
   // tokens, gathered under sp.
   const size_t cap = m.is_moe() ? engine_moe_capacity(static_cast<int>(N), static_cast<int>(E),
@@ -62,6 +65,7 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
     // expert_count.
     a.moe_layer = shared + 2 * take(Nsp * E) + take(Nsp * K) + take(E) + take(E * cap * C) +
                   2 * take(E * cap * FM) + take(E * cap * C) + 2 * take(Nsp * K) + take(E);
+    if (ep > 1) a.moe_layer += take(E);  // recv_count: rows each rank sends this one's experts
   }
   a.attention_probs = take(att);
   a.layer_output = take(Nsp * C);
@@ -71,12 +75,18 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   }
   // lnf, mean, rstd, logits, losses.
   a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
+  // Under tp the vocabulary-parallel loss keeps per-token row maxima, two sums and a shift.
+  if (tp > 1) a.head += take(N) + take(2 * N) + take(N);
   // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch; MoE: d_xe, d_ge, d_ye, d_gate, d_router.
   size_t scratch =
       take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * d) + take(N * QKV) + take(N * F);
-  if (m.is_moe())
+  if (m.is_moe()) {
     scratch +=
         take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(Nsp * K) + take(Nsp * E);
+    if (ep > 1) scratch += 2 * take(E * cap * C);  // all-to-all send and receive rows
+  }
+  // Under tp: the gathered full-width input and the layernorm gradient partials.
+  if (tp > 1) scratch += take(N * C) + take(2 * C);
   a.scratch = static_cast<double>(scratch);
   return a;
 }

@@ -57,10 +57,12 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
 int engine_moe_capacity(int N, int E, int K, double capacity_factor);
 
 // The activation arena in floats (its int buffers counted as floats: both are 4 bytes), split
-// by block. Under tensor parallelism (tp) heads, QKV, MLP and expert widths and the vocabulary
-// divide by tp; with sequence parallelism (sp) the layernorm and residual tensors hold 1/tp of
-// the tokens; cp ranks each hold seq/cp queries. With tp = cp = 1 this is exactly the engine's
-// layout, whose total is embedding + dense/MoE layers + head + scratch.
+// by block. Under tensor parallelism (tp) heads, QKV, MLP widths and the vocabulary divide by
+// tp (expert widths do not: the engine keeps experts whole on every tensor-parallel rank), and
+// the tp buffers (loss partials, gathered input) are added; under ep the all-to-all buffers; with
+// sequence parallelism (sp) the layernorm and residual tensors hold 1/tp of the tokens; cp ranks
+// each hold seq/cp queries. With tp = cp = 1 this is exactly the engine's layout, whose total is
+// embedding + dense/MoE layers + head + scratch.
 struct EngineArena {
   double embedding = 0;        // encoded input, token ids and targets
   double dense_layer = 0;      // one dense layer's saved tensors
@@ -74,7 +76,7 @@ struct EngineArena {
   double total(const model::ModelSpec& m) const;
 };
 EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp = 1, bool sp = false,
-                         int cp = 1);
+                         int cp = 1, int ep = 1);
 
 // Floats of the flat parameter buffer per block on one rank, each tensor padded to 16 floats
 // as ParamTable lays it out (the last tensor, the final norm's bias, is not padded). Split

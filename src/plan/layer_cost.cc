@@ -206,12 +206,20 @@ void dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
 // MoE feed-forward: router on the device's tokens, permute, all-to-all to the experts' ranks,
 // (with sp) all-gather of the received tokens inside the tensor group so each rank runs its
 // slice of its E/ep experts on them, expert MLPs as grouped GEMMs, then the mirror image back.
-// Capacity-factor padding is computed: each expert processes k*cf of its fair share.
+// Capacity-factor padding is computed: each expert processes k*cf of its fair share (on bf16
+// devices, as Megatron does; cann-train's fp32 engine computes the routed rows only).
 void moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
-  const double fl = x.fm / x.tp;
+  // cann-train's engine (x.engine) keeps each expert whole on every tensor-parallel rank and
+  // runs the MoE block on the full input there, so its expert GEMMs are not split and need no
+  // tensor-parallel collective (model/param_table.cc).
+  const double fl = x.engine ? x.fm : x.fm / x.tp;
   const double routed = x.Tsp;                  // tokens this device routes
-  const double slots = routed * x.topk * x.cf;  // expert slots it sends
-  const double rows = x.T * x.topk * x.cf;      // expert rows it computes (after the gather)
+  // Megatron pads every expert to its capacity. cann-train's engine runs each expert on the
+  // rows routed to it only (expert_count rows, exchanged by all-to-all-v of those counts), so
+  // with the balanced routing a planner must assume it computes k rows per token, none padded.
+  const double pad = x.engine ? 1.0 : x.cf;
+  const double slots = routed * x.topk * pad;  // expert slots it sends
+  const double rows = x.T * x.topk * pad;      // expert rows it computes (after the gather)
   const double local_experts = x.E / x.ep;
   const double rows_per_expert = rows / local_experts;
   const double a2a =
@@ -240,7 +248,7 @@ void moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
 
   fwd.cost.ep_comm_s += 2 * a2a;
   bwd.cost.ep_comm_s += 2 * a2a;
-  if (x.tp > 1) {
+  if (x.tp > 1 && !x.engine) {
     fwd.cost.tp_comm_s += tp_sublayer(t, x.sp);
     bwd.cost.tp_comm_s += tp_sublayer(t, x.sp);
   }
@@ -439,7 +447,7 @@ BlockCosts block_costs(const CostContext& ctx) {
   const Strategy& s = ctx.strategy;
   EngineBlocks eng;
   if (x.engine) {
-    eng.arena = engine_arena(*ctx.model, s.mbs, static_cast<int>(x.s), s.tp, x.sp, s.cp);
+    eng.arena = engine_arena(*ctx.model, s.mbs, static_cast<int>(x.s), s.tp, x.sp, s.cp, s.ep);
     eng.params = engine_params(*ctx.model, s.tp, s.ep);
   }
   const EngineBlocks* e = x.engine ? &eng : nullptr;

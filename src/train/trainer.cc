@@ -20,6 +20,7 @@
 #include "parallel/pipeline_runner.h"
 #include "plan/engine_memory.h"
 #include "plan/strategy.h"
+#include "train/expert_load.h"
 #include "train/link_probe.h"
 #include "train/step_profiler.h"
 
@@ -753,6 +754,10 @@ Status Trainer::train_steps(RunSummary* summary) {
     parallel::StepComm comm_stats;
     const float grad_scale = 1.0f / static_cast<float>(accum_steps_);
     double forward_s = 0.0, backward_s = 0.0;
+    // This rank's routing over the step's micro-steps and MoE layers (not under a pipeline,
+    // whose micro-batches the schedule runs out of this loop's sight).
+    std::vector<double> expert_load(spec_.is_moe() ? spec_.num_local_experts : 0, 0.0);
+    double dropped = 0.0;
     if (pipeline_) {
       CANN_RETURN_IF_ERROR(pipeline_step(grad_scale, &st, &comm_stats));
       backward_s = now_seconds() - t0;
@@ -789,7 +794,13 @@ Status Trainer::train_steps(RunSummary* summary) {
         if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
         for (int i = 0; i < model_->num_moe_layers(); ++i) {
           const auto counts = model_->expert_counts(i);
-          for (size_t e = 0; e < counts.size(); ++e) expert_tokens_total_[e] += counts[e];
+          long kept = 0;
+          for (size_t e = 0; e < counts.size(); ++e) {
+            expert_tokens_total_[e] += counts[e];
+            expert_load[e] += counts[e];
+            kept += counts[e];
+          }
+          dropped += static_cast<double>(model_->expert_assignments(i).size()) - kept;
         }
       }
     }
@@ -798,11 +809,27 @@ Status Trainer::train_steps(RunSummary* summary) {
     // The losses for the log and the stop request are agreed by all ranks (any rank's signal
     // stops all at the same step, so no rank waits in a collective the others never issue).
     bool stop_requested = g_stop_signal != 0 || (server_ != nullptr && server_->stop_requested());
+    const bool log_experts = spec_.is_moe() && !pipeline_;
     if (world_) {
-      float scalars[5] = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
-                          static_cast<float>(st.aux_loss), stop_requested ? 1.0f : 0.0f,
-                          grads_bad ? 1.0f : 0.0f};
-      CANN_RETURN_IF_ERROR(average_over_ranks(scalars, 5, "step_scalars"));
+      // The expert counts ride on the same all-reduce. Each data-parallel rank routes its own
+      // tokens (under ep too: expert_counts are the router's counts for every expert, before
+      // the all-to-all), while the ranks of a tensor-parallel group route the same tokens, so
+      // only tp rank 0 contributes; the world mean times the world size is the global sum.
+      // Counts stay far below 2^24, so floats carry them exactly.
+      std::vector<float> scalars = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
+                                    static_cast<float>(st.aux_loss),
+                                    stop_requested ? 1.0f : 0.0f, grads_bad ? 1.0f : 0.0f};
+      const bool counts_here = rank_ % layout_.tp == 0;
+      if (log_experts) {
+        for (double c : expert_load) scalars.push_back(counts_here ? static_cast<float>(c) : 0.0f);
+        scalars.push_back(counts_here ? static_cast<float>(dropped) : 0.0f);
+      }
+      CANN_RETURN_IF_ERROR(average_over_ranks(scalars.data(), scalars.size(), "step_scalars"));
+      if (log_experts) {
+        for (size_t e = 0; e < expert_load.size(); ++e)
+          expert_load[e] = std::round(static_cast<double>(scalars[5 + e]) * world_size_);
+        dropped = std::round(static_cast<double>(scalars.back()) * world_size_);
+      }
       // Under pp the stages' shares of the loss add up to it: the world mean is 1/pp of it.
       for (int i = 0; i < 3 && pipeline_; ++i) scalars[i] *= static_cast<float>(layout_.pp);
       st.loss = scalars[0];
@@ -874,7 +901,13 @@ Status Trainer::train_steps(RunSummary* summary) {
     }
     if (spec_.is_moe()) {
       line.add("lm_loss", st.lm_loss).add("aux_loss", st.aux_loss);
-      line.add("dropped_assignments", static_cast<int64_t>(model_->dropped_assignments()));
+      if (log_experts) {
+        line.add("dropped_assignments", static_cast<int64_t>(dropped));
+        line.add_raw("expert_load", expert_load_json(expert_load));
+        line.add("expert_balance", expert_balance(expert_load));
+      } else {
+        line.add("dropped_assignments", static_cast<int64_t>(model_->dropped_assignments()));
+      }
     }
     const bool last = done == config_.steps;
     const bool stop_now =
