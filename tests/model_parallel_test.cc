@@ -386,6 +386,16 @@ TEST_F(MultiProcModelParallelTest, InterleavedFollowsTheSingleProcessLoss) {
        "moe_pp2_vpp2",
        {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=4"},
        {"--threads", "1", "--grad-accum", "2"}},
+      // The process mesh and the pipeline's ordered streams over Gloo (what several nodes use):
+      // dp x pp x tp with interleaving, every group a Gloo subgroup.
+      {"gpt_tiny",
+       "gloo_dp2_pp2_vpp2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,vpp=2,mbs=2", "--backend", "gloo"},
+       {"--threads", "1"}},
+      {"gpt_tiny",
+       "gloo_pp2_tp2",
+       {"--nproc-per-node", "4", "--strategy", "pp=2,tp=2,mbs=2", "--backend", "gloo"},
+       {"--threads", "1"}},
   };
   for (const Case& c : cases) {
     const auto want = train(c.model, c.name + "_reference", c.reference);

@@ -356,7 +356,9 @@ StatusOr<std::unique_ptr<Group>> GlooGroup::new_subgroup(const std::vector<int>&
                              ": the name is already used in this group; hint: Gloo keys "
                              "are write-once, so every subgroup needs a name of its own");
   }
-  // All ranks must agree on (name, ranks): compare a hash through this group.
+  // The members of the new group must agree on (name, ranks): compare a hash through this
+  // group. Other ranks may be building other subgroups in the same call (a process mesh: each
+  // rank names its own tensor group), so only the members' hashes must equal this rank's.
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (unsigned char c : name) mix(c);
@@ -367,13 +369,22 @@ StatusOr<std::unique_ptr<Group>> GlooGroup::new_subgroup(const std::vector<int>&
   opts.tag = what;
   CANN_RETURN_IF_ERROR(
       allgather(all.data(), &mine, 1, DataType::kInt64, opts)->wait(config_.timeout));
+  int disagree = -1;  // a member of this rank's list that passed something else
+  for (int r : ranks)
+    if (all[r] != mine) disagree = r;
+  // Then every rank learns whether any rank found a disagreement, so none goes on to connect
+  // a group that another rank will not join.
+  const int64_t verdict = disagree;
+  std::vector<int64_t> verdicts(size());
+  CANN_RETURN_IF_ERROR(
+      allgather(verdicts.data(), &verdict, 1, DataType::kInt64, opts)->wait(config_.timeout));
   for (int r = 0; r < size(); ++r)
-    if (all[r] != mine)
-      return FailedPrecondition(what + ": rank " + std::to_string(r) +
+    if (verdicts[r] >= 0)
+      return FailedPrecondition(what + ": rank " + std::to_string(verdicts[r]) +
                                 " passed a different name or rank list than rank " +
-                                std::to_string(rank()) +
-                                "; hint: every rank must call "
-                                "new_subgroup with the same arguments");
+                                std::to_string(r) +
+                                "; hint: the members of a subgroup must call new_subgroup with "
+                                "the same name and ranks");
   const auto it = std::find(ranks.begin(), ranks.end(), rank());
   if (it == ranks.end()) return std::unique_ptr<Group>();
   GroupConfig c = config_;

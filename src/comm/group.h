@@ -95,7 +95,10 @@ class Group {
 
   // Collective over this group: builds a group of the same backend from `ranks` (ranks of this
   // group, ascending, no duplicates) under the sub-prefix `name`. Members get the new group
-  // (their rank in it is their index in `ranks`); non-members get nullptr.
+  // (their rank in it is their index in `ranks`); non-members get nullptr. Every rank calls it
+  // in the same round; the members of one new group must pass the same name and ranks, while
+  // the other ranks may pass theirs (MPI_Comm_split style: a process mesh builds every tensor
+  // group in one round, each rank naming its own) or the same list (and get nullptr).
   virtual StatusOr<std::unique_ptr<Group>> new_subgroup(const std::vector<int>& ranks,
                                                         const std::string& name) = 0;
 
