@@ -223,6 +223,24 @@ class MultiProcModelParallelTest : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
     return read_log(dir_.file(name + ".jsonl"));
   }
+  // Trains `name` and checks that its 20 losses follow `want` (the tolerance below); prints the
+  // largest deviation.
+  void expect_follows(const std::vector<nlohmann::json>& want, const std::string& reference,
+                      const std::string& model, const std::string& name,
+                      const std::vector<std::string>& flags) {
+    ASSERT_EQ(want.size(), 20u) << reference;
+    const auto rows = train(model, name, flags);
+    ASSERT_EQ(rows.size(), 20u) << name;
+    double worst = 0, worst_rel = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double a = want[i]["loss"].get<double>(), b = rows[i]["loss"].get<double>();
+      worst = std::max(worst, std::abs(a - b));
+      worst_rel = std::max(worst_rel, std::abs(a - b) / std::abs(a));
+    }
+    EXPECT_LT(worst_rel, 1e-4) << name;
+    std::printf("%-14s %-17s vs %-17s max loss deviation %.2e (relative %.2e) over 20 steps\n",
+                model.c_str(), name.c_str(), reference.c_str(), worst, worst_rel);
+  }
   test::TempDir dir_;
 };
 
@@ -316,21 +334,8 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
       train("moe_bert_tiny", "moe_dp2", {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=4"});
   ref["moe_dp4"] =
       train("moe_bert_tiny", "moe_dp4", {"--nproc-per-node", "4", "--strategy", "dp=4,mbs=2"});
-  for (const Case& c : cases) {
-    const auto& want = ref[c.reference];
-    ASSERT_EQ(want.size(), 20u) << c.reference;
-    const auto rows = train(c.model, c.name, c.flags);
-    ASSERT_EQ(rows.size(), 20u) << c.name;
-    double worst = 0, worst_rel = 0;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const double a = want[i]["loss"].get<double>(), b = rows[i]["loss"].get<double>();
-      worst = std::max(worst, std::abs(a - b));
-      worst_rel = std::max(worst_rel, std::abs(a - b) / std::abs(a));
-    }
-    EXPECT_LT(worst_rel, 1e-4) << c.name;
-    std::printf("%-14s %-17s vs %-17s max loss deviation %.2e (relative %.2e) over 20 steps\n",
-                c.model.c_str(), c.name.c_str(), c.reference.c_str(), worst, worst_rel);
-  }
+  for (const Case& c : cases)
+    expect_follows(ref[c.reference], c.reference, c.model, c.name, c.flags);
 }
 
 // The end-of-run sample of a split model: every rank runs the forward, the head's ranks draw
@@ -338,10 +343,10 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
 // far from moving a draw at temperature 0.8 for 32 tokens of gpt_tiny).
 TEST_F(MultiProcModelParallelTest, SplitModelsSampleTheSameText) {
   auto sample = [&](std::vector<std::string> flags) {
-    std::vector<std::string> args = {"run",        "--model",        "gpt_tiny", "--seq-len",
-                                     "64",         "--steps",        "10",       "--batch-size",
-                                     "8",          "--eval-every",   "0",        "--monitor",
-                                     "off",        "--sample-tokens", "32"};
+    std::vector<std::string> args = {"run", "--model",         "gpt_tiny", "--seq-len",
+                                     "64",  "--steps",         "10",       "--batch-size",
+                                     "8",   "--eval-every",    "0",        "--monitor",
+                                     "off", "--sample-tokens", "32"};
     args.insert(args.end(), flags.begin(), flags.end());
     const auto r = test::run_cann(args, 120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -397,20 +402,13 @@ TEST_F(MultiProcModelParallelTest, InterleavedFollowsTheSingleProcessLoss) {
        {"--nproc-per-node", "4", "--strategy", "pp=2,tp=2,mbs=2", "--backend", "gloo"},
        {"--threads", "1"}},
   };
+  std::map<std::string, std::vector<nlohmann::json>> references;  // one run per reference
   for (const Case& c : cases) {
-    const auto want = train(c.model, c.name + "_reference", c.reference);
-    const auto rows = train(c.model, c.name, c.flags);
-    ASSERT_EQ(want.size(), 20u) << c.name;
-    ASSERT_EQ(rows.size(), 20u) << c.name;
-    double worst = 0, worst_rel = 0;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const double a = want[i]["loss"].get<double>(), b = rows[i]["loss"].get<double>();
-      worst = std::max(worst, std::abs(a - b));
-      worst_rel = std::max(worst_rel, std::abs(a - b) / std::abs(a));
-    }
-    EXPECT_LT(worst_rel, 1e-4) << c.name;
-    std::printf("%-14s %-17s max loss deviation %.2e (relative %.2e) over 20 steps\n",
-                c.model.c_str(), c.name.c_str(), worst, worst_rel);
+    std::string key = c.model;
+    for (const auto& f : c.reference) key += " " + f;
+    if (!references.count(key))
+      references[key] = train(c.model, c.name + "_reference", c.reference);
+    expect_follows(references[key], key, c.model, c.name, c.flags);
   }
 }
 
@@ -420,7 +418,7 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "3", "--strategy", "tp=2"},
       {"--nproc-per-node", "2", "--strategy", "tp=2,pp=2"},
       {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
-      {"--nproc-per-node", "2", "--strategy", "ep=2"},  // gpt_tiny has no experts
+      {"--nproc-per-node", "2", "--strategy", "ep=2"},               // gpt_tiny has no experts
       {"--strategy", "tp=2"},                                        // one process
       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=16"},  // 1 micro-batch a step
       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=3,mbs=2"},   // 4 layers, 6 chunks
