@@ -306,9 +306,21 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "moe_single_accum2",
        {"--nproc-per-node", "2", "--strategy", "pp=2,mbs=4"}},
       {"moe_bert_tiny",
+       "moe_pp2_gpipe",
+       "moe_single_accum2",
+       {"--nproc-per-node", "2", "--strategy", "pp=2,mbs=4", "--pipeline-schedule", "gpipe"}},
+      {"moe_bert_tiny",
        "moe_tp2",
        "moe_single_accum2",
        {"--nproc-per-node", "2", "--strategy", "tp=2,mbs=4"}},
+      {"moe_bert_tiny",
+       "moe_pp2_tp2",
+       "moe_single_accum2",
+       {"--nproc-per-node", "4", "--strategy", "pp=2,tp=2,mbs=4"}},
+      {"moe_bert_tiny",
+       "moe_dp2_pp2",
+       "moe_dp2_mbs2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,mbs=2"}},
       {"moe_bert_tiny",
        "moe_dp2_tp2",
        "moe_dp2",
@@ -332,6 +344,8 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
       train("moe_bert_tiny", "moe_single_accum2", {"--threads", "1", "--grad-accum", "2"});
   ref["moe_dp2"] =
       train("moe_bert_tiny", "moe_dp2", {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=4"});
+  ref["moe_dp2_mbs2"] = train("moe_bert_tiny", "moe_dp2_mbs2",
+                              {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=2"});
   ref["moe_dp4"] =
       train("moe_bert_tiny", "moe_dp4", {"--nproc-per-node", "4", "--strategy", "dp=4,mbs=2"});
   for (const Case& c : cases)
