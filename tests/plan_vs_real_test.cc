@@ -31,6 +31,10 @@ TEST(BenchStrategyTest, CompletesWhatRunNeeds) {
   EXPECT_EQ(b->strategy.micro_batches(), 4);
   EXPECT_EQ(b->schedule, "gpipe");
   EXPECT_EQ(b->run_strategy.find("schedule"), std::string::npos);
+  // vpp > 1 runs the interleaved schedule, the engine's default for it.
+  b = parse_bench_strategy("pp=2,vpp=2", 16);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->schedule, "interleaved");
 
   b = parse_bench_strategy("pp=2,mbs=8", 16);
   ASSERT_TRUE(b.ok());

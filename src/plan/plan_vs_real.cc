@@ -29,9 +29,9 @@ StatusOr<BenchStrategy> parse_bench_strategy(const std::string& text, int global
   while (std::getline(in, item, ',')) {
     if (item.rfind("schedule=", 0) == 0) {
       b.schedule = item.substr(9);
-      if (b.schedule != "gpipe" && b.schedule != "1f1b")
+      if (b.schedule != "gpipe" && b.schedule != "1f1b" && b.schedule != "interleaved")
         return InvalidArgument("strategy '" + text + "': unknown schedule '" + b.schedule +
-                               "'; hint: use schedule=gpipe or schedule=1f1b");
+                               "'; hint: use schedule=gpipe, 1f1b or interleaved");
       continue;
     }
     if (item.rfind("mbs=", 0) == 0) has_mbs = true;
@@ -50,7 +50,7 @@ StatusOr<BenchStrategy> parse_bench_strategy(const std::string& text, int global
     return InvalidArgument("strategy '" + text + "': mbs=" + std::to_string(s.mbs) +
                            " does not divide the " + std::to_string(replica_batch) +
                            " sequences of each data-parallel replica; hint: pick a divisor");
-  if (s.pp > 1 && b.schedule.empty()) b.schedule = "1f1b";
+  if (s.pp > 1 && b.schedule.empty()) b.schedule = s.vpp > 1 ? "interleaved" : "1f1b";
   if (s.pp == 1 && !b.schedule.empty())
     return InvalidArgument("strategy '" + text + "': a schedule needs pp > 1");
   b.strategy = s;

@@ -27,7 +27,8 @@ inline constexpr const char* kPlanVsRealStrategies =
 struct BenchStrategy {
   std::string label;     // as written in the list, e.g. "pp=2,schedule=gpipe"
   Strategy strategy;     // dp, gbs and mbs filled in
-  std::string schedule;  // pp > 1: gpipe or 1f1b (the engine's default); empty otherwise
+  std::string schedule;  // pp > 1: gpipe, 1f1b or, with vpp > 1, interleaved (the engine's
+                         // defaults); empty otherwise
   int processes = 1;
   bool single = false;       // one process, every core as threads
   std::string run_strategy;  // for `run --strategy`; empty when single
