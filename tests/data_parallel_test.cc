@@ -402,7 +402,7 @@ TEST_F(MultiProcDataParallelTest, FollowsTheSingleProcessRun) {
 // Without mbs in the strategy a rank takes its whole share in one micro-step, so the gradient
 // reduction hides behind the one backward; mbs or --grad-accum ask for accumulation.
 TEST_F(MultiProcDataParallelTest, OmittedMbsMeansNoAccumulation) {
-  auto micro = [&](const std::string& name, std::vector<std::string> more) {
+  auto micro = [&](std::vector<std::string> more) {
     std::vector<std::string> args = {"run", "--model", dir_.file("m.yaml"), "--seq-len", "32",
                                      "--steps", "1", "--batch-size", "8", "--eval-every", "0",
                                      "--sample-tokens", "0", "--nproc-per-node", "2"};
@@ -412,11 +412,11 @@ TEST_F(MultiProcDataParallelTest, OmittedMbsMeansNoAccumulation) {
     const auto at = r.output.find("data parallel: 2 ranks, ");
     return at == std::string::npos ? std::string() : r.output.substr(at, 80);
   };
-  EXPECT_NE(micro("plain", {"--strategy", "dp=2,zero=1"}).find("1 micro-step of 4 per rank"),
+  EXPECT_NE(micro({"--strategy", "dp=2,zero=1"}).find("1 micro-step of 4 per rank"),
             std::string::npos);
-  EXPECT_NE(micro("mbs", {"--strategy", "dp=2,zero=1,mbs=1"}).find("4 micro-steps of 1"),
+  EXPECT_NE(micro({"--strategy", "dp=2,zero=1,mbs=1"}).find("4 micro-steps of 1"),
             std::string::npos);
-  EXPECT_NE(micro("accum", {"--grad-accum", "2"}).find("2 micro-steps of 2"), std::string::npos);
+  EXPECT_NE(micro({"--grad-accum", "2"}).find("2 micro-steps of 2"), std::string::npos);
 }
 
 TEST_F(MultiProcDataParallelTest, CompressedRunsConverge) {

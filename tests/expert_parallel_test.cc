@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "comm_test_util.h"
+#include "test_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "model/model.h"
@@ -92,16 +93,7 @@ void expect_ep_matches(const char* yaml, int dp, int ep) {
   });
   const std::string what = "dp=" + std::to_string(dp) + " ep=" + std::to_string(ep);
   for (int r = 0; r < dp; ++r) EXPECT_NEAR(losses[r], ref_loss[r], 1e-5) << what;
-  double worst = 0;
-  for (const auto& t : full.tensors()) {
-    float sc = 1e-12f;
-    double dev = 0;
-    for (size_t k = 0; k < t.numel; ++k) sc = std::max(sc, std::abs(ref[t.offset + k]));
-    for (size_t k = 0; k < t.numel; ++k)
-      dev = std::max(dev, static_cast<double>(std::abs(got[t.offset + k] - ref[t.offset + k])));
-    EXPECT_LT(dev / sc, 2e-5) << what << " " << t.name;
-    worst = std::max(worst, dev / sc);
-  }
+  const double worst = test::expect_tensors_close(full, ref, got, 2e-5, what);
   std::printf("expert parallel %-10s max gradient deviation %.2e\n", what.c_str(), worst);
 }
 

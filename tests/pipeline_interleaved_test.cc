@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "comm_test_util.h"
+#include "test_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "model/model.h"
@@ -201,31 +202,11 @@ const char kGpt8[] =
 
 constexpr int kB = 2, kT = 16;
 
-struct Batches {
-  std::vector<std::vector<int>> inputs, targets;
-};
-
-Batches make_batches(const model::ModelSpec& s, int M) {
-  Rng rng(17);
-  Batches d;
-  for (int i = 0; i < M; ++i) {
-    std::vector<int> in(kB * kT), tg(kB * kT);
-    for (int k = 0; k < kB * kT; ++k) {
-      in[k] = static_cast<int>(rng.below(s.vocab_size));
-      tg[k] = static_cast<int>(rng.below(s.vocab_size));
-      if (s.architecture == model::Architecture::kBert && rng.uniform() < 0.6f) tg[k] = -1;
-    }
-    d.inputs.push_back(in);
-    d.targets.push_back(tg);
-  }
-  return d;
-}
-
 void expect_interleaved_matches(const model::ModelSpec& s, int P, int V, int M) {
   set_num_threads(1);
   const std::string what =
       s.name + " pp=" + std::to_string(P) + " vpp=" + std::to_string(V) + " M=" + std::to_string(M);
-  const Batches data = make_batches(s, M);
+  const test::RandomBatches data = test::random_batches(s, M, kB * kT, 17);
   const float scale = 1.0f / M;
   auto single = model::Model::create(s, kB, kT);
   ASSERT_TRUE(single.ok());
@@ -306,16 +287,7 @@ void expect_interleaved_matches(const model::ModelSpec& s, int P, int V, int M) 
   }
   EXPECT_NEAR(total, ref_loss, 1e-5) << what;
   EXPECT_NEAR(eval, ref_eval, 1e-5) << what;
-  double worst = 0;
-  for (const auto& t : full.tensors()) {
-    float sc = 1e-12f;
-    double dev = 0;
-    for (size_t k = 0; k < t.numel; ++k) sc = std::max(sc, std::abs(ref[t.offset + k]));
-    for (size_t k = 0; k < t.numel; ++k)
-      dev = std::max(dev, static_cast<double>(std::abs(got[t.offset + k] - ref[t.offset + k])));
-    EXPECT_LT(dev / sc, 2e-5) << what << " " << t.name;
-    worst = std::max(worst, dev / sc);
-  }
+  const double worst = test::expect_tensors_close(full, ref, got, 2e-5, what);
   // Parameters, gradients and AdamW's two moments (16 bytes a float) plus the arena: what the
   // planner predicts for the worst stage.
   plan::Strategy strategy;

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "comm_test_util.h"
+#include "test_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "model/model.h"
@@ -82,26 +83,6 @@ const char kMoeBert[] =
 
 constexpr int kB = 2, kT = 16, kM = 4;
 
-struct Data {
-  std::vector<std::vector<int>> inputs, targets;
-};
-
-Data make_data(const model::ModelSpec& s) {
-  Rng rng(31);
-  Data d;
-  for (int i = 0; i < kM; ++i) {
-    std::vector<int> in(kB * kT), tg(kB * kT);
-    for (int k = 0; k < kB * kT; ++k) {
-      in[k] = static_cast<int>(rng.below(s.vocab_size));
-      tg[k] = static_cast<int>(rng.below(s.vocab_size));
-      if (s.architecture == model::Architecture::kBert && rng.uniform() < 0.6f) tg[k] = -1;
-    }
-    d.inputs.push_back(in);
-    d.targets.push_back(tg);
-  }
-  return d;
-}
-
 // Layer bounds of `stages` nearly equal stages.
 std::vector<int> bounds_of(int layers, int stages) {
   std::vector<int> b;
@@ -112,7 +93,7 @@ std::vector<int> bounds_of(int layers, int stages) {
 void expect_pipeline_matches(const model::ModelSpec& s, int stages, int tp,
                              PipelineSchedule sched) {
   set_num_threads(1);
-  const Data data = make_data(s);
+  const test::RandomBatches data = test::random_batches(s, kM, kB * kT, 31);
   const float scale = 1.0f / kM;
   // One process.
   auto single = model::Model::create(s, kB, kT);
@@ -179,16 +160,7 @@ void expect_pipeline_matches(const model::ModelSpec& s, int stages, int tp,
     for (int st = 0; st < stages; ++st) total += losses[st * tp + t];
     EXPECT_NEAR(total, ref_loss, 1e-5) << what;
   }
-  double worst = 0;
-  for (const auto& t : full.tensors()) {
-    float sc = 1e-12f;
-    double dev = 0;
-    for (size_t k = 0; k < t.numel; ++k) sc = std::max(sc, std::abs(ref[t.offset + k]));
-    for (size_t k = 0; k < t.numel; ++k)
-      dev = std::max(dev, static_cast<double>(std::abs(got[t.offset + k] - ref[t.offset + k])));
-    EXPECT_LT(dev / sc, 2e-5) << what << " " << t.name;
-    worst = std::max(worst, dev / sc);
-  }
+  const double worst = test::expect_tensors_close(full, ref, got, 2e-5, what);
   std::printf("pipeline %-28s max gradient deviation %.2e\n", what.c_str(), worst);
 }
 

@@ -1,13 +1,17 @@
 // Test helpers: fork/exec with a pipe and a deadline.
 #include "test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +99,37 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+RandomBatches random_batches(const model::ModelSpec& s, int count, int tokens, uint64_t seed) {
+  Rng rng(seed);
+  RandomBatches d;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int> in(tokens), tg(tokens);
+    for (int k = 0; k < tokens; ++k) {
+      in[k] = static_cast<int>(rng.below(s.vocab_size));
+      tg[k] = static_cast<int>(rng.below(s.vocab_size));
+      if (s.architecture == model::Architecture::kBert && rng.uniform() < 0.6f) tg[k] = -1;
+    }
+    d.inputs.push_back(in);
+    d.targets.push_back(tg);
+  }
+  return d;
+}
+
+double expect_tensors_close(const model::ParamTable& table, const std::vector<float>& ref,
+                            const std::vector<float>& got, double tol, const std::string& what) {
+  double worst = 0;
+  for (const auto& t : table.tensors()) {
+    float sc = 1e-12f;
+    double dev = 0;
+    for (size_t k = 0; k < t.numel; ++k) sc = std::max(sc, std::abs(ref[t.offset + k]));
+    for (size_t k = 0; k < t.numel; ++k)
+      dev = std::max(dev, static_cast<double>(std::abs(got[t.offset + k] - ref[t.offset + k])));
+    EXPECT_LT(dev / sc, tol) << what << " " << t.name;
+    worst = std::max(worst, dev / sc);
+  }
+  return worst;
 }
 
 }  // namespace cann::test

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "model/param_table.h"
+#include "model/spec.h"
 
 namespace cann::test {
 
@@ -43,5 +45,17 @@ template <typename F>
 void fill_normal(std::vector<F>& v, Rng& rng, double scale = 1.0) {
   for (auto& x : v) x = static_cast<F>(rng.normal() * scale);
 }
+
+// `count` batches of `tokens` random token ids and targets (a bert model leaves about 60% of
+// its targets unscored, -1), drawn from Rng(seed) batch by batch.
+struct RandomBatches {
+  std::vector<std::vector<int>> inputs, targets;
+};
+RandomBatches random_batches(const model::ModelSpec& s, int count, int tokens, uint64_t seed);
+
+// Per tensor of `table`, the largest |got - ref| over the tensor's largest |ref|: expects each
+// below `tol` (the failure names `what` and the tensor) and returns the worst.
+double expect_tensors_close(const model::ParamTable& table, const std::vector<float>& ref,
+                            const std::vector<float>& got, double tol, const std::string& what);
 
 }  // namespace cann::test
