@@ -88,24 +88,32 @@ size_t ZeroOptimizer::staging_floats() const {
   return padded + (stage_ >= 2 ? most : 0) + (stage_ <= 2 ? padded : 0);
 }
 
+void ZeroOptimizer::set_model_parallel_norm(
+    const std::function<bool(const model::TensorInfo&)>& counted,
+    std::function<Status(double*)> across) {
+  // Each piece is a flat range that may cross tensors: the counted tensors' overlaps, found once.
+  norm_ranges_.clear();
+  for (const ShardPiece& p : pieces_) {
+    const size_t end = p.flat_begin + p.len;
+    for (const model::TensorInfo& t : table_.tensors()) {
+      const size_t lo = std::max(p.flat_begin, t.offset), hi = std::min(end, t.offset + t.numel);
+      if (lo < hi && counted(t))
+        norm_ranges_.emplace_back(p.shard_offset + (lo - p.flat_begin), hi - lo);
+    }
+  }
+  norm_across_ = std::move(across);
+}
+
 StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
   // Padding entries of the shard are zero (the padded copies were), so they add nothing. The
   // partial sums travel as the bit patterns of doubles (an int64 all-gather moves bytes
   // unchanged) and are added in rank order, so every rank gets the same norm.
   double sq = 0.0;
-  if (!norm_counted_) {
+  if (!norm_across_) {
     sq = kernels::sum_of_squares(grad_shard_.data(), shard_floats_);
   } else {
-    // Each piece is a flat range that may cross tensors: the counted tensors' overlaps.
-    for (const ShardPiece& p : pieces_) {
-      const size_t end = p.flat_begin + p.len;
-      for (const model::TensorInfo& t : table_.tensors()) {
-        const size_t lo = std::max(p.flat_begin, t.offset), hi = std::min(end, t.offset + t.numel);
-        if (lo >= hi || !norm_counted_(t)) continue;
-        sq += kernels::sum_of_squares(grad_shard_.data() + p.shard_offset + (lo - p.flat_begin),
-                                      hi - lo);
-      }
-    }
+    for (const auto& [offset, len] : norm_ranges_)
+      sq += kernels::sum_of_squares(grad_shard_.data() + offset, len);
   }
   const size_t P = static_cast<size_t>(group_.size());
   std::vector<double> all(P);

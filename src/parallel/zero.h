@@ -29,6 +29,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "comm/group.h"
@@ -64,11 +65,8 @@ class ZeroOptimizer {
   // Tensor parallelism: the shard holds this rank's part of a tp-split model, so the global
   // norm counts only the tensors `counted` selects (a replicated tensor on one tp rank) and
   // adds the data-parallel total over the tensor group with `across` (in place, a collective).
-  void set_model_parallel_norm(std::function<bool(const model::TensorInfo&)> counted,
-                               std::function<Status(double*)> across) {
-    norm_counted_ = std::move(counted);
-    norm_across_ = std::move(across);
-  }
+  void set_model_parallel_norm(const std::function<bool(const model::TensorInfo&)>& counted,
+                               std::function<Status(double*)> across);
 
   // Stage 3: takes this rank's pieces of full parameters (after initialization or a restore).
   void load_params(const float* full);
@@ -108,7 +106,9 @@ class ZeroOptimizer {
   std::vector<float> staging_;  // one padded bucket (P * c), training thread only
   std::unique_ptr<ShardReduction> reduction_;
   int step_ = 0;
-  std::function<bool(const model::TensorInfo&)> norm_counted_;
+  // Tensor parallelism: the shard ranges (offset, length) whose squares count, and the sum
+  // over the tensor group; empty: the whole shard counts and the sum stops at the dp group.
+  std::vector<std::pair<size_t, size_t>> norm_ranges_;
   std::function<Status(double*)> norm_across_;
 };
 

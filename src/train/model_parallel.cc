@@ -221,16 +221,13 @@ int ModelParallel::dp_rank() const {
 
 std::function<double(const float*)> ModelParallel::grad_sum_of_squares(
     const model::ParamTable& table) {
-  return [this, &table](const float* grads) {
-    const bool count_replicated = mesh_->coords().tp == 0;
+  return [this, &table, counted = norm_counted()](const float* grads) {
     double sum = 0.0;
     float experts = 0.0f;  // this rank's experts, summed over the expert group below
     for (const model::TensorInfo& t : table.tensors()) {
-      const bool tied_copy = t.name == "wte" && t.layer >= 0;  // the last stage's copy
-      if (tied_copy) continue;
       if (t.expert && layout_.ep > 1)
         experts += static_cast<float>(kernels::sum_of_squares(grads + t.offset, t.numel));
-      else if (t.tp_split != model::TpSplit::kReplicated || count_replicated)
+      else if (counted(t))
         sum += kernels::sum_of_squares(grads + t.offset, t.numel);
     }
     if (layout_.ep > 1 && status_.ok())
@@ -238,12 +235,8 @@ std::function<double(const float*)> ModelParallel::grad_sum_of_squares(
                     .allreduce(&experts, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)
                     ->wait();
     sum += experts;
-    // fp32 on the wire: the norm only scales the clipping, 7 digits are plenty.
-    float wire = static_cast<float>(sum);
-    if (status_.ok())
-      status_ =
-          mesh_->mp().allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
-    return static_cast<double>(wire);
+    if (status_.ok()) status_ = sum_over_model_parallel(&sum);
+    return sum;
   };
 }
 
@@ -329,6 +322,7 @@ std::function<bool(const model::TensorInfo&)> ModelParallel::norm_counted() cons
 }
 
 Status ModelParallel::sum_over_model_parallel(double* value) {
+  // fp32 on the wire: the norm only scales the clipping, 7 digits are plenty.
   float wire = static_cast<float>(*value);
   CANN_RETURN_IF_ERROR(
       mesh_->mp().allreduce(&wire, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait());
