@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/safetensors.h"
 #include "core/fs.h"
 #include "test_util.h"
 
@@ -411,6 +412,50 @@ TEST_F(CheckpointDiskFullTest, FullDiskIsIoErrorAndKeepsPreviousCheckpoint) {
 
   // The space was given back: a small checkpoint still fits.
   EXPECT_FALSE(write_ok(dir, 3, 0, 7).empty());
+}
+
+// Gradient dumps (`run --dump-grads`) are safetensors files: every malformed header or
+// truncation is an error naming the file, never a read past the buffer (this suite also runs
+// under ASan).
+TEST(SafetensorsTest, MalformedFilesAreErrorsNotCrashes) {
+  SafeTensors st;
+  st.tensors = {{"a", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"b", {0}, {}}};
+  auto bytes = encode_safetensors(st);
+  ASSERT_TRUE(bytes.ok());
+  auto back = decode_safetensors(*bytes, "g.safetensors");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->tensors[0].data, st.tensors[0].data);
+  EXPECT_TRUE(back->tensors[1].data.empty());
+  // Every truncation fails.
+  for (size_t n = 0; n + 1 < bytes->size(); n += 3)
+    EXPECT_FALSE(decode_safetensors(bytes->substr(0, n), "g.safetensors").ok()) << n;
+  auto with_header = [](const std::string& json, size_t data) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    return out + json + std::string(data, '\0');
+  };
+  const std::vector<std::string> bad = {
+      "[1,2]",
+      R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})",
+      R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})",
+      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,8]}})",
+      R"({"a":{"dtype":"F32","shape":[2]}})",
+      R"({"__metadata__":[1]})",
+      "{not json",
+  };
+  for (const std::string& json : bad) {
+    auto r = decode_safetensors(with_header(json, 8), "g.safetensors");
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_NE(r.status().message().find("g.safetensors: not a safetensors file"), std::string::npos)
+        << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  }
+  EXPECT_FALSE(decode_safetensors(std::string(16, '\xff'), "g.safetensors").ok());
+  // A shape that does not match its data is refused when writing.
+  st.tensors[0].shape = {4};
+  EXPECT_FALSE(encode_safetensors(st).ok());
 }
 
 }  // namespace

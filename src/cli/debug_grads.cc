@@ -1,5 +1,6 @@
 // `cann-train debug grads LOG_OR_CHECKPOINT`: gradient health from a step log written with
-// --grad-norms (debug/grad_summary.h), or from a checkpoint.
+// --grad-norms (debug/grad_summary.h), or from a checkpoint; and for a gradient dump of
+// `run --dump-grads` its per-tensor norms, or with --compare its deviation from another dump.
 //
 // A checkpoint holds no gradients, but AdamW's moments are running averages of them: m of the
 // gradient (beta1 = 0.9: about the last 10 steps) and v of its square (beta2 = 0.95: about the
@@ -10,12 +11,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
 #include "cli/commands.h"
 #include "core/fs.h"
+#include "debug/grad_compare.h"
 #include "debug/grad_summary.h"
 #include "optim/adamw.h"
 
@@ -127,21 +131,65 @@ StatusOr<std::string> summarize_checkpoint(const std::string& path) {
   return out;
 }
 
+// A dump of `run --dump-grads`: a safetensors file, whose JSON header starts at byte 8.
+bool is_grad_dump(const std::string& path, const std::string& bytes) {
+  const std::string ext = ".safetensors";
+  return (path.size() >= ext.size() &&
+          path.compare(path.size() - ext.size(), ext.size(), ext) == 0) ||
+         (bytes.size() > 8 && bytes[8] == '{');
+}
+
+struct GradsArgs {
+  std::string path, compare;
+  double tolerance = 0;
+};
+
+// The dump's norms, or its comparison with --compare (exit 1 when a tensor is over
+// --tolerance).
+int grad_dump_main(const GradsArgs& a, const std::string& bytes,
+                   const std::function<int(const Status&)>& fail) {
+  auto got = ckpt::decode_safetensors(bytes, a.path);
+  if (!got.ok()) return fail(got.status());
+  if (a.compare.empty()) {
+    std::fputs(debug::format_grad_dump(*got, a.path).c_str(), stdout);
+    return 0;
+  }
+  auto ref = ckpt::read_safetensors(a.compare);
+  if (!ref.ok()) return fail(ref.status());
+  auto rows = debug::compare_grads(*got, *ref, a.path, a.compare);
+  if (!rows.ok()) return fail(rows.status());
+  std::fputs(debug::format_grad_comparison(*rows, a.tolerance).c_str(), stdout);
+  for (const auto& r : *rows)
+    if (a.tolerance > 0 && !(r.relative <= a.tolerance)) return 1;
+  return 0;
+}
+
 }  // namespace
 
 CommandMain add_debug_grads_command(CLI::App* debug) {
-  auto path = std::make_shared<std::string>();
+  auto args = std::make_shared<GradsArgs>();
+  std::string* path = &args->path;
   CLI::App* grads = debug->add_subcommand(
       "grads",
       "Gradient health: per-layer norm statistics (min/median/max, trend, spikes) and the first "
-      "non-finite gradient from a step log written with --grad-norms, or per-layer gradient "
-      "estimates from a checkpoint's AdamW moments");
+      "non-finite gradient from a step log written with --grad-norms, per-layer gradient "
+      "estimates from a checkpoint's AdamW moments, or a --dump-grads file's per-tensor norms "
+      "and its deviation from another (--compare)");
   grads
       ->add_option("LOG_OR_CHECKPOINT", *path,
                    "A --log-json step log, a checkpoint step directory, or a --checkpoint-dir "
                    "(its newest checkpoint)")
       ->required();
-  return [path]() -> int {
+  grads
+      ->add_option("--compare", args->compare,
+                   "With a --dump-grads file: a reference dump; prints each tensor's largest "
+                   "difference relative to the reference tensor's largest entry")
+      ->check(CLI::ExistingFile);
+  grads
+      ->add_option("--tolerance", args->tolerance,
+                   "With --compare: exit 1 when some tensor's relative deviation is above this")
+      ->check(CLI::NonNegativeNumber);
+  return [args, path]() -> int {
     auto fail = [](const Status& s) {
       std::fprintf(stderr, "cann-train debug grads: error: %s\n", s.message().c_str());
       return s.exit_code();
@@ -150,6 +198,10 @@ CommandMain add_debug_grads_command(CLI::App* debug) {
       return fail(NotFound(*path + ": no such file or directory; hint: pass the step log of "
                                    "`run --log-json FILE --grad-norms` or a checkpoint directory"));
     if (is_directory(*path)) {
+      if (!args->compare.empty())
+        return fail(InvalidArgument("--compare takes two gradient dumps, and " + *path +
+                                    " is a directory; hint: write them with `run --dump-grads "
+                                    "FILE`"));
       auto report = summarize_checkpoint(*path);
       if (!report.ok()) return fail(report.status());
       std::fputs(report->c_str(), stdout);
@@ -157,6 +209,10 @@ CommandMain add_debug_grads_command(CLI::App* debug) {
     }
     auto text = read_file(*path);
     if (!text.ok()) return fail(text.status());
+    if (is_grad_dump(*path, *text)) return grad_dump_main(*args, *text, fail);
+    if (!args->compare.empty())
+      return fail(InvalidArgument("--compare takes two gradient dumps, and " + *path +
+                                  " is not one; hint: write them with `run --dump-grads FILE`"));
     auto summary = debug::summarize_grad_log(*text, *path);
     if (!summary.ok()) return fail(summary.status());
     std::fputs(debug::format_grad_summary(*summary, *path).c_str(), stdout);

@@ -31,6 +31,17 @@ void add_run_debug_flags(CLI::App* run, train::TrainConfig* config) {
                 "Stop at the first non-finite gradient (checked even without --grad-norms), write "
                 "a dump of the offending tensors and exit with status 1")
       ->group(kDebug);
+  run->add_option("--dump-grads", config->dump_grads,
+                  "Write the whole model's gradient of one step (--dump-grads-step) to FILE in "
+                  "safetensors format: averaged over the global batch, before clipping, in the "
+                  "single-process layout whatever the strategy; compare two with `cann-train "
+                  "debug grads FILE --compare REF`")
+      ->group(kDebug);
+  run->add_option("--dump-grads-step", config->dump_grads_step,
+                  "The step whose gradient --dump-grads writes")
+      ->check(CLI::PositiveNumber)
+      ->group(kDebug)
+      ->capture_default_str();
   run->add_option("--link-probe-every", config->link_probe_every,
                   "Every K steps, measure the bandwidth between every pair of ranks (1 MiB "
                   "point-to-point each way); a pair well below the median raises a slow-link "

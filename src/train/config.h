@@ -57,6 +57,8 @@ struct TrainConfig {
   bool grad_norms = false;              // per-layer gradient norms in the step log
   bool halt_on_nan = false;             // stop with a dump at the first non-finite gradient
   int link_probe_every = 0;             // measure every pair's bandwidth every K steps; 0: never
+  std::string dump_grads;               // safetensors file of one step's gradient; empty: none
+  int dump_grads_step = 1;              // the step whose gradient --dump-grads writes
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

@@ -174,6 +174,17 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     profiler_ =
         std::make_unique<StepProfiler>(ps, config_.profile_dir, rank_, world_size_, host_name());
   }
+  if (!config_.dump_grads.empty()) {
+    if (zero_stage_ != 0 || config_.compress != "none")
+      return InvalidArgument(
+          "--dump-grads writes the full reduced gradient, which " +
+          std::string(zero_stage_ != 0 ? "ZeRO shards" : "compression replaces") +
+          "; hint: dump under zero=0 and --compress none");
+    if (config_.dump_grads_step > config_.steps)
+      return InvalidArgument("--dump-grads-step " + std::to_string(config_.dump_grads_step) +
+                             " is past --steps " + std::to_string(config_.steps) +
+                             "; hint: pick a step the run reaches");
+  }
   if (config_.grad_norms || config_.halt_on_nan) {
     if (dp_ && zero_stage_ >= 2)
       return InvalidArgument(std::string(config_.grad_norms ? "--grad-norms" : "--halt-on-nan") +
@@ -657,7 +668,6 @@ Status Trainer::write_log_line(const std::string& line) {
 Status Trainer::run(RunSummary* summary) {
   const int T = seq_len_;
   const bool show = leader() && !config_.quiet;
-  const double flops_per_token = model::train_flops_per_token(spec_, T);
   // The whole model's count (a tensor-parallel rank's table holds only its shards).
   const double params = static_cast<double>(
       mp_ ? model::build_param_table(spec_).num_parameters() : model_->table().num_parameters());
@@ -841,11 +851,13 @@ Status Trainer::train_steps(RunSummary* summary) {
     const float lr = schedule_.at(step);
     double norm = 0.0;
     const double t_opt = now_seconds();
+    if (dp_ && mp_) {
+      Status tied = mp_->sync_tied_embedding(*model_);
+      if (!tied.ok()) return comm_failure(tied);
+    }
+    if (!config_.dump_grads.empty() && step + 1 == config_.dump_grads_step)
+      CANN_RETURN_IF_ERROR(dump_grads(step + 1));
     if (dp_) {
-      if (mp_) {
-        Status tied = mp_->sync_tied_embedding(*model_);
-        if (!tied.ok()) return comm_failure(tied);
-      }
       auto stepped = dp_->step(lr);
       if (!stepped.ok()) return comm_failure(stepped.status());
       norm = *stepped;

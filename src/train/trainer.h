@@ -114,6 +114,9 @@ class Trainer {
   Status write_log_line(const std::string& line);
   // --profile: writes the traces (a collective when several ranks run).
   Status finish_profile();
+  // --dump-grads: the whole model's gradient of step `done` (a collective under model
+  // parallelism, which assembles the shards); the leader writes the file.
+  Status dump_grads(int done);
   // Some rank's gradients went non-finite at `step`: log, event, and with --halt-on-nan stop.
   Status report_nonfinite(int step);
 
@@ -161,6 +164,7 @@ class Trainer {
   // parameters and moments are gathered into for one.
   std::unique_ptr<model::ParamTable> full_table_;
   std::vector<float> full_state_;
+  std::vector<float> full_grads_;  // --dump-grads under model parallelism
   std::unique_ptr<parallel::PipelineRunner> pipeline_;  // pp > 1
   int data_rank_ = 0;
   int data_world_ = 1;

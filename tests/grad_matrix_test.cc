@@ -1,0 +1,190 @@
+// The correctness matrix's gradients, through the binary with real processes: every strategy
+// of the model-parallel matrix writes the whole model's gradient after its first step
+// (`run --dump-grads`, shards assembled into the single-process layout), and each tensor must
+// equal the reference run's. The references follow model_parallel_test.cc: gpt_tiny against
+// one process; moe_bert_tiny against a run with the same micro-batches (one process with
+// --grad-accum 2 for micro-batches of 4; the data-parallel run of the same dp and mbs where
+// data parallelism regroups a step's samples), because MoE routing depends on which tokens
+// share a micro-batch.
+//
+// Tolerance: 2e-5 of each tensor's largest reference entry, as the in-process tests use. The
+// runs differ only in fp32 summation order (observed up to ~1e-6); a missing reduction, a
+// shard in the wrong place or a tied copy left out is off by O(1).
+//
+// Also: `debug grads --compare` exits 1 when a tensor is over --tolerance, and a malformed
+// dump is a one-line error with exit 2.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "debug/grad_compare.h"
+#include "test_util.h"
+
+namespace cann {
+namespace {
+
+// The flags of an n-process run of `strategy`.
+std::vector<std::string> np(int n, const std::string& strategy,
+                            std::vector<std::string> more = {}) {
+  std::vector<std::string> f = {"--nproc-per-node", std::to_string(n), "--strategy", strategy};
+  f.insert(f.end(), more.begin(), more.end());
+  return f;
+}
+
+class MultiProcGradientMatrixTest : public ::testing::Test {
+ protected:
+  // One step of `model` under `flags`; returns the dump's path.
+  std::string dump(const std::string& model, const std::string& name,
+                   std::vector<std::string> flags) {
+    const std::string path = dir_.file(name + ".safetensors");
+    std::vector<std::string> args = {"run",
+                                     "--model",
+                                     model,
+                                     "--seq-len",
+                                     "64",
+                                     "--steps",
+                                     "1",
+                                     "--batch-size",
+                                     "8",
+                                     "--eval-every",
+                                     "0",
+                                     "--eval-batches",
+                                     "1",
+                                     "--sample-tokens",
+                                     "0",
+                                     "--monitor",
+                                     "off",
+                                     "--quiet",
+                                     "--dump-grads",
+                                     path};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = test::run_cann(args, 240);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    return path;
+  }
+
+  struct Case {
+    std::string name, reference;
+    std::vector<std::string> flags;
+  };
+
+  void expect_matrix(const std::string& model,
+                     const std::map<std::string, std::vector<std::string>>& refs,
+                     const std::vector<Case>& cases) {
+    std::map<std::string, ckpt::SafeTensors> want;
+    for (const auto& [name, flags] : refs) {
+      auto r = ckpt::read_safetensors(dump(model, name, flags));
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      want[name] = std::move(*r);
+    }
+    for (const Case& c : cases) {
+      auto got = ckpt::read_safetensors(dump(model, c.name, c.flags));
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      auto rows = debug::compare_grads(*got, want.at(c.reference), c.name, c.reference);
+      ASSERT_TRUE(rows.ok()) << rows.status().message();
+      double worst = 0;
+      std::string worst_name;
+      for (const auto& d : *rows) {
+        EXPECT_LT(d.relative, 2e-5) << model << " " << c.name << ": " << d.name;
+        if (!(d.relative <= worst)) {
+          worst = d.relative;
+          worst_name = d.name;
+        }
+      }
+      std::printf("%-14s %-18s vs %-18s %3zu tensors, max gradient deviation %.2e (%s)\n",
+                  model.c_str(), c.name.c_str(), c.reference.c_str(), rows->size(), worst,
+                  worst_name.c_str());
+    }
+  }
+  test::TempDir dir_;
+};
+
+TEST_F(MultiProcGradientMatrixTest, GptTinyMatchesOneProcessPerTensor) {
+  expect_matrix("gpt_tiny", {{"single", {"--threads", "1"}}},
+                {
+                    {"dp2", "single", np(2, "dp=2")},
+                    {"tp2", "single", np(2, "tp=2")},
+                    {"tp2_sp", "single", np(2, "tp=2,sp=on")},
+                    {"pp2_gpipe", "single", np(2, "pp=2,mbs=2", {"--pipeline-schedule", "gpipe"})},
+                    {"pp2_1f1b", "single", np(2, "pp=2,mbs=2")},
+                    {"pp2_vpp2", "single", np(2, "pp=2,vpp=2,mbs=2")},
+                    {"dp2_tp2", "single", np(4, "dp=2,tp=2,mbs=4")},
+                    {"dp2_pp2", "single", np(4, "dp=2,pp=2,mbs=2")},
+                    {"pp2_tp2", "single", np(4, "pp=2,tp=2,mbs=2")},
+                    {"pp2_tp2_sp", "single", np(4, "pp=2,tp=2,sp=on,mbs=2")},
+                    {"dp2_pp2_vpp2", "single", np(4, "dp=2,pp=2,vpp=2,mbs=2")},
+                });
+}
+
+TEST_F(MultiProcGradientMatrixTest, MoeBertTinyMatchesItsReferencePerTensor) {
+  expect_matrix(
+      "moe_bert_tiny",
+      {{"single_accum2", {"--threads", "1", "--grad-accum", "2"}},
+       {"dp2", np(2, "dp=2,mbs=4")},
+       {"dp2_mbs2", np(2, "dp=2,mbs=2")},
+       {"dp4", np(4, "dp=4,mbs=2")}},
+      {
+          {"tp2", "single_accum2", np(2, "tp=2,mbs=4")},
+          {"pp2_gpipe", "single_accum2", np(2, "pp=2,mbs=4", {"--pipeline-schedule", "gpipe"})},
+          {"pp2_1f1b", "single_accum2", np(2, "pp=2,mbs=4")},
+          {"pp2_vpp2", "single_accum2", np(2, "pp=2,vpp=2,mbs=4")},
+          {"pp2_tp2", "single_accum2", np(4, "pp=2,tp=2,mbs=4")},
+          {"dp2_tp2", "dp2", np(4, "dp=2,tp=2,mbs=4")},
+          {"dp2_pp2", "dp2_mbs2", np(4, "dp=2,pp=2,mbs=2")},
+          {"dp2_ep2", "dp2", np(2, "dp=2,ep=2,mbs=4")},
+          {"dp4_ep2", "dp4", np(4, "dp=4,ep=2,mbs=2")},
+          {"dp4_ep4", "dp4", np(4, "dp=4,ep=4,mbs=2")},
+      });
+}
+
+// The comparison as a user runs it: within the tolerance exit 0, over it exit 1 with the
+// tensor marked; a file that is not a dump is one line and exit 2.
+TEST(GradientDumpTest, CompareExitsOneOverTheToleranceAndTwoOnMalformedFiles) {
+  test::TempDir dir;
+  ckpt::SafeTensors a;
+  a.metadata["step"] = "1";
+  a.tensors = {{"w", {2, 2}, {1.0f, -2.0f, 3.0f, 4.0f}}, {"b", {3}, {0.5f, 0.25f, 0.0f}}};
+  ckpt::SafeTensors b = a;
+  b.tensors[1].data[2] = 0.01f;  // 2% of b's largest entry
+  ASSERT_TRUE(ckpt::write_safetensors(dir.file("a.safetensors"), a).ok());
+  ASSERT_TRUE(ckpt::write_safetensors(dir.file("b.safetensors"), b).ok());
+  auto back = ckpt::read_safetensors(dir.file("a.safetensors"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->tensors.size(), 2u);
+  EXPECT_EQ(back->tensors[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(back->tensors[1].data, a.tensors[1].data);
+  EXPECT_EQ(back->metadata.at("step"), "1");
+
+  auto same = test::run_cann({"debug", "grads", dir.file("a.safetensors"), "--compare",
+                              dir.file("a.safetensors"), "--tolerance", "1e-6"});
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("0 of 2 tensors over"), std::string::npos) << same.output;
+  auto over = test::run_cann({"debug", "grads", dir.file("b.safetensors"), "--compare",
+                              dir.file("a.safetensors"), "--tolerance", "1e-3"});
+  EXPECT_EQ(over.exit_code, 1) << over.output;
+  EXPECT_NE(over.output.find("1 of 2 tensors over"), std::string::npos) << over.output;
+  EXPECT_NE(over.output.find("(b)"), std::string::npos) << over.output;
+
+  std::string bytes = test::read_text(dir.file("a.safetensors"));
+  test::write_text(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() - 4));
+  auto cut = test::run_cann({"debug", "grads", dir.file("cut.safetensors")});
+  EXPECT_EQ(cut.exit_code, 2) << cut.output;
+  EXPECT_NE(cut.output.find("data_offsets do not fit"), std::string::npos) << cut.output;
+  auto other =
+      test::run_cann({"debug", "grads", dir.file("a.safetensors"), "--compare", "/dev/null"});
+  EXPECT_NE(other.exit_code, 0) << other.output;
+
+  // --dump-grads where the full gradient does not exist is refused before training.
+  auto zero =
+      test::run_cann({"run", "--steps", "1", "--nproc-per-node", "2", "--strategy", "dp=2,zero=2",
+                      "--monitor", "off", "--dump-grads", dir.file("z.safetensors")});
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_NE(zero.output.find("ZeRO shards"), std::string::npos) << zero.output;
+}
+
+}  // namespace
+}  // namespace cann
