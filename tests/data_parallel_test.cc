@@ -60,6 +60,60 @@ TEST(BucketTest, ReverseOrderCoversTheBufferOnce) {
   EXPECT_NE(std::find(last.begin(), last.end(), -1), last.end());
 }
 
+TEST(BucketTest, ReadyCutsFollowTheHeaderExample) {
+  model::ParamTable t;
+  t.add("e", {320}, -1, model::TpSplit::kReplicated, false);
+  t.add("a", {320}, 0, model::TpSplit::kReplicated, false);
+  t.add("b", {64}, 0, model::TpSplit::kReplicated, false);
+  t.add("c", {256}, 0, model::TpSplit::kReplicated, false);
+  t.add("d", {64}, 1, model::TpSplit::kReplicated, false);
+  ASSERT_EQ(t.total_floats(), 1024u);
+  const auto b = parallel::plan_buckets(t, 160 * 4, 256 * 4, {320, 640, 704, 960});
+  const std::vector<std::pair<size_t, size_t>> want = {
+      {960, 1024}, {704, 960}, {640, 704}, {320, 640}, {0, 320}};
+  ASSERT_EQ(b.size(), want.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(b[i].begin, want[i].first) << i;
+    EXPECT_EQ(b[i].end, want[i].second) << i;
+  }
+  EXPECT_EQ(b[0].layers, (std::vector<int>{1}));
+  EXPECT_EQ(b[4].layers, (std::vector<int>{-1}));
+}
+
+// The model's reported offsets: every cut is one of them or a layer start, the buckets tile
+// the buffer, and the last one is exactly what only the end of backward finishes.
+TEST(BucketTest, ModelBucketsAreCutWhereBackwardReports) {
+  const model::ParamTable t = small_table();
+  auto spec = model::parse_model_spec(
+      "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 3\nnum_attention_heads: 2\n"
+      "vocab_size: 64\nseq_length: 16\n",
+      "t.yaml");
+  auto m = model::Model::create(*spec, 1, 16);
+  ASSERT_TRUE(m.ok());
+  const std::vector<size_t> ready = (*m)->grad_ready_offsets();
+  ASSERT_EQ(ready.size(), 12u);  // four per dense block
+  const auto buckets = parallel::plan_buckets(t, 4096, 8192, ready);
+  ASSERT_GE(buckets.size(), 3u);
+  EXPECT_EQ(buckets.front().end, t.total_floats());
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const size_t at = buckets[i].begin;
+    if (i + 1 < buckets.size()) {
+      EXPECT_EQ(buckets[i + 1].end, at);
+      bool layer_start = false;
+      for (int l = -1; l <= 3; ++l) layer_start |= t.layer_range(l).first == at;
+      EXPECT_TRUE(layer_start || std::count(ready.begin(), ready.end(), at) == 1) << at;
+    }
+    // Within its size, or a single stretch between two cut points.
+    bool inside = false;
+    for (size_t r : ready) inside |= r > at && r < buckets[i].end;
+    if (buckets[i].size() > (i == 0 ? 1024u : 2048u)) {
+      EXPECT_FALSE(inside) << i;
+    }
+  }
+  EXPECT_EQ(buckets.back().begin, 0u);
+  EXPECT_EQ(buckets.back().end, ready.front());
+}
+
 TEST(ZeroTest, ShardPiecesFollowTheHeaderExample) {
   std::vector<parallel::Bucket> buckets(1);
   buckets[0].begin = 100;
@@ -176,7 +230,12 @@ TEST(ReducerTest, ModelReportsOnlyFinalGradients) {
     model.forward(tokens.data(), targets.data(), B, T);
     model.backward(1.0f);
     model.set_grad_ready_hook({});
-    ASSERT_EQ(claims.size(), 3u * spec->num_hidden_layers) << name;
+    // Every offset grad_ready_offsets announces (which the buckets are cut at) is reported.
+    std::vector<size_t> reported;
+    for (const auto& c : claims) reported.push_back(c.first);
+    std::sort(reported.begin(), reported.end());
+    EXPECT_EQ(reported, model.grad_ready_offsets()) << name;
+    ASSERT_GE(claims.size(), 3u * spec->num_hidden_layers) << name;
     for (const auto& [offset, seen] : claims) {
       ASSERT_LT(offset, n);
       EXPECT_EQ(0, std::memcmp(seen.data(), model.grads() + offset, seen.size() * sizeof(float)))

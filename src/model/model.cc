@@ -559,6 +559,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     } else {
       const float* dy = full_dout();
       linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);
+      if (grad_ready_hook_) grad_ready_hook_(o.fcprojw);
       gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
       const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
       linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, ln2_all, P + o.fcw, N, C, F);
@@ -592,6 +593,16 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
                                    vocab_begin_ + vocab_valid_);
   }
   done(-1);
+}
+
+std::vector<size_t> Model::grad_ready_offsets() const {
+  std::vector<size_t> out;
+  for (const LayerOffsets& o : all_offsets_) {
+    if (o.fcprojw != 0) out.push_back(o.fcprojw);
+    for (size_t at : {o.ln2w, o.projw, o.qkvw}) out.push_back(at);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace cann::model

@@ -134,10 +134,13 @@ class Model {
 
   // Finer than layer_done, for the data-parallel reducer: during backward, hook(offset) says
   // that every gradient from float `offset` to the end of the flat buffer is final. Each block
-  // reports three offsets, its second layernorm once the feed-forward half is done, then its
-  // output projection and its QKV projection, so buckets leave while the rest of the block is
-  // still being computed (the tied token table is at offset 0, so it is never claimed early).
+  // reports, in this order, its feed-forward output projection (dense layers), its second
+  // layernorm once the feed-forward half is done, its attention output projection and its QKV
+  // projection, so buckets leave while the rest of the block is still being computed (the
+  // tied token table is at offset 0, so it is never claimed early).
   void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_hook_ = std::move(hook); }
+  // Every offset the hook may report, ascending: where the reducer cuts its buckets.
+  std::vector<size_t> grad_ready_offsets() const;
 
   int num_moe_layers() const { return static_cast<int>(moe_layers_.size()); }
   // Tokens kept per expert in MoE layer i (in forward order) during the last forward.

@@ -2,19 +2,53 @@
 #include "parallel/buckets.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace cann::parallel {
 
+namespace {
+
+// The cuts of a readiness-aligned plan, descending, ending with 0.
+std::vector<size_t> ready_cuts(const model::ParamTable& table, size_t first_floats, size_t floats,
+                               std::vector<size_t> points) {
+  const size_t total = table.total_floats();
+  const size_t lowest = *std::min_element(points.begin(), points.end());
+  for (const auto& t : table.tensors()) points.push_back(table.layer_range(t.layer).first);
+  std::sort(points.begin(), points.end(), std::greater<size_t>());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
+  std::vector<size_t> cuts;
+  size_t end = total, want = first_floats, prev = total;  // prev: the last point passed
+  auto cut = [&](size_t at) {
+    cuts.push_back(at);
+    end = at;
+    want = floats;
+  };
+  for (size_t r : points) {
+    if (r >= total || r == 0 || r < lowest) continue;
+    if (end - r > want && prev < end) cut(prev);  // one more stretch would pass the size
+    prev = r;
+    if (r == lowest) cut(r);
+  }
+  cuts.push_back(0);
+  return cuts;
+}
+
+}  // namespace
+
 std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bucket_bytes,
-                                 size_t bucket_bytes) {
+                                 size_t bucket_bytes, const std::vector<size_t>& ready) {
   std::vector<Bucket> buckets;
   const size_t total = table.total_floats();
+  const size_t first = std::max<size_t>(1, first_bucket_bytes / sizeof(float));
+  const size_t rest = std::max<size_t>(1, bucket_bytes / sizeof(float));
+  std::vector<size_t> cuts;
+  if (!ready.empty() && total > 0) cuts = ready_cuts(table, first, rest, ready);
   size_t end = total;
-  size_t want = std::max<size_t>(1, first_bucket_bytes / sizeof(float));
-  while (end > 0) {
+  for (size_t i = 0; end > 0; ++i) {
     Bucket b;
     b.end = end;
-    b.begin = end > want ? end - want : 0;
+    const size_t want = i == 0 ? first : rest;
+    b.begin = !cuts.empty() ? cuts[i] : end > want ? end - want : 0;
     for (const auto& t : table.tensors()) {
       if (t.offset + t.numel <= b.begin || t.offset >= b.end) continue;
       if (std::find(b.layers.begin(), b.layers.end(), t.layer) == b.layers.end())
@@ -22,7 +56,6 @@ std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bu
     }
     buckets.push_back(std::move(b));
     end = buckets.back().begin;
-    want = std::max<size_t>(1, bucket_bytes / sizeof(float));
   }
   return buckets;
 }

@@ -23,8 +23,20 @@ struct Bucket {
   size_t size() const { return end - begin; }
 };
 
+// With `ready` (Model::grad_ready_offsets: the offsets from which backward reports every
+// gradient final), buckets are cut only there and at layer starts: each takes whole stretches
+// between such points, as many as fit in its size (the first 1 MiB, then bucket_bytes; a
+// stretch larger than that is a bucket alone, as DDP never splits a parameter). A bucket cut
+// by bytes inside a stretch that becomes final at once leaves only when the stretch's bottom
+// is done, holding back the bytes above it; cut at the reports, every bucket leaves the moment
+// backward finishes it. Everything below the lowest reported offset (the embeddings and the
+// first block's first norm, final only when backward ends) is a bucket of its own: the one
+// reduction that cannot overlap any compute, kept as small as the model allows.
+// Worked example: ready {320, 640, 704, 960} in a 1,024-float buffer whose layers start at 0,
+// 320 and 960, first bucket 160 floats and then 256: [960, 1024), [704, 960), [640, 704),
+// [320, 640), [0, 320).
 std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bucket_bytes,
-                                 size_t bucket_bytes);
+                                 size_t bucket_bytes, const std::vector<size_t>& ready = {});
 
 // One bucket per layer, in the same reverse order (bucket 0 holds the highest layer index).
 // ZeRO stage 3 gathers parameters in these units. Empty when some layer's tensors are not

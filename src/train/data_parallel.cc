@@ -56,13 +56,16 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
     return InvalidArgument("--compress " + config.compress +
                            " needs zero=0: compressed reductions keep full gradients or momenta "
                            "on every rank");
-  // Stage 3 gathers parameters a layer at a time, so its buckets are whole layers.
+  // Stage 3 gathers parameters a layer at a time, so its buckets are whole layers. Without
+  // ZeRO the buckets are cut where backward reports gradients final; stages 1 and 2 keep cuts
+  // by size, which their shards and the planner's memory prediction of them follow.
   const auto buckets =
       config.zero == 3
           ? parallel::plan_layer_buckets(model.table())
-          : parallel::plan_buckets(model.table(),
-                                   static_cast<size_t>(config.first_bucket_mb * (1 << 20)),
-                                   static_cast<size_t>(config.bucket_mb * (1 << 20)));
+          : parallel::plan_buckets(
+                model.table(), static_cast<size_t>(config.first_bucket_mb * (1 << 20)),
+                static_cast<size_t>(config.bucket_mb * (1 << 20)),
+                config.zero == 0 ? model.grad_ready_offsets() : std::vector<size_t>{});
   if (buckets.empty())
     return InvalidArgument("zero=3: model '" + model.spec().name +
                            "' has a layer whose tensors are not contiguous in the flat buffer, "
