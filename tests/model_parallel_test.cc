@@ -3,7 +3,8 @@
 // single-process gradients of the same global batch per tensor, the same global gradient norm
 // (summed over tensor shards) and the same parameters after one AdamW step. Through the binary
 // with real processes: tp=2, sp with tp=2, dp2 x tp2 (with and without sp), an awkward tp=3,
-// pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 and pp2 x tp2 with sp follow the single-process loss
+// pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 (also with ZeRO-1, and with vpp, tp and sp on 8
+// ranks) and pp2 x tp2 with sp follow the single-process loss
 // of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny, and ep=2 and 4
 // (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and strategies that cannot run
 // exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2 or tp=2 with sp)
@@ -66,7 +67,9 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("vpp=2", 2, "so it needs pp > 1");
   EXPECT_EQ(layout("pp=2,vpp=2", 2)->vpp, 2);
   refused("tp=2,pp=2", 6, "tp*pp = 4 needs a multiple of 4 processes, but 6");
-  refused("pp=2,zero=1", 2, "zero=1 with pp or ep > 1");
+  refused("pp=2,zero=2", 2, "zero=2 with pp > 1");
+  refused("dp=2,ep=2,zero=1", 2, "zero=1 with ep > 1");
+  EXPECT_EQ(layout("dp=2,pp=2,zero=1", 4)->pp, 2);  // ZeRO-1 over each stage's dp group
   refused("tp=2,ep=2", 4, "expert parallelism (ep=2) together with tp or pp");
   refused("ep=3", 4, "ep=3 does not divide dp=4");
   EXPECT_EQ(layout("ep=2", 4)->ep, 2);
@@ -287,6 +290,14 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "dp2_tp2_zero3",
        "gpt_single",
        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,zero=3"}},
+      {"gpt_tiny",
+       "dp2_pp2_zero1",
+       "gpt_single",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,zero=1,mbs=2"}},
+      {"gpt_tiny",
+       "dp2_pp2_vpp2_tp2_sp_zero1",
+       "gpt_single",
+       {"--nproc-per-node", "8", "--strategy", "dp=2,pp=2,vpp=2,tp=2,sp=on,zero=1,mbs=2"}},
       {"gpt_tiny",
        "pp2_gpipe",
        "gpt_single",

@@ -504,6 +504,12 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   auto use = [&](ParamUse u, int layer) {
     if (param_hook_) param_hook_(u, layer);
   };
+  // Only a pass that reports its layers reports finer readiness: a pipeline's other passes
+  // (earlier micro-batches of a chunk, run after a higher chunk's last one) still add to the
+  // gradients below.
+  auto ready = [&](size_t offset) {
+    if (grad_ready_hook_ && layer_done) grad_ready_hook_(offset);
+  };
   CANN_CHECK(have_targets_) << "backward() needs a forward() with targets";
   const ModelSpec& s = spec_;
   const int B = B_, T = T_, N = B * T, C = s.hidden_size, V = vocab_, QKV = qkv_, AC = attn_c_;
@@ -559,7 +565,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     } else {
       const float* dy = full_dout();
       linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);
-      if (grad_ready_hook_) grad_ready_hook_(o.fcprojw);
+      ready(o.fcprojw);
       gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
       const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
       linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, ln2_all, P + o.fcw, N, C, F);
@@ -567,16 +573,16 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     }
     layernorm_backward_tp(d_branch_, G + o.ln2w, G + o.ln2b, d_ln2, a.resid_attn, P + o.ln2w,
                           a.ln2_mean, a.ln2_rstd, R, C);
-    if (grad_ready_hook_) grad_ready_hook_(o.ln2w);
+    ready(o.ln2w);
     residual_backward(d_resid_, d_branch_, RC);
     // Attention branch: resid_attn = x_in + proj(attention(ln1(x_in))).
     const float* dy = full_dout();
     linear_backward(d_atty_, G + o.projw, G + o.projb, dy, a.atty, P + o.projw, N, AC, C);
-    if (grad_ready_hook_) grad_ready_hook_(o.projw);
+    ready(o.projw);
     attention_backward(d_qkv_, d_atty_, a.qkv, a.att, ash);
     const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
     linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
-    if (grad_ready_hook_) grad_ready_hook_(o.qkvw);
+    ready(o.qkvw);
     const float* d_ln1 = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
     layernorm_backward_tp(d_branch_, G + o.ln1w, G + o.ln1b, d_ln1, x_in, P + o.ln1w, a.ln1_mean,
                           a.ln1_rstd, R, C);

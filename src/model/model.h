@@ -137,7 +137,8 @@ class Model {
   // reports, in this order, its feed-forward output projection (dense layers), its second
   // layernorm once the feed-forward half is done, its attention output projection and its QKV
   // projection, so buckets leave while the rest of the block is still being computed (the
-  // tied token table is at offset 0, so it is never claimed early).
+  // tied token table is at offset 0, so it is never claimed early). Only passes given a
+  // layer_done callback report: the last micro-batch's, whose gradients are the last to come.
   void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_hook_ = std::move(hook); }
   // Every offset the hook may report, ascending: where the reducer cuts its buckets.
   std::vector<size_t> grad_ready_offsets() const;

@@ -2,6 +2,7 @@
 #include "parallel/zero.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -102,6 +103,28 @@ void ZeroOptimizer::set_model_parallel_norm(
     }
   }
   norm_across_ = std::move(across);
+}
+
+Status ZeroOptimizer::with_grad_range(size_t begin, size_t count,
+                                      const std::function<Status(float*)>& fn) {
+  std::vector<float> range(count, 0.0f);
+  // Each overlap of a piece with the range: (range offset, shard offset, length).
+  std::vector<std::array<size_t, 3>> mine;
+  for (const ShardPiece& p : pieces_) {
+    const size_t lo = std::max(begin, p.flat_begin);
+    const size_t hi = std::min(begin + count, p.flat_begin + p.len);
+    if (lo < hi) mine.push_back({lo - begin, p.shard_offset + (lo - p.flat_begin), hi - lo});
+  }
+  for (const auto& [at, from, len] : mine)
+    std::memcpy(range.data() + at, grad_shard_.data() + from, len * sizeof(float));
+  // Every element comes from exactly one rank's piece; the others add zeros.
+  CANN_RETURN_IF_ERROR(
+      group_.allreduce(range.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum)
+          ->wait());
+  CANN_RETURN_IF_ERROR(fn(range.data()));
+  for (const auto& [at, from, len] : mine)
+    std::memcpy(grad_shard_.data() + from, range.data() + at, len * sizeof(float));
+  return OkStatus();
 }
 
 StatusOr<double> ZeroOptimizer::step(float* params, float lr) {

@@ -77,6 +77,12 @@ class ZeroOptimizer {
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
+  // A collective over the data-parallel group, after the reductions: `fn` gets the reduced
+  // gradient of the flat range [begin, begin + count), assembled from every rank's pieces, and
+  // may change it; each rank then takes its own pieces of the result back. The pipeline's tied
+  // embedding is summed this way, its two copies lying in differently cut buffers.
+  Status with_grad_range(size_t begin, size_t count, const std::function<Status(float*)>& fn);
+
   int step_count() const { return step_; }
   void set_step_count(int s) { step_ = s; }
   // Full (unsharded) moments on every rank, for checkpoints; a collective.

@@ -168,7 +168,11 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                 std::vector<int> vpps;
                 for (int v = 1; pp * v <= L; ++v)
                   if (v == 1 || (pp > 1 && mb % pp == 0 && L % (pp * v) == 0)) vpps.push_back(v);
-                const int zeros = dp * cp > 1 ? 4 : 1;
+                // ZeRO stages 2 and 3 reduce (and gather) every micro-batch: with pipeline
+                // parallelism only stage 1, as DeepSpeed allows and `run` trains. Expert
+                // parallelism runs without ZeRO (`run` does not shard experts' optimizer state
+                // over their expert-data-parallel groups).
+                const int zeros = dp * cp == 1 || ep > 1 ? 1 : pp > 1 ? 2 : 4;
                 r.space += static_cast<long long>(vpps.size()) * zeros;
                 if (!have_blocks) {
                   blocks = block_costs(make_cost_context(m, c, in.shape, s, in.seq_len));

@@ -204,6 +204,12 @@ StatusOr<double> DataParallelEngine::step(float lr) {
   return adam_->step(model_.params(), model_.grads(), lr);
 }
 
+Status DataParallelEngine::with_grad_range(size_t begin, size_t count,
+                                           const std::function<Status(float*)>& fn) {
+  if (zero_) return zero_->with_grad_range(begin, count, fn);
+  return fn(model_.grads() + begin);
+}
+
 // Every rank's copy of a per-rank buffer, rank after rank (an all-gather, so any rank could
 // write the checkpoint).
 Status DataParallelEngine::gather_rank_buffers(const std::vector<float>& mine,

@@ -85,6 +85,10 @@ class DataParallelEngine {
   Status param_status() const;
   // The optimizer step on the reduced gradients; returns the gradient norm.
   StatusOr<double> step(float lr);
+  // After the reduction: `fn` gets the reduced gradient of the flat range [begin, begin +
+  // count) and may change it before the step takes it (under ZeRO a collective that assembles
+  // the range from the shards and hands each rank its pieces back).
+  Status with_grad_range(size_t begin, size_t count, const std::function<Status(float*)>& fn);
 
   // A collective: every rank calls it; the returned snapshot's buffers live until the next call.
   StatusOr<OptimizerSnapshot> snapshot();

@@ -62,12 +62,16 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
                   std::to_string(s.pp) + " = " + std::to_string(s.dp * mp) + ", but " +
                   std::to_string(world) + " processes were started; hint: launch with " +
                   "--nproc-per-node " + std::to_string(s.dp * mp) + " (times --nnodes)");
-  if ((s.pp > 1 || s.ep > 1) && s.zero != 0)
+  if (s.pp > 1 && s.zero >= 2)
     return refuse("zero=" + std::to_string(s.zero) +
-                  " with pp or ep > 1 is not available in this build (ZeRO shards the "
-                  "data-parallel gradients before the pipeline's tied-embedding sum and across "
-                  "the ranks' different experts); hint: use zero=0 with pipeline or expert "
-                  "parallelism, or ZeRO with dp x tp");
+                  " with pp > 1: stages 2 and 3 reduce (and gather) every micro-batch, which a "
+                  "pipeline runs many of between optimizer steps, as in DeepSpeed; hint: use "
+                  "zero=1 with pipeline parallelism");
+  if (s.ep > 1 && s.zero != 0)
+    return refuse("zero=" + std::to_string(s.zero) +
+                  " with ep > 1 is not available in this build (ZeRO would shard over the "
+                  "data-parallel ranks tensors that differ between them: their experts); hint: "
+                  "use zero=0 with expert parallelism");
   return l;
 }
 
@@ -294,23 +298,23 @@ model::PipelineStage ModelParallel::pipeline_stage(const model::ModelSpec& s, in
   return ps;
 }
 
-Status ModelParallel::sync_tied_embedding(model::Model& model) {
+Status ModelParallel::sync_tied_embedding(model::Model& model, const GradAccess& access) {
   if (layout_.pp == 1) return OkStatus();
   const model::ParamTable& table = model.table();
+  auto sum = [this](float* data, size_t count) {
+    return mesh_->pp().allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)
+        ->wait();
+  };
   auto wte = table.find("wte");
-  float* data = nullptr;
-  size_t count = 0;
-  if (wte.ok()) {
-    data = model.grads() + table.at(*wte).offset;
-    count = table.at(*wte).numel;
-  } else {
+  if (!wte.ok()) {
     // A middle stage adds zeros: the sum runs over the whole pipeline group.
     const model::ParamTable first = model::build_stage_param_table(model.spec(), layout_.tp, 0, 0);
-    count = first.at(*first.find("wte")).numel;
-    zero_wte_.assign(count, 0.0f);
-    data = zero_wte_.data();
+    zero_wte_.assign(first.at(*first.find("wte")).numel, 0.0f);
+    return sum(zero_wte_.data(), zero_wte_.size());
   }
-  return mesh_->pp().allreduce(data, count, comm::DataType::kFloat32, comm::ReduceOp::kSum)->wait();
+  const model::TensorInfo& t = table.at(*wte);
+  if (!access) return sum(model.grads() + t.offset, t.numel);
+  return access(t.offset, t.numel, [&](float* data) { return sum(data, t.numel); });
 }
 
 std::function<bool(const model::TensorInfo&)> ModelParallel::norm_counted() const {

@@ -106,8 +106,13 @@ class ModelParallel {
                                       parallel::PipelineSchedule schedule) const;
   // Adds the wte gradient of the first and last stage (each holds a copy of the tied
   // embedding) so both copies take the same update. A collective over the pipeline group;
-  // a no-op without pipeline parallelism.
-  Status sync_tied_embedding(model::Model& model);
+  // a no-op without pipeline parallelism. `access(offset, count, fn)` hands fn the reduced
+  // gradient of that flat range and keeps what fn leaves there (DataParallelEngine::
+  // with_grad_range, which under ZeRO assembles it from the shards); empty: the model's own
+  // gradient buffer.
+  using GradAccess =
+      std::function<Status(size_t, size_t, const std::function<Status(float*)>&)>;
+  Status sync_tied_embedding(model::Model& model, const GradAccess& access = {});
   // Sum of squares of the whole model's gradients from this rank's shards: split tensors
   // counted on every tp rank, replicated ones on tp rank 0 only, the last stage's copy of the
   // tied embedding not at all, summed over the model-parallel (tp x pp) group; expert tensors

@@ -175,11 +175,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
         std::make_unique<StepProfiler>(ps, config_.profile_dir, rank_, world_size_, host_name());
   }
   if (!config_.dump_grads.empty()) {
-    if (zero_stage_ != 0 || config_.compress != "none")
-      return InvalidArgument(
-          "--dump-grads writes the full reduced gradient, which " +
-          std::string(zero_stage_ != 0 ? "ZeRO shards" : "compression replaces") +
-          "; hint: dump under zero=0 and --compress none");
+    if (config_.compress != "none")
+      return InvalidArgument("--dump-grads writes the full reduced gradient, which --compress " +
+                             config_.compress + " replaces; hint: dump under --compress none");
     if (config_.dump_grads_step > config_.steps)
       return InvalidArgument("--dump-grads-step " + std::to_string(config_.dump_grads_step) +
                              " is past --steps " + std::to_string(config_.steps) +
@@ -852,7 +850,10 @@ Status Trainer::train_steps(RunSummary* summary) {
     double norm = 0.0;
     const double t_opt = now_seconds();
     if (dp_ && mp_) {
-      Status tied = mp_->sync_tied_embedding(*model_);
+      Status tied = mp_->sync_tied_embedding(
+          *model_, [this](size_t offset, size_t count, const std::function<Status(float*)>& fn) {
+            return dp_->with_grad_range(offset, count, fn);
+          });
       if (!tied.ok()) return comm_failure(tied);
     }
     if (!config_.dump_grads.empty() && step + 1 == config_.dump_grads_step)

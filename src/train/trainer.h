@@ -164,7 +164,8 @@ class Trainer {
   // parameters and moments are gathered into for one.
   std::unique_ptr<model::ParamTable> full_table_;
   std::vector<float> full_state_;
-  std::vector<float> full_grads_;  // --dump-grads under model parallelism
+  std::vector<float> full_grads_;   // --dump-grads under model parallelism
+  std::vector<float> local_grads_;  // --dump-grads under ZeRO
   std::unique_ptr<parallel::PipelineRunner> pipeline_;  // pp > 1
   int data_rank_ = 0;
   int data_world_ = 1;

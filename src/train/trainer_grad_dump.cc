@@ -1,9 +1,13 @@
 // `run --dump-grads FILE`: one step's gradient, as the optimizer is about to take it (after the
 // data-parallel reduction and the tied embedding's sum over the pipeline, before clipping), in
 // the single-process layout whatever the strategy, so that runs under different strategies
-// compare tensor by tensor (`debug grads FILE --compare REF`). Under model parallelism the
-// shards are assembled with ModelParallel::gather_full, as checkpoints are.
+// compare tensor by tensor (`debug grads FILE --compare REF`). Under ZeRO the data-parallel
+// shards are assembled first; under model parallelism the model's shards with
+// ModelParallel::gather_full, as checkpoints are.
+#include <algorithm>
+
 #include "ckpt/safetensors.h"
+#include "train/data_parallel.h"
 #include "model/model.h"
 #include "train/model_parallel.h"
 #include "train/trainer.h"
@@ -13,9 +17,19 @@ namespace cann::train {
 Status Trainer::dump_grads(int done) {
   const model::ParamTable* table = &model_->table();
   const float* grads = model_->grads();
+  if (dp_ && zero_stage_ > 0) {
+    // The shards assembled into this rank's layout (a collective over the dp group).
+    local_grads_.resize(model_->num_floats());
+    Status s = dp_->with_grad_range(0, local_grads_.size(), [&](float* g) {
+      std::copy(g, g + local_grads_.size(), local_grads_.begin());
+      return OkStatus();
+    });
+    if (!s.ok()) return comm_failure(s);
+    grads = local_grads_.data();
+  }
   if (mp_) {
     full_grads_.resize(full_table_->total_floats());
-    Status s = mp_->gather_full(*world_, model_->table(), *full_table_, {model_->grads()},
+    Status s = mp_->gather_full(*world_, model_->table(), *full_table_, {grads},
                                 full_grads_.data());
     if (!s.ok()) return comm_failure(s);
     table = full_table_.get();

@@ -30,7 +30,7 @@ Status Trainer::make_data_parallel_engine() {
   if (mp_) {
     dc.grad_sum_of_squares = mp_->grad_sum_of_squares(model_->table());
     dc.shards = {full_table_.get(), mp_->shard_place()};
-    if (layout_.pp == 1 && layout_.ep == 1) {
+    if (layout_.ep == 1) {  // ZeRO's norm over tp x pp shards (ep runs without ZeRO)
       dc.norm_counted = mp_->norm_counted();
       ModelParallel* mp = mp_.get();
       dc.norm_across = [mp](double* v) { return mp->sum_over_model_parallel(v); };
