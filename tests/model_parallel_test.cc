@@ -4,11 +4,11 @@
 // (summed over tensor shards) and the same parameters after one AdamW step. Through the binary
 // with real processes: tp=2, sp with tp=2, dp2 x tp2 (with and without sp), an awkward tp=3,
 // pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 (also with ZeRO-1, and with vpp, tp and sp on 8
-// ranks) and pp2 x tp2 with sp follow the single-process loss
-// of gpt_tiny over 20 steps, tp=2, pp=2 and dp2 x tp2 that of moe_bert_tiny, and ep=2 and 4
-// (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and strategies that cannot run
-// exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2 or tp=2 with sp)
-// follows the same references.
+// ranks) and pp2 x tp2 with sp follow the single-process loss of gpt_tiny over 20 steps,
+// tp=2 (with and without sp), pp=2 and dp2 x tp2 (with and without sp) that of
+// moe_bert_tiny, and ep=2 and 4 (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and
+// strategies that cannot run exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with
+// dp=2 or tp=2 with sp) follows the same references.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -83,7 +83,8 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   const Status heads = train::check_strategy_for_launch("tp=4", "gpt_tiny", 4);
   EXPECT_NE(heads.message().find("tp=4 does not divide num_attention_heads 6"), std::string::npos)
       << heads.message();
-  EXPECT_FALSE(train::check_strategy_for_launch("tp=2,sp=on", "moe_bert_tiny", 2).ok());
+  // MoE under sp routes every token of the micro-batch on each tensor-parallel rank.
+  EXPECT_TRUE(train::check_strategy_for_launch("tp=2,sp=on", "moe_bert_tiny", 2).ok());
   EXPECT_NE(train::check_strategy_for_launch("ep=2", "gpt_tiny", 2).message().find("experts"),
             std::string::npos);
   EXPECT_TRUE(train::check_strategy_for_launch("dp=4,ep=4", "moe_bert_tiny", 4).ok());
@@ -256,7 +257,8 @@ class MultiProcModelParallelTest : public ::testing::Test {
 // MoE routing depends on which tokens share a micro-batch: the expert capacity is a fraction
 // of the micro-batch's tokens and the load-balancing loss is computed per micro-batch. So the
 // moe_bert_tiny references train the same micro-batches as the parallel run: one process with
-// --grad-accum 2 (micro-batches of 4) for tp=2,mbs=4; and for dp2 x tp2 the data-parallel run
+// --grad-accum 2 (micro-batches of 4) for tp=2,mbs=4 (with sp too: every tensor-parallel rank
+// routes the whole gathered micro-batch); and for dp2 x tp2 the data-parallel run
 // dp=2,mbs=4, whose replicas see the same samples (data parallelism itself regroups the
 // samples of a step and moves the loss of an MoE model by ~1e-2; that is not the tensor
 // split's doing). Expert parallelism is compared the same way with the data-parallel run of
@@ -325,6 +327,10 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "moe_single_accum2",
        {"--nproc-per-node", "2", "--strategy", "tp=2,mbs=4"}},
       {"moe_bert_tiny",
+       "moe_tp2_sp",
+       "moe_single_accum2",
+       {"--nproc-per-node", "2", "--strategy", "tp=2,sp=on,mbs=4"}},
+      {"moe_bert_tiny",
        "moe_pp2_tp2",
        "moe_single_accum2",
        {"--nproc-per-node", "4", "--strategy", "pp=2,tp=2,mbs=4"}},
@@ -336,6 +342,10 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "moe_dp2_tp2",
        "moe_dp2",
        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,mbs=4"}},
+      {"moe_bert_tiny",
+       "moe_dp2_tp2_sp",
+       "moe_dp2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,sp=on,mbs=4"}},
       {"moe_bert_tiny",
        "moe_dp2_ep2",
        "moe_dp2",

@@ -17,6 +17,7 @@
 #include "model/param_table.h"
 #include "optim/adamw.h"
 #include "parallel/buckets.h"
+#include "parallel/tp_comm.h"
 #include "parallel/zero.h"
 #include "train/data_parallel.h"
 #include "plan/engine_memory.h"
@@ -228,6 +229,40 @@ TEST(PlanEngineMemoryTest, TensorParallelSplitsTheArena) {
   EXPECT_EQ(sp->parameters, two->parameters);
 }
 
+// MoE under tp, with and without sp, over a real tensor group: every rank routes all tokens
+// (routing buffers of N rows even under sp), sp adds the shard's renumbered slots and one MoE
+// layer's gradient scratch; the arena equals the planner's figure for every recomputation mode
+// (full recomputation's routing ints are the planner's staging index bytes).
+TEST(PlanEngineMemoryTest, MoeUnderTensorAndSequenceParallelismIsTheEnginesArena) {
+  const std::vector<model::ModelSpec> specs = {models()[1], models()[4]};
+  for (const model::ModelSpec& m : specs)
+    for (bool sp : {false, true})
+      for (auto [B, seq] : {std::pair{1, 2}, {2, m.seq_length / 2 + 1}, {3, m.seq_length}})
+        for (model::Recompute r :
+             {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+          Strategy st = data_parallel(1, 0);
+          st.tp = 2;
+          st.sp = sp;
+          st.recompute = r == model::Recompute::kFull        ? Recompute::kFull
+                         : r == model::Recompute::kSelective ? Recompute::kSelective
+                                                             : Recompute::kNone;
+          auto e = predict_engine_memory(m, st, B, seq);
+          ASSERT_TRUE(e.ok()) << e.status().message();
+          const std::string what = m.name + (sp ? " tp=2 sp " : " tp=2 ") + std::to_string(B) +
+                                   "x" + std::to_string(seq) + " recompute " +
+                                   std::to_string(static_cast<int>(r));
+          test::run_group("shm", 2, [&](int rank, comm::Group& g) {
+            parallel::GroupTensorParallelComm comm(g);
+            auto model = model::Model::create(m, B, seq, {rank, 2, sp, &comm}, {}, {}, r);
+            ASSERT_TRUE(model.ok()) << model.status().message();
+            const double arena = static_cast<double>((*model)->activation_bytes());
+            EXPECT_EQ(e->activations + e->staging, arena) << what;
+            if (r == model::Recompute::kNone)
+              EXPECT_EQ(4 * engine_arena(m, B, seq, 2, sp).total(m), arena) << what;
+          });
+        }
+}
+
 TEST(PlanEngineMemoryTest, RejectsWhatTheEngineCannotRun) {
   const model::ModelSpec m = shipped("gpt_tiny");
   EXPECT_FALSE(predict_engine_memory(m, data_parallel(1, 0), 0, 16).ok());
@@ -352,6 +387,7 @@ TEST(PlanEngineMemoryTest, Bf16ClustersKeepTheirReserve) {
 TEST(MultiProcEngineMemoryTest, PlannerMatchesTheRunUnderModelParallelism) {
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"moe_bert_tiny", "tp=2,mbs=16,gbs=16"},
+      {"moe_bert_tiny", "tp=2,sp=on,mbs=16,gbs=16"},
       {"moe_bert_tiny", "dp=2,ep=2,mbs=8,gbs=16"},
       {"gpt_tiny", "tp=2,mbs=4,gbs=16"}};
   for (const auto& [model, strategy] : runs) {

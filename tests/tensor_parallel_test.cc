@@ -1,8 +1,8 @@
 // Tensor and sequence parallelism inside the model, ranks as threads over shared-memory groups:
-// for gpt, bert, grouped-query attention, MoE bert, an odd vocabulary (padded shards) and an
-// awkward tp of 3, the tp ranks' losses equal the single-process loss and their gradient
-// shards, placed back into full tensors, equal the single-process gradients tensor by tensor,
-// over two accumulated micro-batches. Also: the shard maps round-trip, and splits that do not
+// for gpt, bert, grouped-query attention, MoE bert and gpt (under sp too, with dropped tokens),
+// an odd vocabulary (padded shards) and an awkward tp of 3, the tp ranks' losses equal the
+// single-process loss and their gradient shards, placed back into full tensors, equal the
+// single-process gradients tensor by tensor, over two accumulated micro-batches. Also: the shard maps round-trip, and splits that do not
 // divide the model are refused with the dimension named.
 //
 // Tolerance: the split changes only the fp32 summation order (partial GEMM sums added by the
@@ -51,6 +51,12 @@ const char kMoeBert[] =
     "architecture: bert\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
     "vocab_size: 65\nseq_length: 16\nnum_local_experts: 4\nnum_experts_per_tok: 2\n"
     "moe_layer_freq: 2\n";
+// Capacity factor 1.0 with top-2 of 8 experts: assignments are dropped, and which ones depends
+// on the order of the tokens (as in expert_parallel_test).
+const char kMoeGpt[] =
+    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+    "vocab_size: 64\nseq_length: 16\nnum_local_experts: 8\nnum_experts_per_tok: 2\n"
+    "capacity_factor: 1.0\nrouter_aux_loss_coef: 0.05\n";
 const char kSixHeads[] =
     "architecture: gpt\nhidden_size: 48\nnum_hidden_layers: 2\nnum_attention_heads: 6\n"
     "vocab_size: 50\nseq_length: 12\n";
@@ -236,6 +242,24 @@ TEST(TensorParallelTest, MoeBertDensePartsSplitExpertsReplicated) {
   expect_equivalent("moe_bert", kMoeBert, 2, false);
 }
 
+// Under sp every rank routes all tokens of the micro-batch and computes the experts for its own
+// sequence shard: routing, drops and the aux loss are the single process's, and the expert and
+// router gradients (partial per rank) are summed over the group.
+TEST(TensorParallelTest, MoeBertWithSequenceParallelMatchesOneProcess) {
+  expect_equivalent("moe_bert_tiny", shipped("moe_bert_tiny"), 2, true);
+  expect_equivalent("moe_bert", kMoeBert, 2, true);
+  expect_equivalent("moe_gpt", kMoeGpt, 2, true);
+  expect_equivalent("moe_gpt", kMoeGpt, 4, true);
+  // The moe_gpt cases only test token order if tokens are really dropped.
+  const ModelSpec s = spec_from(kMoeGpt);
+  auto m = Model::create(s, kB, seq_of(s));
+  ASSERT_TRUE(m.ok());
+  (*m)->init_params(11);
+  const Batch b = make_batches(s, 1, kB, seq_of(s))[0];
+  (*m)->forward(b.inputs.data(), b.targets.data(), kB, seq_of(s));
+  EXPECT_GT((*m)->dropped_assignments(), 0);
+}
+
 TEST(TensorParallelTest, AwkwardTpOfThree) {
   expect_equivalent("gpt_6head", kSixHeads, 3, false);
   expect_equivalent("gpt_6head", kSixHeads, 3, true);
@@ -316,12 +340,15 @@ TEST(TensorParallelTest, SplitsThatDoNotDivideAreRefused) {
   const Status kv = model::check_tp_divides(spec_from(kGqa), 4);
   ASSERT_FALSE(kv.ok());
   EXPECT_NE(kv.message().find("num_key_value_heads 2"), std::string::npos) << kv.message();
-  // Model::create refuses too, and MoE with sequence parallelism is refused by name.
+  // Model::create refuses too, and MoE with sequence parallelism and expert parallelism (which
+  // takes no token shard) is refused by name.
   test::run_group("shm", 2, [&](int rank, comm::Group& g) {
     parallel::GroupTensorParallelComm comm(g);
-    auto moe_sp = Model::create(spec_from(kMoeBert), 2, 16, {rank, 2, true, &comm});
+    auto moe_sp = Model::create(spec_from(kMoeBert), 2, 16, {rank, 2, true, &comm}, {},
+                                {rank, 2, nullptr});
     ASSERT_FALSE(moe_sp.ok());
-    EXPECT_NE(moe_sp.status().message().find("sp=off"), std::string::npos);
+    EXPECT_NE(moe_sp.status().message().find("expert parallelism ep=2"), std::string::npos)
+        << moe_sp.status().message();
   });
 }
 

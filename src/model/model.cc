@@ -72,11 +72,13 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
     CANN_RETURN_IF_ERROR(check_tp_divides(spec, tp.size));
     if (tp.comm == nullptr || tp.rank < 0 || tp.rank >= tp.size)
       return InvalidArgument("tensor parallelism needs a communicator and a rank in [0, tp)");
-    if (tp.sequence_parallel && spec.is_moe())
+    // Under sp each rank computes the experts for its own tokens after all of them are routed
+    // (moe_layer.h); expert parallelism exchanges every routed row and takes no token shard.
+    if (tp.sequence_parallel && spec.is_moe() && ep.size > 1)
       return InvalidArgument("model '" + spec.name +
-                             "' has MoE layers: sequence parallelism would route each rank's "
-                             "tokens against a different expert capacity; hint: use sp=off "
-                             "(tensor parallelism alone works with MoE models)");
+                             "': sequence parallelism with MoE layers does not combine with "
+                             "expert parallelism ep=" +
+                             std::to_string(ep.size) + "; hint: use sp=off or ep=1");
   }
   // One range may be empty; several (interleaved chunks) must each hold a layer, in order.
   const std::vector<LayerRange> chunks = stage_chunks(spec, stage);
@@ -133,6 +135,10 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
         o.moe.fcb = off(p + "moe.fc.b");
         o.moe.projw = off(p + "moe.proj.w");
         o.moe.projb = off(p + "moe.proj.b");
+        m->moe_grad_floats_ = o.moe.projb +
+                              static_cast<size_t>(spec.num_local_experts / m->ep_.size) *
+                                  spec.hidden_size -
+                              o.moe.routerw;
       } else {
         o.fcw = off(p + "mlp.fc.w");
         o.fcb = off(p + "mlp.fc.b");
@@ -229,6 +235,8 @@ void Model::layout_activations() {
     if (tp_.size > 1) {
       tp_full_ = take(N * C);
       tp_lngrad_ = take(2 * C);
+      // Under sp an MoE layer's gradients are partial (moe_grads_sum_begin).
+      tp_moegrad_ = tp_.sequence_parallel && s.is_moe() ? take(moe_grad_floats_) : nullptr;
     }
     carve_recompute_buffers(arena);
     if (pass == 0) {
@@ -402,14 +410,17 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
   const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
   double aux = 0.0;
   if (moe) {
-    // Experts are whole on every tp rank (sp is refused with MoE): the same computation on
-    // the same input everywhere.
+    // Experts are whole on every tp rank. Without sp every rank computes all tokens, the same
+    // computation on the same input; under sp every rank routes the gathered tokens (the
+    // single process's order: shards are consecutive rows of the flattened (B,T)) and
+    // computes the experts and the output for its own R rows only, so no reduction follows.
     const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
                      s.capacity_factor};
     MoeActs& kept = moe_layers_[a.moe_index];
     MoeActs& m = shared ? recompute_moe_acts_ : kept;
+    const MoeTokenShard shard = sp ? MoeTokenShard{tp_.rank * R, R} : MoeTokenShard{};
     aux = moe_forward(recomputing ? d_ln_ : a.out, ln2_all, P, o.moe, m, md, N, moe_scratch_, &ep_,
-                      &tp_status_);
+                      &tp_status_, shard);
     if (shared) record_routing(kept, m, recomputing);
   } else {
     linear_forward(a.fch, ln2_all, P + o.fcw, P + o.fcb, N, C, F);
@@ -560,8 +571,19 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     // Feed-forward branch: out = resid_attn + mlp(ln2(resid_attn)).
     const float* d_ln2 = d_ln_;
     if (a.moe_index >= 0) {
-      moe_backward(d_ln_, G, d_resid_, a.ln2, P, o.moe, *moe, moe_scratch_, md, aux_grad, d_branch_,
-                   &ep_, &tp_status_);
+      // Under sp the output gradient is this rank's rows (no reduce-scatter in forward), the
+      // router reads every token again, and the gradients come out partial: the layer's
+      // weight gradients are summed here, the input's by the reduce-scatter below. Rank 0
+      // alone carries the aux loss, which every rank computed over all tokens.
+      const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
+      const float moe_aux_grad = sp && tp_.rank != 0 ? 0.0f : aux_grad;
+      if (sp) moe_grads_sum_begin(o.moe);
+      moe_backward(d_ln_, G, d_resid_, ln2_all, P, o.moe, *moe, moe_scratch_, md, moe_aux_grad,
+                   d_branch_, &ep_, &tp_status_);
+      if (sp) {
+        moe_grads_sum_end(o.moe);
+        d_ln2 = tp_column_parallel_dinput(d_ln_, N);
+      }
     } else {
       const float* dy = full_dout();
       linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);

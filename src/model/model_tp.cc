@@ -1,7 +1,8 @@
 // The tensor-parallel pieces of Model's forward and backward: Megatron's conjugate operators
 // (all-reduce in forward / identity in backward and the reverse; under sequence parallelism
 // all-gather / reduce-scatter pairs), the vocabulary-parallel loss, and layernorm backward
-// with its weight gradients summed over the sequence shards. Only tp > 1 reaches this file.
+// with its weight gradients summed over the sequence shards (and an MoE layer's, whose experts
+// saw only this rank's tokens under sp). Only tp > 1 reaches this file.
 #include <algorithm>
 #include <cstring>
 
@@ -68,6 +69,18 @@ void Model::layernorm_backward_tp(float* dx, float* dw, float* db, const float* 
     dw[c] += sdw[c];
     db[c] += sdb[c];
   }
+}
+
+void Model::moe_grads_sum_begin(const MoeOffsets& o) {
+  float* g = grads_.data() + o.routerw;
+  std::copy(g, g + moe_grad_floats_, tp_moegrad_);
+  std::fill(g, g + moe_grad_floats_, 0.0f);
+}
+
+void Model::moe_grads_sum_end(const MoeOffsets& o) {
+  float* g = grads_.data() + o.routerw;
+  tp_allreduce(g, moe_grad_floats_);
+  for (size_t i = 0; i < moe_grad_floats_; ++i) g[i] += tp_moegrad_[i];
 }
 
 // Losses of all N rows on every rank, from three all-reduced numbers per row.

@@ -9,8 +9,16 @@
 // The outputs travel back the same way, and backward mirrors both exchanges. Cost per layer and
 // micro-batch: 4 all-to-allv of at most N*K*C floats (2 forward, 2 backward), ~(P-1)/P of
 // them crossing ranks.
+//
+// Sequence parallelism (a token shard): routing runs over all N tokens, so capacity, drops and
+// the aux loss are the single process's; then the shard's kept assignments are renumbered in
+// the same priority order (first choices, then second...) into this rank's own expert rows, and
+// the experts run on those rows only: each of tp ranks does 1/tp of the expert work. Worked
+// example, N = 4, K = 1, shard = tokens 2..3: tokens 0..3 chose experts 1, 0, 1, 1 and got
+// slots 0, 0, 1, 2; the shard's local slots are 0, 1 (expert 1), local counts {0, 2}.
 #include "model/moe_layer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -75,6 +83,22 @@ std::vector<size_t> recv_floats(const int* recv_count, int P, int El, int C) {
   return out;
 }
 
+// The shard's kept assignments renumbered per expert, in routing's priority order.
+void number_local_slots(MoeActs& a) {
+  const int E = a.shape.E, K = a.shape.K;
+  std::fill(a.local_count, a.local_count + E, 0);
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < a.rows; ++n) {
+      const size_t local = static_cast<size_t>(n) * K + k;
+      const size_t global = static_cast<size_t>(a.first) * K + local;
+      a.local_slot[local] = a.slot[global] < 0 ? -1 : a.local_count[a.expert_index[global]]++;
+    }
+}
+
+bool sharded(const MoeActs& a) {
+  return a.rows < a.shape.N;
+}
+
 int local_rows(const int* recv_count, int P, int El, int j) {
   int rows = 0;
   for (int i = 0; i < P; ++i) rows += recv_count[i * El + j];
@@ -110,21 +134,35 @@ void expert_backward(const MoeActs& a, const MoeScratch& s, float* grads, const 
 
 float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
                   const MoeDims& d, int N, const MoeScratch& s, const ExpertParallel* ep,
-                  Status* ep_status) {
-  const int C = d.C, E = d.E;
-  a.shape = MoeShape{N, E, d.K, moe_capacity(N, E, d.K, d.capacity_factor)};
+                  Status* ep_status, const MoeTokenShard& shard) {
+  const int C = d.C, E = d.E, K = d.K;
+  a.shape = MoeShape{N, E, K, moe_capacity(N, E, K, d.capacity_factor)};
+  a.first = shard.rows < 0 ? 0 : shard.first;
+  a.rows = shard.rows < 0 ? N : shard.rows;
+  CANN_CHECK(a.first >= 0 && a.first + a.rows <= N) << "token shard outside the micro-batch";
   const int cap = a.shape.capacity;
   linear_forward(a.router_logits, x, params + o.routerw, nullptr, N, C, E);
   a.aux = moe_router_forward(a.probs, a.expert_index, a.gate, a.slot, a.expert_count,
                              a.load_fraction, a.router_logits, a.shape);
-  moe_dispatch(a.xe, x, a.expert_index, a.slot, a.shape, C);
   if (ep == nullptr || ep->size == 1) {
+    // The tokens this rank computes, [first, first + rows), with their slots and counts.
+    const size_t t0 = a.first;
+    const int* slot = a.slot;
+    const int* count = a.expert_count;
+    if (sharded(a)) {
+      number_local_slots(a);
+      slot = a.local_slot;
+      count = a.local_count;
+    }
+    const MoeShape mine{a.rows, E, K, cap};
+    moe_dispatch(a.xe, x + t0 * C, a.expert_index + t0 * K, slot, mine, C);
     for (int e = 0; e < E; ++e)
-      if (a.expert_count[e] > 0)
-        expert_forward(a, params, o, d, e, static_cast<size_t>(e) * cap, a.expert_count[e]);
-    moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
+      if (count[e] > 0) expert_forward(a, params, o, d, e, static_cast<size_t>(e) * cap, count[e]);
+    moe_combine(out, a.ye, a.gate + t0 * K, a.expert_index + t0 * K, slot, mine, C);
     return a.aux;
   }
+  CANN_CHECK(!sharded(a)) << "expert parallelism does not take a token shard";
+  moe_dispatch(a.xe, x, a.expert_index, a.slot, a.shape, C);
   const int P = ep->size, El = E / P;
   std::vector<size_t> send_counts;
   if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, a.expert_count, El);
@@ -148,14 +186,20 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
 void moe_backward(float* dx, float* grads, const float* dout, const float* x, const float* params,
                   const MoeOffsets& o, const MoeActs& a, const MoeScratch& s, const MoeDims& d,
                   float aux_grad, float* scratch_nc, const ExpertParallel* ep, Status* ep_status) {
-  const int C = d.C, E = d.E, N = a.shape.N;
+  const int C = d.C, E = d.E, K = d.K, N = a.shape.N;
   const int cap = a.shape.capacity;
-  moe_combine_backward(s.d_ye, s.d_gate, dout, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
+  const size_t t0 = a.first;
+  const int* slot = sharded(a) ? a.local_slot : a.slot;
+  const int* count = sharded(a) ? a.local_count : a.expert_count;
+  const MoeShape mine{a.rows, E, K, cap};
+  // The other ranks' tokens reach the router through their own gates: none from here.
+  if (sharded(a)) std::fill(s.d_gate, s.d_gate + static_cast<size_t>(N) * K, 0.0f);
+  moe_combine_backward(s.d_ye, s.d_gate + t0 * K, dout, a.ye, a.gate + t0 * K,
+                       a.expert_index + t0 * K, slot, mine, C);
   if (ep == nullptr || ep->size == 1) {
     for (int e = 0; e < E; ++e)
-      if (a.expert_count[e] > 0)
-        expert_backward(a, s, grads, params, o, d, e, static_cast<size_t>(e) * cap,
-                        a.expert_count[e]);
+      if (count[e] > 0)
+        expert_backward(a, s, grads, params, o, d, e, static_cast<size_t>(e) * cap, count[e]);
   } else {
     // The output gradients go to the experts' ranks like the inputs did, and the input
     // gradients come back like the outputs did.
@@ -176,13 +220,14 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
       *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
     unpack_by_expert(s.d_xe, s.send, a.expert_count, E, cap, C);
   }
-  moe_dispatch_backward(dx, s.d_xe, a.expert_index, a.slot, a.shape, C);
   moe_router_backward(s.d_router, s.d_gate, a.probs, a.expert_index, a.slot, a.load_fraction,
                       aux_grad, a.shape);
-  // The router reads x too: its input gradient joins the experts' in dx.
-  linear_backward(scratch_nc, grads + o.routerw, nullptr, s.d_router, x, params + o.routerw, N, C,
-                  E);
-  residual_backward(dx, scratch_nc, static_cast<size_t>(N) * C);
+  // The router reads all N tokens of x, the experts only the shard's: dx starts as the router's
+  // input gradient and the experts' is added on the shard's rows (without a shard, the same
+  // two terms per element as the other way round, so the same bits).
+  linear_backward(dx, grads + o.routerw, nullptr, s.d_router, x, params + o.routerw, N, C, E);
+  moe_dispatch_backward(scratch_nc, s.d_xe, a.expert_index + t0 * K, slot, mine, C);
+  residual_backward(dx + t0 * C, scratch_nc, static_cast<size_t>(a.rows) * C);
 }
 
 }  // namespace cann::model

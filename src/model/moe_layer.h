@@ -23,7 +23,11 @@ struct MoeActs {
   int *expert_index, *slot, *expert_count;
   // Expert parallelism: rows received for each local expert from each rank, [rank][expert].
   int* recv_count = nullptr;
+  // Sequence parallelism: the slots of this rank's tokens renumbered within its own expert
+  // rows (rows*K, -1 where dropped) and its rows per expert (E). Null without sp.
+  int *local_slot = nullptr, *local_count = nullptr;
   kernels::MoeShape shape{};  // of the last forward
+  int first = 0, rows = 0;    // the tokens of the last forward whose output this rank computed
   float aux = 0.0f;
 };
 
@@ -34,6 +38,14 @@ struct MoeScratch {
   float *send = nullptr, *recv = nullptr;
 };
 
+// Sequence parallelism: every tensor-parallel rank routes all N tokens of the micro-batch (so
+// capacity, token dropping and the aux loss are the single process's), then runs the experts
+// and produces the output only for its `rows` tokens from `first`. rows < 0: all N.
+struct MoeTokenShard {
+  int first = 0;
+  int rows = -1;
+};
+
 struct MoeDims {
   int C;   // hidden size
   int FM;  // expert intermediate size
@@ -42,6 +54,8 @@ struct MoeDims {
 };
 
 // out (N,C) = MoE(x); x (N,C) is the layernorm output. Returns the aux loss (unscaled).
+// With a token shard, out is (shard.rows, C): the output of those tokens only, and
+// a.local_slot / a.local_count must be set; expert parallelism does not combine with it.
 // ep (null or size 1: every expert here) shards the experts: this rank holds experts
 // [rank*E/ep, (rank+1)*E/ep) at o's offsets, and the layer is a collective over the ep group
 // (the first failure is kept in *ep_status; later exchanges are skipped). Under ep the saved
@@ -49,9 +63,13 @@ struct MoeDims {
 // local expert j's region has ep*capacity rows, filled in rank order.
 float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
                   const MoeDims& d, int N, const MoeScratch& s, const ExpertParallel* ep,
-                  Status* ep_status);
+                  Status* ep_status, const MoeTokenShard& shard = {});
 // dx (N,C) is overwritten with d(loss)/dx; dout (N,C) is the gradient of the layer output;
-// parameter gradients accumulate into grads; aux_grad weights the aux loss.
+// parameter gradients accumulate into grads; aux_grad weights the aux loss; scratch_nc holds
+// (N,C) floats. After a sharded forward (a.rows < N) dout and scratch_nc are (a.rows, C) and
+// dx and the parameter gradients are partial: the router's path for all N tokens (with this
+// aux_grad), the experts' for the shard's only; summed over the ranks they are whole, so
+// exactly one rank must pass the real aux_grad and the others 0.
 void moe_backward(float* dx, float* grads, const float* dout, const float* x, const float* params,
                   const MoeOffsets& o, const MoeActs& a, const MoeScratch& s, const MoeDims& d,
                   float aux_grad, float* scratch_nc, const ExpertParallel* ep, Status* ep_status);

@@ -90,6 +90,10 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   m.slot = arena.itake(N * K);
   m.expert_count = arena.itake(E);
   if (ep_.size > 1) m.recv_count = arena.itake(E);
+  if (tp_.sequence_parallel) {
+    m.local_slot = arena.itake(R * K);
+    m.local_count = arena.itake(E);
+  }
   a.moe_index = static_cast<int>(moe->size());
   moe->push_back(m);
   return a;

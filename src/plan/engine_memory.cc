@@ -43,7 +43,8 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   const size_t F = ceil_div(m.intermediate_size, t);
   const size_t E = m.num_local_experts, K = m.num_experts_per_tok;
   // The engine shards experts by ep only: every tensor-parallel rank holds its experts whole
-  // and runs them on all its tokens (model/param_table.cc), so expert rows are FM wide.
+  // and runs them on all its tokens, or under sp on its own shard of them
+  // (model/param_table.cc, model/moe_layer.h), so expert rows are FM wide.
   const size_t FM = m.moe_intermediate_size;
   // Expert rows are sized for every token this rank's experts may see: the tensor group's
   // tokens, gathered under sp.
@@ -60,18 +61,21 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
                         take(N * H * d) + take(Nsp * C) + take(Nsp * C) + 2 * take(Nsp) +
                         take(Nsp * C);
   a.dense_layer = shared + 2 * take(N * F);  // fch, fch_gelu
+  // Routing covers every token of the micro-batch, gathered under sp (each tensor-parallel
+  // rank routes them all, then computes the experts for its own Nsp).
   if (m.is_moe()) {
     // router_logits, probs, gate, load_fraction, xe, he, ge, ye; ints expert_index, slot,
     // expert_count.
-    a.moe_layer = shared + 2 * take(Nsp * E) + take(Nsp * K) + take(E) + take(E * cap * C) +
-                  2 * take(E * cap * FM) + take(E * cap * C) + 2 * take(Nsp * K) + take(E);
+    a.moe_layer = shared + 2 * take(N * E) + take(N * K) + take(E) + take(E * cap * C) +
+                  2 * take(E * cap * FM) + take(E * cap * C) + 2 * take(N * K) + take(E);
     if (ep > 1) a.moe_layer += take(E);  // recv_count: rows each rank sends this one's experts
+    if (sp) a.moe_layer += take(Nsp * K) + take(E);  // local_slot, local_count
   }
   a.attention_probs = take(att);
   a.layer_output = take(Nsp * C);
   if (m.is_moe()) {
     a.expert_counts = take(E);
-    a.moe_routing = 2 * take(Nsp * K) + take(E);
+    a.moe_routing = 2 * take(N * K) + take(E) + (sp ? take(Nsp * K) + take(E) : 0);
   }
   // lnf, mean, rstd, logits, losses.
   a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
@@ -81,12 +85,17 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   size_t scratch =
       take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * d) + take(N * QKV) + take(N * F);
   if (m.is_moe()) {
-    scratch +=
-        take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(Nsp * K) + take(Nsp * E);
+    scratch += take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(N * K) + take(N * E);
     if (ep > 1) scratch += 2 * take(E * cap * C);  // all-to-all send and receive rows
   }
-  // Under tp: the gathered full-width input and the layernorm gradient partials.
+  // Under tp: the gathered full-width input and the layernorm gradient partials; under sp with
+  // MoE also one MoE layer's gradients (router to last expert bias, each tensor padded to 16
+  // floats like the table), held while the partial ones are summed.
   if (tp > 1) scratch += take(N * C) + take(2 * C);
+  if (tp > 1 && sp && m.is_moe()) {
+    const size_t El = E / ep;
+    scratch += take(E * C) + take(El * FM * C) + take(El * FM) + take(El * C * FM) + take(El * C);
+  }
   a.scratch = static_cast<double>(scratch);
   return a;
 }

@@ -209,17 +209,20 @@ void dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
 // Capacity-factor padding is computed: each expert processes k*cf of its fair share (on bf16
 // devices, as Megatron does; cann-train's fp32 engine computes the routed rows only).
 void moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
-  // cann-train's engine (x.engine) keeps each expert whole on every tensor-parallel rank and
-  // runs the MoE block on the full input there, so its expert GEMMs are not split and need no
-  // tensor-parallel collective (model/param_table.cc).
+  // cann-train's engine (x.engine) keeps each expert whole on every tensor-parallel rank, so
+  // its expert GEMMs are not split (model/param_table.cc). Without sp it runs the MoE block on
+  // the full input on every rank and needs no tensor-parallel collective; with sp every rank
+  // routes all T gathered tokens but computes the experts for its own Tsp only
+  // (model/moe_layer.h).
   const double fl = x.engine ? x.fm : x.fm / x.tp;
-  const double routed = x.Tsp;                  // tokens this device routes
+  const double routed = x.engine ? x.T : x.Tsp;  // tokens this device routes
   // Megatron pads every expert to its capacity. cann-train's engine runs each expert on the
   // rows routed to it only (expert_count rows, exchanged by all-to-all-v of those counts), so
   // with the balanced routing a planner must assume it computes k rows per token, none padded.
   const double pad = x.engine ? 1.0 : x.cf;
-  const double slots = routed * x.topk * pad;  // expert slots it sends
-  const double rows = x.T * x.topk * pad;      // expert rows it computes (after the gather)
+  const double slots = x.Tsp * x.topk * pad;  // expert slots it sends
+  // Expert rows it computes: Megatron's after the gather, the engine's its own tokens'.
+  const double rows = (x.engine ? x.Tsp : x.T) * x.topk * pad;
   const double local_experts = x.E / x.ep;
   const double rows_per_expert = rows / local_experts;
   const double a2a =
@@ -251,6 +254,15 @@ void moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd) {
   if (x.tp > 1 && !x.engine) {
     fwd.cost.tp_comm_s += tp_sublayer(t, x.sp);
     bwd.cost.tp_comm_s += tp_sublayer(t, x.sp);
+  }
+  if (x.engine && x.sp) {
+    // The engine under sp: forward gathers the layernorm output; backward gathers it again
+    // for the router, reduce-scatters the input gradient, and all-reduces the router's and
+    // experts' weight gradients (each rank's cover its own tokens only).
+    const Comm g = tp_comm(c, x.T * x.h * x.e);
+    const double grads = (x.E * x.h + x.E / x.ep * (2 * x.h * x.fm + x.fm + x.h)) * x.e;
+    fwd.cost.tp_comm_s += g.ag;
+    bwd.cost.tp_comm_s += g.ag + g.rs + tp_comm(c, grads).ar;
   }
 }
 

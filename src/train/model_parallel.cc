@@ -170,10 +170,6 @@ Status check_strategy_for_launch(const std::string& strategy, const std::string&
   if (layout.tp == 1) return OkStatus();
   Status fits = model::check_tp_divides(*spec, layout.tp);
   if (!fits.ok()) return InvalidArgument("--strategy " + strategy + ": " + fits.message());
-  if (layout.sp && spec->is_moe())
-    return InvalidArgument("--strategy " + strategy + ": sp=on with MoE model '" + spec->name +
-                           "' is not available (each rank would route its own tokens against "
-                           "its own expert capacity); hint: use sp=off");
   return OkStatus();
 }
 

@@ -276,10 +276,6 @@ Status Trainer::setup_model_parallel() {
                            spec_.name + "' has " + std::to_string(spec_.num_hidden_layers) +
                            " layers; hint: use at most one stage per layer");
   CANN_RETURN_IF_ERROR(check_pipeline_chunks(spec_, layout_, where));
-  if (layout_.sp && spec_.is_moe())
-    return InvalidArgument(where + "sp=on with MoE model '" + spec_.name +
-                           "' is not available (each rank would route its own tokens against "
-                           "its own expert capacity); hint: use sp=off");
   if (layout_.sp && (micro_batch_ * seq_len_) % layout_.tp != 0)
     return InvalidArgument(where + "sp=on splits the " + std::to_string(micro_batch_ * seq_len_) +
                            " tokens of a micro-batch over tp=" + std::to_string(layout_.tp) +
