@@ -69,13 +69,13 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
     a.moe_layer = shared + 2 * take(N * E) + take(N * K) + take(E) + take(E * cap * C) +
                   2 * take(E * cap * FM) + take(E * cap * C) + 2 * take(N * K) + take(E);
     if (ep > 1) a.moe_layer += take(E);  // recv_count: rows each rank sends this one's experts
-    if (sp) a.moe_layer += take(Nsp * K) + take(E);  // local_slot, local_count
+    if (sp && tp > 1) a.moe_layer += take(Nsp * K) + take(E);  // local_slot, local_count
   }
   a.attention_probs = take(att);
   a.layer_output = take(Nsp * C);
   if (m.is_moe()) {
     a.expert_counts = take(E);
-    a.moe_routing = 2 * take(N * K) + take(E) + (sp ? take(Nsp * K) + take(E) : 0);
+    a.moe_routing = 2 * take(N * K) + take(E) + (sp && tp > 1 ? take(Nsp * K) + take(E) : 0);
   }
   // lnf, mean, rstd, logits, losses.
   a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
