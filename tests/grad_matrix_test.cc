@@ -140,11 +140,13 @@ TEST_F(MultiProcGradientMatrixTest, MoeBertTinyMatchesItsReferencePerTensor) {
        {"dp4", np(4, "dp=4,mbs=2")}},
       {
           {"tp2", "single_accum2", np(2, "tp=2,mbs=4")},
+          {"tp2_sp", "single_accum2", np(2, "tp=2,sp=on,mbs=4")},
           {"pp2_gpipe", "single_accum2", np(2, "pp=2,mbs=4", {"--pipeline-schedule", "gpipe"})},
           {"pp2_1f1b", "single_accum2", np(2, "pp=2,mbs=4")},
           {"pp2_vpp2", "single_accum2", np(2, "pp=2,vpp=2,mbs=4")},
           {"pp2_tp2", "single_accum2", np(4, "pp=2,tp=2,mbs=4")},
           {"dp2_tp2", "dp2", np(4, "dp=2,tp=2,mbs=4")},
+          {"dp2_tp2_sp", "dp2", np(4, "dp=2,tp=2,sp=on,mbs=4")},
           {"dp2_pp2", "dp2_mbs2", np(4, "dp=2,pp=2,mbs=2")},
           {"dp2_ep2", "dp2", np(2, "dp=2,ep=2,mbs=4")},
           {"dp4_ep2", "dp4", np(4, "dp=4,ep=2,mbs=2")},

@@ -257,8 +257,9 @@ TEST(PlanEngineMemoryTest, MoeUnderTensorAndSequenceParallelismIsTheEnginesArena
             ASSERT_TRUE(model.ok()) << model.status().message();
             const double arena = static_cast<double>((*model)->activation_bytes());
             EXPECT_EQ(e->activations + e->staging, arena) << what;
-            if (r == model::Recompute::kNone)
+            if (r == model::Recompute::kNone) {
               EXPECT_EQ(4 * engine_arena(m, B, seq, 2, sp).total(m), arena) << what;
+            }
           });
         }
 }
