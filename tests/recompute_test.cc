@@ -4,8 +4,8 @@
 // expected bit for bit equal to recompute=none, and the tests ask for exact equality (a
 // tolerance would hide a recomputed tensor read from the wrong buffer whose effect is small).
 // Covered: one process (gpt_tiny, moe_bert_tiny, a mixed dense/MoE model that drops tokens),
-// tensor parallelism with and without sp (MoE too), two pipeline stages with two activation slots in
-// flight, expert parallelism, and ZeRO-3's parameter gathering. The arena equals the planner's
+// tensor parallelism with and without sp (MoE too), two pipeline stages with two activation slots
+// in flight, expert parallelism, and ZeRO-3's parameter gathering. The arena equals the planner's
 // figure exactly and shrinks none > selective > full. Through the binary, tp=2 recompute=full
 // and pp=2 recompute=selective follow the single-process loss.
 #include <gtest/gtest.h>
@@ -168,9 +168,9 @@ TEST(RecomputeTest, TensorParallelRanksEqualNone) {
     bool sp;
   };
   const int tp = 2, B = 2, T = 24;
-  for (const Case& c : {Case{shipped("gpt_tiny"), false}, Case{shipped("gpt_tiny"), true},
-                        Case{shipped("moe_bert_tiny"), false},
-                        Case{shipped("moe_bert_tiny"), true}}) {
+  for (const Case& c :
+       {Case{shipped("gpt_tiny"), false}, Case{shipped("gpt_tiny"), true},
+        Case{shipped("moe_bert_tiny"), false}, Case{shipped("moe_bert_tiny"), true}}) {
     const Batch batch = make_batch(c.spec, B, T, 7);
     std::vector<std::vector<float>> grads(3 * tp);
     std::vector<double> losses(3 * tp);

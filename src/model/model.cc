@@ -135,10 +135,10 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
         o.moe.fcb = off(p + "moe.fc.b");
         o.moe.projw = off(p + "moe.proj.w");
         o.moe.projb = off(p + "moe.proj.b");
-        m->moe_grad_floats_ = o.moe.projb +
-                              static_cast<size_t>(spec.num_local_experts / m->ep_.size) *
-                                  spec.hidden_size -
-                              o.moe.routerw;
+        m->moe_grad_floats_ =
+            o.moe.projb +
+            static_cast<size_t>(spec.num_local_experts / m->ep_.size) * spec.hidden_size -
+            o.moe.routerw;
       } else {
         o.fcw = off(p + "mlp.fc.w");
         o.fcb = off(p + "mlp.fc.b");
@@ -235,8 +235,6 @@ void Model::layout_activations() {
     if (tp_.size > 1) {
       tp_full_ = take(N * C);
       tp_lngrad_ = take(2 * C);
-      // Under sp an MoE layer's gradients are partial (moe_grads_sum_begin).
-      tp_moegrad_ = tp_.sequence_parallel && s.is_moe() ? take(moe_grad_floats_) : nullptr;
     }
     carve_recompute_buffers(arena);
     if (pass == 0) {

@@ -229,9 +229,11 @@ class Model {
                              const float* w, const float* mean, const float* rstd, int rows, int C);
   void vocab_parallel_loss(int N);
   // Under sp an MoE layer's weight gradients are partial (each rank's experts saw its own
-  // tokens, its router only its tokens' gates): begin moves what the gradients hold (whole
-  // already, from earlier micro-steps) aside and zeroes them, end sums the new contribution
-  // over the ranks and adds the old back, as layernorm_backward_tp does for its weights.
+  // tokens, its router only its tokens' gates). What they hold before the layer's backward is
+  // whole and equal on every rank (earlier micro-steps): begin zeroes it on all ranks but
+  // rank 0, the backward adds each rank's part, and end all-reduces, so every rank holds
+  // old + the sum of the parts (the all-reduce gives all ranks the same bits). No scratch:
+  // an MoE layer's gradients can be large, unlike the layernorms' (layernorm_backward_tp).
   void moe_grads_sum_begin(const MoeOffsets& o);
   void moe_grads_sum_end(const MoeOffsets& o);
 
@@ -282,10 +284,8 @@ class Model {
   // weight-gradient scratch under sp.
   float *tp_full_ = nullptr, *tp_rowmax_ = nullptr, *tp_sums_ = nullptr, *tp_shift_ = nullptr;
   float* tp_lngrad_ = nullptr;
-  // An MoE layer's gradient floats, router to last expert bias (contiguous in the table), and
-  // under sp the scratch that holds them while the partial ones are summed.
+  // An MoE layer's gradient floats, router to last expert bias (contiguous in the table).
   size_t moe_grad_floats_ = 0;
-  float* tp_moegrad_ = nullptr;
   int *inputs_ = nullptr, *targets_ = nullptr;
   // Shape of the last forward.
   int B_ = 0, T_ = 0, scored_ = 0;

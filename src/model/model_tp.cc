@@ -72,15 +72,13 @@ void Model::layernorm_backward_tp(float* dx, float* dw, float* db, const float* 
 }
 
 void Model::moe_grads_sum_begin(const MoeOffsets& o) {
+  if (tp_.rank == 0) return;
   float* g = grads_.data() + o.routerw;
-  std::copy(g, g + moe_grad_floats_, tp_moegrad_);
   std::fill(g, g + moe_grad_floats_, 0.0f);
 }
 
 void Model::moe_grads_sum_end(const MoeOffsets& o) {
-  float* g = grads_.data() + o.routerw;
-  tp_allreduce(g, moe_grad_floats_);
-  for (size_t i = 0; i < moe_grad_floats_; ++i) g[i] += tp_moegrad_[i];
+  tp_allreduce(grads_.data() + o.routerw, moe_grad_floats_);
 }
 
 // Losses of all N rows on every rank, from three all-reduced numbers per row.

@@ -85,17 +85,12 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   size_t scratch =
       take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * d) + take(N * QKV) + take(N * F);
   if (m.is_moe()) {
-    scratch += take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(N * K) + take(N * E);
+    scratch +=
+        take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(N * K) + take(N * E);
     if (ep > 1) scratch += 2 * take(E * cap * C);  // all-to-all send and receive rows
   }
-  // Under tp: the gathered full-width input and the layernorm gradient partials; under sp with
-  // MoE also one MoE layer's gradients (router to last expert bias, each tensor padded to 16
-  // floats like the table), held while the partial ones are summed.
+  // Under tp: the gathered full-width input and the layernorm gradient partials.
   if (tp > 1) scratch += take(N * C) + take(2 * C);
-  if (tp > 1 && sp && m.is_moe()) {
-    const size_t El = E / ep;
-    scratch += take(E * C) + take(El * FM * C) + take(El * FM) + take(El * C * FM) + take(El * C);
-  }
   a.scratch = static_cast<double>(scratch);
   return a;
 }
