@@ -7,7 +7,8 @@
 // tensor parallelism with and without sp (MoE too), two pipeline stages with two activation slots
 // in flight, expert parallelism, and ZeRO-3's parameter gathering. The arena equals the planner's
 // figure exactly and shrinks none > selective > full. Through the binary, tp=2 recompute=full
-// and pp=2 recompute=selective follow the single-process loss.
+// and pp=2 recompute=selective follow the single-process loss, and moe_bert_tiny with full
+// recomputation (one process; tp=2 with sp) trains exactly the steps of none.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -380,10 +381,11 @@ TEST(RecomputeTest, ArenaShrinksNoneSelectiveFull) {
 class MultiProcRecomputeTest : public ::testing::Test {
  protected:
   std::vector<nlohmann::json> train(const std::string& name, std::vector<std::string> extra,
-                                    std::string* output = nullptr) {
+                                    std::string* output = nullptr,
+                                    const std::string& model = "gpt_tiny") {
     std::vector<std::string> args = {"run",
                                      "--model",
-                                     "gpt_tiny",
+                                     model,
                                      "--seq-len",
                                      "64",
                                      "--steps",
@@ -443,6 +445,32 @@ TEST_F(MultiProcRecomputeTest, FollowsTheSingleProcessLoss) {
     EXPECT_LT(worst_rel, 1e-4) << c.name;
     std::printf("gpt_tiny %-17s vs one process: max relative loss deviation %.2e\n", c.name.c_str(),
                 worst_rel);
+  }
+}
+
+// MoE layers through the binary: full recomputation (which keeps no per-token expert
+// assignments, only the counts the step log reads) trains exactly the steps of none, in one
+// process and under tp=2 with sp, where the recomputed layer gathers its tokens and routes
+// them all again on every rank.
+TEST_F(MultiProcRecomputeTest, MoeFullRecomputationTrainsTheSameSteps) {
+  struct Run {
+    std::string name, strategy;
+    std::vector<std::string> flags;
+  };
+  for (const Run& r : {Run{"single", "mbs=4", {"--threads", "1"}},
+                       Run{"tp2_sp", "tp=2,sp=on,mbs=4", {"--nproc-per-node", "2", "--quiet"}}}) {
+    std::vector<std::string> none = r.flags, full = r.flags;
+    none.insert(none.end(), {"--strategy", r.strategy});
+    full.insert(full.end(), {"--strategy", r.strategy + ",recompute=full"});
+    const auto want = train("moe_" + r.name, none, nullptr, "moe_bert_tiny");
+    const auto got = train("moe_" + r.name + "_full", full, nullptr, "moe_bert_tiny");
+    ASSERT_EQ(want.size(), 20u) << r.name;
+    ASSERT_EQ(got.size(), 20u) << r.name;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i]["loss"].get<double>(), want[i]["loss"].get<double>()) << r.name << " " << i;
+      EXPECT_EQ(got[i]["dropped_assignments"], want[i]["dropped_assignments"])
+          << r.name << " " << i;
+    }
   }
 }
 

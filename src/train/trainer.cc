@@ -798,14 +798,14 @@ Status Trainer::train_steps(RunSummary* summary) {
         if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
         for (int i = 0; i < model_->num_moe_layers(); ++i) {
           const auto counts = model_->expert_counts(i);
-          long kept = 0;
           for (size_t e = 0; e < counts.size(); ++e) {
             expert_tokens_total_[e] += counts[e];
             expert_load[e] += counts[e];
-            kept += counts[e];
           }
-          dropped += static_cast<double>(model_->expert_assignments(i).size()) - kept;
         }
+        // From the counts and shapes every recomputation mode keeps (full recomputation keeps
+        // no per-token assignments).
+        dropped += static_cast<double>(model_->dropped_assignments());
       }
     }
     const double compute_s = now_seconds() - t0 - comm_stats.comm_exposed_s;
