@@ -157,7 +157,8 @@ Status PipelineRunner::backward(const PipelineOp& op, int B, int T, float grad_s
 
 StatusOr<model::ForwardStats> PipelineRunner::step(int M, int B, int T, float grad_scale,
                                                    const BatchFn& batch,
-                                                   const GradReduction& reduction) {
+                                                   const GradReduction& reduction,
+                                                   const ForwardDone& forward_done) {
   model::ForwardStats sum;
   micro_batches_ = M;
   const std::vector<PipelineOp> ops =
@@ -187,6 +188,7 @@ StatusOr<model::ForwardStats> PipelineRunner::step(int M, int B, int T, float gr
       CANN_RETURN_IF_ERROR(receive_input(op, io));
       CANN_RETURN_IF_ERROR(prefetch(ops, k, io));
       CANN_RETURN_IF_ERROR(forward(op, B, T, in, has_targets[op.micro] ? tg : nullptr, &sum));
+      if (forward_done) forward_done();
       continue;
     }
     // Receive the next forward's input ahead when it goes to another slot than this op's.

@@ -55,12 +55,18 @@ class PipelineRunner {
     std::function<Status()> finish;
   };
 
+  // Called after each forward of the step, with the model on that forward's slot and chunk:
+  // what the forward left in the model (the MoE layers' expert counts) can be read there,
+  // before a later forward reuses the slot.
+  using ForwardDone = std::function<void()>;
+
   // One step of M micro-batches of B x T: gradients accumulate (scaled by grad_scale) in the
   // model. Returns the sum over micro-batches of this stage's share of the stats: the last
   // stage's language-model loss, and every stage's MoE auxiliary loss (in loss too, scaled by
   // router_aux_loss_coef), so the stats summed over the stages are the step's.
   StatusOr<model::ForwardStats> step(int micro_batches, int B, int T, float grad_scale,
-                                     const BatchFn& batch, const GradReduction& reduction = {});
+                                     const BatchFn& batch, const GradReduction& reduction = {},
+                                     const ForwardDone& forward_done = {});
   // Forward only, one micro-batch (evaluation); stats shared out as in step().
   StatusOr<model::ForwardStats> forward_only(const int* inputs, const int* targets, int B, int T);
 

@@ -24,10 +24,12 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   const char* later =
       " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, ep, "
       "sp, zero, mbs, gbs and recompute)";
-  if (s.ep != 1 && (s.tp != 1 || s.pp != 1))
+  // Under sp each tensor-parallel rank would route its own slice of the tokens, so the ranks
+  // of a tensor group would exchange different rows with their expert peers: not built yet.
+  if (s.ep > 1 && s.sp)
     return refuse("expert parallelism (ep=" + std::to_string(s.ep) +
-                  ") together with tp or pp is not available in this build; hint: use ep with "
-                  "dp only (ep divides dp)");
+                  ") with sp=on is not available in this build; hint: use sp=off with ep, or "
+                  "ep=1 with sp");
   if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
   if (s.vpp > 1 && s.pp == 1)
     return refuse("vpp=" + std::to_string(s.vpp) +
@@ -223,12 +225,17 @@ std::function<double(const float*)> ModelParallel::grad_sum_of_squares(
     const model::ParamTable& table) {
   return [this, &table, counted = norm_counted()](const float* grads) {
     double sum = 0.0;
-    float experts = 0.0f;  // this rank's experts, summed over the expert group below
+    // This rank's experts, summed over the expert group below. Experts are whole on every
+    // tensor-parallel rank (replicated), so only tp rank 0's expert groups count them: with
+    // tp=2 the groups of tp rank 0 and 1 hold the same experts and would count them twice.
+    float experts = 0.0f;
     for (const model::TensorInfo& t : table.tensors()) {
+      if (!counted(t)) continue;
+      const double squares = kernels::sum_of_squares(grads + t.offset, t.numel);
       if (t.expert && layout_.ep > 1)
-        experts += static_cast<float>(kernels::sum_of_squares(grads + t.offset, t.numel));
-      else if (counted(t))
-        sum += kernels::sum_of_squares(grads + t.offset, t.numel);
+        experts += static_cast<float>(squares);
+      else
+        sum += squares;
     }
     if (layout_.ep > 1 && status_.ok())
       status_ = mesh_->ep()

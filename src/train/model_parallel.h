@@ -1,7 +1,8 @@
 // ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
 // the layout `run` can train (dp x pp x tp with vpp chunks per stage, with sequence
 // parallelism on or off, and the activation recomputation) and refuses, with one line naming
-// the key, what this build cannot train yet (cp, and ep combined with tp or pp).
+// the key, what this build cannot train yet (cp, and ep combined with sp). The expert groups
+// live inside one pipeline stage and one tensor-parallel rank (see parallel/mesh.h).
 // For tp > 1 or pp > 1 it builds the process mesh over the world group, the model's
 // tensor-parallel communicator over the mesh's tp group, this rank's pipeline stage (layers
 // balanced by cost with the planner's partition), the gradient norm over the model-parallel
@@ -116,7 +117,8 @@ class ModelParallel {
   // Sum of squares of the whole model's gradients from this rank's shards: split tensors
   // counted on every tp rank, replicated ones on tp rank 0 only, the last stage's copy of the
   // tied embedding not at all, summed over the model-parallel (tp x pp) group; expert tensors
-  // (ep > 1) summed over the expert group.
+  // (ep > 1) summed over the expert group (each stage's own; counted by tp rank 0 only, as
+  // every tensor-parallel rank holds the same experts).
   // A communication failure is kept in status() and the local sum is returned.
   std::function<double(const float*)> grad_sum_of_squares(const model::ParamTable& table);
   const Status& status() const { return status_; }

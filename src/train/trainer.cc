@@ -285,8 +285,25 @@ Status Trainer::setup_model_parallel() {
   return OkStatus();
 }
 
+// Adds the routing of the model's last forward (its current slot: this stage's MoE layers) to
+// the step's expert load, the dropped assignments and the run's per-expert totals.
+void Trainer::record_expert_load(std::vector<double>* load, double* dropped) {
+  if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
+  for (int i = 0; i < model_->num_moe_layers(); ++i) {
+    const auto counts = model_->expert_counts(i);
+    for (size_t e = 0; e < counts.size(); ++e) {
+      expert_tokens_total_[e] += counts[e];
+      (*load)[e] += counts[e];
+    }
+  }
+  // From the counts and shapes every recomputation mode keeps (full recomputation keeps no
+  // per-token assignments).
+  *dropped += static_cast<double>(model_->dropped_assignments());
+}
+
 Status Trainer::pipeline_step(float grad_scale, model::ForwardStats* st,
-                              parallel::StepComm* comm_stats) {
+                              parallel::StepComm* comm_stats, std::vector<double>* expert_load,
+                              double* dropped) {
   auto batch = [this](int, const int** inputs, const int** targets) {
     next_batch();
     *inputs = inputs_.data();
@@ -298,8 +315,10 @@ Status Trainer::pipeline_step(float grad_scale, model::ForwardStats* st,
     reduction.layer_done = [this](int layer) { dp_->layer_done(layer); };
     reduction.finish = [this, comm_stats] { return dp_->finish_reduction(comm_stats); };
   }
-  auto stepped =
-      pipeline_->step(accum_steps_, micro_batch_, seq_len_, grad_scale, batch, reduction);
+  parallel::PipelineRunner::ForwardDone routed;
+  if (spec_.is_moe()) routed = [&] { record_expert_load(expert_load, dropped); };
+  auto stepped = pipeline_->step(accum_steps_, micro_batch_, seq_len_, grad_scale, batch,
+                                 reduction, routed);
   if (!stepped.ok()) return comm_failure(stepped.status());
   const float frac = 1.0f / static_cast<float>(accum_steps_);
   st->loss = stepped->loss * frac;
@@ -758,12 +777,12 @@ Status Trainer::train_steps(RunSummary* summary) {
     parallel::StepComm comm_stats;
     const float grad_scale = 1.0f / static_cast<float>(accum_steps_);
     double forward_s = 0.0, backward_s = 0.0;
-    // This rank's routing over the step's micro-steps and MoE layers (not under a pipeline,
-    // whose micro-batches the schedule runs out of this loop's sight).
+    // This rank's routing over the step's micro-steps and MoE layers (under a pipeline, this
+    // stage's MoE layers over the micro-batches the schedule runs).
     std::vector<double> expert_load(spec_.is_moe() ? spec_.num_local_experts : 0, 0.0);
     double dropped = 0.0;
     if (pipeline_) {
-      CANN_RETURN_IF_ERROR(pipeline_step(grad_scale, &st, &comm_stats));
+      CANN_RETURN_IF_ERROR(pipeline_step(grad_scale, &st, &comm_stats, &expert_load, &dropped));
       backward_s = now_seconds() - t0;
     }
     for (int k = 0; k < (pipeline_ ? 0 : accum_steps_); ++k) {
@@ -794,42 +813,30 @@ Status Trainer::train_steps(RunSummary* summary) {
       if (dp_ && !dp_->param_status().ok()) return comm_failure(dp_->param_status());
       backward_s += now_seconds() - tb;
       if (profiler_) profiler_->compute("backward", tb, now_seconds());
-      if (spec_.is_moe()) {
-        if (expert_tokens_total_.empty()) expert_tokens_total_.assign(spec_.num_local_experts, 0);
-        for (int i = 0; i < model_->num_moe_layers(); ++i) {
-          const auto counts = model_->expert_counts(i);
-          for (size_t e = 0; e < counts.size(); ++e) {
-            expert_tokens_total_[e] += counts[e];
-            expert_load[e] += counts[e];
-          }
-        }
-        // From the counts and shapes every recomputation mode keeps (full recomputation keeps
-        // no per-token assignments).
-        dropped += static_cast<double>(model_->dropped_assignments());
-      }
+      if (spec_.is_moe()) record_expert_load(&expert_load, &dropped);
     }
     const double compute_s = now_seconds() - t0 - comm_stats.comm_exposed_s;
     bool grads_bad = grad_watch_ && grad_watch_->inspect(model_->grads(), step + 1);
     // The losses for the log and the stop request are agreed by all ranks (any rank's signal
     // stops all at the same step, so no rank waits in a collective the others never issue).
     bool stop_requested = g_stop_signal != 0 || (server_ != nullptr && server_->stop_requested());
-    const bool log_experts = spec_.is_moe() && !pipeline_;
     if (world_) {
       // The expert counts ride on the same all-reduce. Each data-parallel rank routes its own
       // tokens (under ep too: expert_counts are the router's counts for every expert, before
       // the all-to-all), while the ranks of a tensor-parallel group route the same tokens, so
-      // only tp rank 0 contributes; the world mean times the world size is the global sum.
+      // only tp rank 0 contributes; each pipeline stage counts its own MoE layers, so the sum
+      // covers them all. The world mean times the world size is the global sum.
       // Counts stay far below 2^24, so floats carry them exactly.
       std::vector<float> scalars = {static_cast<float>(st.loss), static_cast<float>(st.lm_loss),
                                     static_cast<float>(st.aux_loss),
                                     stop_requested ? 1.0f : 0.0f, grads_bad ? 1.0f : 0.0f};
       const bool counts_here = rank_ % layout_.tp == 0;
-      if (log_experts) {
+      if (spec_.is_moe()) {
         for (double c : expert_load) scalars.push_back(counts_here ? static_cast<float>(c) : 0.0f);
         scalars.push_back(counts_here ? static_cast<float>(dropped) : 0.0f);
       }
       CANN_RETURN_IF_ERROR(average_over_ranks(scalars.data(), scalars.size(), "step_scalars"));
-      if (log_experts) {
+      if (spec_.is_moe()) {
         for (size_t e = 0; e < expert_load.size(); ++e)
           expert_load[e] = std::round(static_cast<double>(scalars[5 + e]) * world_size_);
         dropped = std::round(static_cast<double>(scalars.back()) * world_size_);
@@ -910,13 +917,9 @@ Status Trainer::train_steps(RunSummary* summary) {
     }
     if (spec_.is_moe()) {
       line.add("lm_loss", st.lm_loss).add("aux_loss", st.aux_loss);
-      if (log_experts) {
-        line.add("dropped_assignments", static_cast<int64_t>(dropped));
-        line.add_raw("expert_load", expert_load_json(expert_load));
-        line.add("expert_balance", expert_balance(expert_load));
-      } else {
-        line.add("dropped_assignments", static_cast<int64_t>(model_->dropped_assignments()));
-      }
+      line.add("dropped_assignments", static_cast<int64_t>(dropped));
+      line.add_raw("expert_load", expert_load_json(expert_load));
+      line.add("expert_balance", expert_balance(expert_load));
     }
     const bool last = done == config_.steps;
     const bool stop_now =

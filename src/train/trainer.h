@@ -76,8 +76,11 @@ class Trainer {
   Status check_fits_in_memory() const;
   Status resolve_layout();
   Status setup_model_parallel();
-  // One optimizer step's forward/backward passes through the pipeline (pp > 1).
-  Status pipeline_step(float grad_scale, model::ForwardStats* st, parallel::StepComm* comm_stats);
+  // One optimizer step's forward/backward passes through the pipeline (pp > 1); adds this
+  // stage's routing (MoE models) to expert_load and dropped.
+  Status pipeline_step(float grad_scale, model::ForwardStats* st, parallel::StepComm* comm_stats,
+                       std::vector<double>* expert_load, double* dropped);
+  void record_expert_load(std::vector<double>* load, double* dropped);
   Status start_monitoring(const DistEnv* env);
   // Publishes this rank's flight-recorder beacon to the store about once a second.
   void start_beacon(const DistEnv& env);
