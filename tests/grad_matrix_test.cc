@@ -151,6 +151,11 @@ TEST_F(MultiProcGradientMatrixTest, MoeBertTinyMatchesItsReferencePerTensor) {
           {"dp2_ep2", "dp2", np(2, "dp=2,ep=2,mbs=4")},
           {"dp4_ep2", "dp4", np(4, "dp=4,ep=2,mbs=2")},
           {"dp4_ep4", "dp4", np(4, "dp=4,ep=4,mbs=2")},
+          {"dp2_tp2_ep2", "dp2", np(4, "dp=2,tp=2,ep=2,mbs=4")},
+          {"dp2_pp2_ep2", "dp2_mbs2", np(4, "dp=2,pp=2,ep=2,mbs=2")},
+          // M = pp micro-batches: a stage's lower chunk runs its earlier micro-batch last.
+          {"dp2_pp2_vpp2", "dp2_mbs2", np(4, "dp=2,pp=2,vpp=2,mbs=2")},
+          {"dp2_pp2_vpp2_ep2", "dp2_mbs2", np(4, "dp=2,pp=2,vpp=2,ep=2,mbs=2")},
       });
 }
 

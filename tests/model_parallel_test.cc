@@ -6,9 +6,10 @@
 // pp=2 (GPipe and 1F1B), pp=3, dp2 x pp2 (also with ZeRO-1, and with vpp, tp and sp on 8
 // ranks) and pp2 x tp2 with sp follow the single-process loss of gpt_tiny over 20 steps,
 // tp=2 (with and without sp), pp=2 and dp2 x tp2 (with and without sp) that of
-// moe_bert_tiny, and ep=2 and 4 (dp 2 and 4) that of the data-parallel moe_bert_tiny run; and
-// strategies that cannot run exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with
-// dp=2 or tp=2 with sp) follows the same references.
+// moe_bert_tiny, and ep=2 and 4 (dp 2 and 4), also ep=2 with tp=2 or pp=2, that of the
+// data-parallel moe_bert_tiny run with the same micro-batches; and strategies that cannot run
+// exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2 or tp=2 with sp)
+// follows the same references.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,9 +71,20 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("pp=2,zero=2", 2, "zero=2 with pp > 1");
   refused("dp=2,ep=2,zero=1", 2, "zero=1 with ep > 1");
   EXPECT_EQ(layout("dp=2,pp=2,zero=1", 4)->pp, 2);  // ZeRO-1 over each stage's dp group
-  refused("tp=2,ep=2", 4, "expert parallelism (ep=2) together with tp or pp");
   refused("ep=3", 4, "ep=3 does not divide dp=4");
   EXPECT_EQ(layout("ep=2", 4)->ep, 2);
+  // Experts inside tp and pp: the expert group is carved out of dp at each (stage, tp rank).
+  auto ep_tp = layout("tp=2,ep=2", 4);
+  ASSERT_TRUE(ep_tp.ok()) << ep_tp.status().message();
+  EXPECT_EQ(ep_tp->dp, 2);
+  EXPECT_EQ(ep_tp->ep, 2);
+  auto ep_pp = layout("dp=2,pp=2,tp=2,ep=2", 8);
+  ASSERT_TRUE(ep_pp.ok()) << ep_pp.status().message();
+  EXPECT_EQ(ep_pp->pp, 2);
+  EXPECT_EQ(ep_pp->ep, 2);
+  refused("pp=2,ep=2", 2, "ep=2 does not divide dp=1");
+  refused("tp=2,sp=on,ep=2", 4, "expert parallelism (ep=2) with sp=on");
+  refused("dp=2,pp=2,ep=2,zero=1", 4, "zero=1 with ep > 1");
   refused("cp=2", 2, "context parallelism (cp=2)");
   auto recompute = layout("tp=2,recompute=full", 2);
   ASSERT_TRUE(recompute.ok()) << recompute.status().message();
@@ -88,6 +100,12 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   EXPECT_NE(train::check_strategy_for_launch("ep=2", "gpt_tiny", 2).message().find("experts"),
             std::string::npos);
   EXPECT_TRUE(train::check_strategy_for_launch("dp=4,ep=4", "moe_bert_tiny", 4).ok());
+  EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,ep=2", "moe_bert_tiny", 4).ok());
+  EXPECT_TRUE(train::check_strategy_for_launch("dp=2,pp=2,ep=2,mbs=2", "moe_bert_tiny", 4).ok());
+  EXPECT_NE(train::check_strategy_for_launch("dp=2,pp=2,ep=2", "gpt_tiny", 4)
+                .message()
+                .find("experts"),
+            std::string::npos);
   EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,sp=on", "gpt_tiny", 4).ok());
   EXPECT_NE(train::check_strategy_for_launch("pp=5", "gpt_tiny", 5).message().find("has 4 layers"),
             std::string::npos);
@@ -358,6 +376,14 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
        "moe_dp4_ep4",
        "moe_dp4",
        {"--nproc-per-node", "4", "--strategy", "dp=4,ep=4,mbs=2"}},
+      {"moe_bert_tiny",
+       "moe_dp2_tp2_ep2",
+       "moe_dp2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2,mbs=4"}},
+      {"moe_bert_tiny",
+       "moe_dp2_pp2_ep2",
+       "moe_dp2_mbs2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,ep=2,mbs=2"}},
   };
   std::map<std::string, std::vector<nlohmann::json>> ref;
   ref["gpt_single"] = train("gpt_tiny", "gpt_single", {"--threads", "1"});
@@ -452,7 +478,8 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "4", "--strategy", "tp=4"},  // 6 heads
       {"--nproc-per-node", "3", "--strategy", "tp=2"},
       {"--nproc-per-node", "2", "--strategy", "tp=2,pp=2"},
-      {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},
+      {"--nproc-per-node", "2", "--strategy", "pp=2,ep=2"},  // dp=1: no room for ep=2
+      {"--nproc-per-node", "4", "--model", "moe_bert_tiny", "--strategy", "tp=2,sp=on,ep=2"},
       {"--nproc-per-node", "2", "--strategy", "ep=2"},               // gpt_tiny has no experts
       {"--strategy", "tp=2"},                                        // one process
       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=16"},  // 1 micro-batch a step

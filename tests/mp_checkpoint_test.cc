@@ -1,8 +1,8 @@
 // Checkpoints of model-parallel runs: every rank's part of the model placed into the whole
 // model's layout and sliced back (in process, over tensor, pipeline and expert splits), and
-// through the binary: a tp / pp / ep run's checkpoint is the whole model (it matches the
-// single-process run's checkpoint at the same step), resumes exactly, and loads under another
-// strategy.
+// through the binary: a tp / pp / ep run's checkpoint (also ep with tp or pp) is the whole
+// model (it matches the single-process or data-parallel run's checkpoint at the same step),
+// resumes exactly, and loads under another strategy.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,6 +67,11 @@ TEST(ModelParallelCheckpointTest, PartsRebuildTheWholeModel) {
   expect_round_trip(*moe, 1, 2, {0, Lm});
   expect_round_trip(*moe, 2, 1, {0, Lm});
   expect_round_trip(*moe, 1, 1, {0, 1, Lm});
+  // Experts under tp and pp: every tp rank holds the same experts (tp rank 0 owns them), each
+  // stage its own layers' experts.
+  expect_round_trip(*moe, 2, 2, {0, Lm});
+  expect_round_trip(*moe, 1, 2, {0, 2, Lm});
+  expect_round_trip(*moe, 2, 4, {0, 1, Lm});
 }
 
 // ---- Through the binary -------------------------------------------------------------------
@@ -138,8 +143,16 @@ TEST_F(MultiProcModelParallelCheckpointTest, SplitRunsSaveTheWholeModel) {
   // its own micro-batch either way).
   train("moe_bert_tiny", "moe_dp2", {"--nproc-per-node", "2", "--strategy", "dp=2"});
   train("moe_bert_tiny", "moe_ep2", {"--nproc-per-node", "2", "--strategy", "dp=2,ep=2"});
-  for (const char* s : {"params", "adam_m", "adam_v"})
+  train("moe_bert_tiny", "moe_tp2_ep2",
+        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2"});
+  train("moe_bert_tiny", "moe_dp2_mbs2", {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=2"});
+  train("moe_bert_tiny", "moe_pp2_ep2",
+        {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,ep=2,mbs=2"});
+  for (const char* s : {"params", "adam_m", "adam_v"}) {
     EXPECT_LT(max_rel_diff(read("moe_dp2", 8), read("moe_ep2", 8), s), 1e-3) << s;
+    EXPECT_LT(max_rel_diff(read("moe_dp2", 8), read("moe_tp2_ep2", 8), s), 1e-3) << s;
+    EXPECT_LT(max_rel_diff(read("moe_dp2_mbs2", 8), read("moe_pp2_ep2", 8), s), 1e-3) << s;
+  }
 }
 
 // Stopped at step 4 and resumed, a split run ends where the uninterrupted one ends (the same
@@ -173,6 +186,33 @@ TEST_F(MultiProcModelParallelCheckpointTest, ResumesExactlyAndUnderAnotherStrate
     train("gpt_tiny", name, more);
     EXPECT_LT(max_rel_diff(a, read(name, 8), "params"), 1e-3) << name;
   }
+}
+
+// The same with experts sharded inside a pipeline: dp=2 x pp=2 with ep=2 resumes exactly, and
+// its step-4 checkpoint continues as dp=2 x tp=2 with ep=2 (the same micro-batches of 2, so
+// the same routing) close to the uninterrupted run.
+TEST_F(MultiProcModelParallelCheckpointTest, ExpertPipelineResumesExactlyAndAsTensorParallel) {
+  const std::vector<std::string> ep_pp = {"--nproc-per-node", "4", "--strategy",
+                                          "dp=2,pp=2,ep=2,mbs=2"};
+  train("moe_bert_tiny", "straight", ep_pp);
+  auto part = ep_pp;
+  part.insert(part.end(), {"--exit-interval", "4"});
+  train("moe_bert_tiny", "resumed", part);
+  part = ep_pp;
+  part.push_back("--resume");
+  train("moe_bert_tiny", "resumed", part);
+  const auto a = read("straight", 8);
+  for (const char* s : {"params", "adam_m", "adam_v"})
+    EXPECT_EQ(max_rel_diff(a, read("resumed", 8), s), 0.0) << s;
+  ASSERT_EQ(test::run_command({"/bin/sh", "-c",
+                               "mkdir -p '" + dir_.file("as_tp2") + "' && cp -r '" +
+                                   dir_.file("resumed") + "/step-00000004' '" +
+                                   dir_.file("as_tp2") + "/'"})
+                .exit_code,
+            0);
+  train("moe_bert_tiny", "as_tp2",
+        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2,mbs=2", "--resume"});
+  EXPECT_LT(max_rel_diff(a, read("as_tp2", 8), "params"), 1e-3);
 }
 
 }  // namespace
