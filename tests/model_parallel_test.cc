@@ -401,12 +401,13 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
 
 // The end-of-run sample of a split model: every rank runs the forward, the head's ranks draw
 // the token. The same model gives the same text as one process (the logits agree to ~1e-6,
-// far from moving a draw at temperature 0.8 for 32 tokens of gpt_tiny).
+// far from moving a draw at temperature 0.8 for 32 tokens of gpt_tiny); an MoE GPT under ep
+// with pp or tp the same text as its data-parallel run.
 TEST_F(MultiProcModelParallelTest, SplitModelsSampleTheSameText) {
-  auto sample = [&](std::vector<std::string> flags) {
-    std::vector<std::string> args = {"run", "--model",         "gpt_tiny", "--seq-len",
-                                     "64",  "--steps",         "10",       "--batch-size",
-                                     "8",   "--eval-every",    "0",        "--monitor",
+  auto sample = [&](std::vector<std::string> flags, const std::string& model = "gpt_tiny") {
+    std::vector<std::string> args = {"run", "--model",         model, "--seq-len",
+                                     "64",  "--steps",         "10",  "--batch-size",
+                                     "8",   "--eval-every",    "0",   "--monitor",
                                      "off", "--sample-tokens", "32"};
     args.insert(args.end(), flags.begin(), flags.end());
     const auto r = test::run_cann(args, 120);
@@ -424,6 +425,20 @@ TEST_F(MultiProcModelParallelTest, SplitModelsSampleTheSameText) {
   EXPECT_EQ(sample({"--nproc-per-node", "2", "--strategy", "tp=2"}), single);
   EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "pp=2,tp=2"}), single);
   EXPECT_EQ(sample({"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2"}), single);
+  // A GPT with experts: ep inside tp and pp samples what the data-parallel run of the same
+  // micro-batches does (every rank routes the same context; the experts answer through the
+  // all-to-all).
+  const std::string moe = dir_.file("moe_gpt.yaml");
+  test::write_text(moe,
+                   "architecture: gpt\nhidden_size: 64\nnum_hidden_layers: 4\n"
+                   "num_attention_heads: 4\nvocab_size: 257\nseq_length: 64\n"
+                   "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n");
+  const std::string moe_dp2 = sample({"--nproc-per-node", "2", "--strategy", "dp=2,mbs=2"}, moe);
+  ASSERT_GT(moe_dp2.size(), 16u);
+  EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,ep=2,mbs=2"}, moe),
+            moe_dp2);
+  EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2,mbs=2"}, moe),
+            moe_dp2);
 }
 
 // Interleaved 1F1B, same references and tolerance as above: gpt_tiny's 4 layers in 4 chunks

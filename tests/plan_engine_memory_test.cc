@@ -384,15 +384,19 @@ TEST(PlanEngineMemoryTest, Bf16ClustersKeepTheirReserve) {
 // Model parallelism as `run` trains it: the run prints its own accounting beside the planner's
 // figure. MoE under tp keeps experts whole on each tensor-parallel rank and ep adds the
 // all-to-all buffers; the planner once split the expert rows by tp and left both buffers out
-// (-19% and -2.7% on moe_bert_tiny).
+// (-19% and -2.7% on moe_bert_tiny). ep also with tp and with pp (a stage's own experts).
 TEST(MultiProcEngineMemoryTest, PlannerMatchesTheRunUnderModelParallelism) {
-  const std::vector<std::pair<std::string, std::string>> runs = {
-      {"moe_bert_tiny", "tp=2,mbs=16,gbs=16"},
-      {"moe_bert_tiny", "tp=2,sp=on,mbs=16,gbs=16"},
-      {"moe_bert_tiny", "dp=2,ep=2,mbs=8,gbs=16"},
-      {"gpt_tiny", "tp=2,mbs=4,gbs=16"}};
-  for (const auto& [model, strategy] : runs) {
-    auto r = test::run_cann({"run", "--model", model, "--nproc-per-node", "2", "--threads", "1",
+  struct Run {
+    std::string model, strategy, nproc;
+  };
+  const std::vector<Run> runs = {{"moe_bert_tiny", "tp=2,mbs=16,gbs=16", "2"},
+                                 {"moe_bert_tiny", "tp=2,sp=on,mbs=16,gbs=16", "2"},
+                                 {"moe_bert_tiny", "dp=2,ep=2,mbs=8,gbs=16", "2"},
+                                 {"moe_bert_tiny", "dp=2,tp=2,ep=2,mbs=8,gbs=16", "4"},
+                                 {"moe_bert_tiny", "dp=2,pp=2,ep=2,mbs=4,gbs=16", "4"},
+                                 {"gpt_tiny", "tp=2,mbs=4,gbs=16", "2"}};
+  for (const auto& [model, strategy, nproc] : runs) {
+    auto r = test::run_cann({"run", "--model", model, "--nproc-per-node", nproc, "--threads", "1",
                              "--strategy", strategy, "--steps", "1", "--monitor", "off",
                              "--eval-every", "0", "--eval-batches", "1"},
                             240);
