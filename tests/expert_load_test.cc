@@ -1,6 +1,7 @@
 // Expert load in the step log: the counts add up to every token's k assignments less the dropped
 // ones, summed over the data-parallel ranks, and expert parallelism (which moves the tokens to
-// their experts' ranks) reports the same global counts as plain data parallelism of one seed.
+// their experts' ranks) reports the same global counts as plain data parallelism of one seed,
+// also combined with tensor or pipeline parallelism.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -35,10 +36,11 @@ std::vector<nlohmann::json> step_lines(const std::string& path) {
   return lines;
 }
 
-std::vector<nlohmann::json> train_moe(const test::TempDir& dir, const std::string& strategy) {
+std::vector<nlohmann::json> train_moe(const test::TempDir& dir, const std::string& strategy,
+                                      const std::string& nproc = "2") {
   const std::string log = dir.file(strategy + ".jsonl");
   auto r = test::run_cann(
-      {"run",        "--model",    "moe_bert_tiny", "--nproc-per-node", "2", "--threads",
+      {"run",        "--model",    "moe_bert_tiny", "--nproc-per-node", nproc, "--threads",
        "1",          "--strategy", strategy,        "--steps",          "3", "--seed",
        "7",          "--monitor",  "off",           "--eval-every",     "0", "--quiet",
        "--log-json", log},
@@ -55,11 +57,14 @@ TEST(MultiProcExpertLoadTest, GlobalCountsAddUpAndMatchBetweenEpOneAndTwo) {
   test::TempDir dir("cann-expert-load");
   const auto dp = train_moe(dir, "dp=2,ep=1");
   const auto ep = train_moe(dir, "dp=2,ep=2");
-  ASSERT_EQ(dp.size(), 3u);
-  ASSERT_EQ(ep.size(), 3u);
+  const auto ep_tp = train_moe(dir, "dp=2,tp=2,ep=2", "4");
+  // Under a pipeline each stage counts its own MoE layers: the row still covers them all.
+  const auto dp_mbs2 = train_moe(dir, "dp=2,mbs=2");
+  const auto ep_pp = train_moe(dir, "dp=2,pp=2,ep=2,mbs=2", "4");
+  for (const auto* run : {&dp, &ep, &ep_tp, &dp_mbs2, &ep_pp}) ASSERT_EQ(run->size(), 3u);
   for (size_t s = 0; s < dp.size(); ++s) {
     SCOPED_TRACE("step " + std::to_string(s + 1));
-    for (const auto* line : {&dp[s], &ep[s]}) {
+    for (const auto* line : {&dp[s], &ep[s], &ep_tp[s], &dp_mbs2[s], &ep_pp[s]}) {
       ASSERT_TRUE(line->contains("expert_load")) << line->dump();
       ASSERT_TRUE(line->contains("expert_balance")) << line->dump();
       const auto load = (*line)["expert_load"].get<std::vector<int64_t>>();
@@ -78,6 +83,10 @@ TEST(MultiProcExpertLoadTest, GlobalCountsAddUpAndMatchBetweenEpOneAndTwo) {
     // Same seed, same routing: ep only changes where the experts compute.
     EXPECT_EQ(dp[s]["expert_load"], ep[s]["expert_load"]);
     EXPECT_EQ(dp[s]["dropped_assignments"], ep[s]["dropped_assignments"]);
+    EXPECT_EQ(dp[s]["expert_load"], ep_tp[s]["expert_load"]);
+    EXPECT_EQ(dp[s]["dropped_assignments"], ep_tp[s]["dropped_assignments"]);
+    EXPECT_EQ(dp_mbs2[s]["expert_load"], ep_pp[s]["expert_load"]);
+    EXPECT_EQ(dp_mbs2[s]["dropped_assignments"], ep_pp[s]["dropped_assignments"]);
   }
 }
 
