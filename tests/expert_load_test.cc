@@ -41,8 +41,8 @@ std::vector<nlohmann::json> train_moe(const test::TempDir& dir, const std::strin
   const std::string log = dir.file(strategy + ".jsonl");
   auto r = test::run_cann(
       {"run",        "--model",    "moe_bert_tiny", "--nproc-per-node", nproc, "--threads",
-       "1",          "--strategy", strategy,        "--steps",          "3", "--seed",
-       "7",          "--monitor",  "off",           "--eval-every",     "0", "--quiet",
+       "1",          "--strategy", strategy,        "--steps",          "3",   "--seed",
+       "7",          "--monitor",  "off",           "--eval-every",     "0",   "--quiet",
        "--log-json", log},
       240);
   EXPECT_EQ(r.exit_code, 0) << r.output;

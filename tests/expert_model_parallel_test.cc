@@ -62,8 +62,8 @@ struct Split {
 
 // One rank's step: M micro-batches of data rank d (batches d*M .. d*M+M-1), reduced by the
 // data-parallel engine as the trainer does. Returns this rank's share of the summed loss.
-double train_step(const Split& sp, train::ModelParallel& mp,
-                  model::Model& m, train::DataParallelEngine& engine, const test::RandomBatches& data,
+double train_step(const Split& sp, train::ModelParallel& mp, model::Model& m,
+                  train::DataParallelEngine& engine, const test::RandomBatches& data,
                   comm::Group& world) {
   const int d = mp.dp_rank(), M = sp.micro;
   const float scale = 1.0f / M;

@@ -102,10 +102,9 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   EXPECT_TRUE(train::check_strategy_for_launch("dp=4,ep=4", "moe_bert_tiny", 4).ok());
   EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,ep=2", "moe_bert_tiny", 4).ok());
   EXPECT_TRUE(train::check_strategy_for_launch("dp=2,pp=2,ep=2,mbs=2", "moe_bert_tiny", 4).ok());
-  EXPECT_NE(train::check_strategy_for_launch("dp=2,pp=2,ep=2", "gpt_tiny", 4)
-                .message()
-                .find("experts"),
-            std::string::npos);
+  EXPECT_NE(
+      train::check_strategy_for_launch("dp=2,pp=2,ep=2", "gpt_tiny", 4).message().find("experts"),
+      std::string::npos);
   EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,sp=on", "gpt_tiny", 4).ok());
   EXPECT_NE(train::check_strategy_for_launch("pp=5", "gpt_tiny", 5).message().find("has 4 layers"),
             std::string::npos);
@@ -405,10 +404,9 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
 // with pp or tp the same text as its data-parallel run.
 TEST_F(MultiProcModelParallelTest, SplitModelsSampleTheSameText) {
   auto sample = [&](std::vector<std::string> flags, const std::string& model = "gpt_tiny") {
-    std::vector<std::string> args = {"run", "--model",         model, "--seq-len",
-                                     "64",  "--steps",         "10",  "--batch-size",
-                                     "8",   "--eval-every",    "0",   "--monitor",
-                                     "off", "--sample-tokens", "32"};
+    std::vector<std::string> args = {
+        "run", "--model",      model, "--seq-len", "64",  "--steps",         "10", "--batch-size",
+        "8",   "--eval-every", "0",   "--monitor", "off", "--sample-tokens", "32"};
     args.insert(args.end(), flags.begin(), flags.end());
     const auto r = test::run_cann(args, 120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -435,10 +433,8 @@ TEST_F(MultiProcModelParallelTest, SplitModelsSampleTheSameText) {
                    "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n");
   const std::string moe_dp2 = sample({"--nproc-per-node", "2", "--strategy", "dp=2,mbs=2"}, moe);
   ASSERT_GT(moe_dp2.size(), 16u);
-  EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,ep=2,mbs=2"}, moe),
-            moe_dp2);
-  EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2,mbs=2"}, moe),
-            moe_dp2);
+  EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,ep=2,mbs=2"}, moe), moe_dp2);
+  EXPECT_EQ(sample({"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2,mbs=2"}, moe), moe_dp2);
 }
 
 // Interleaved 1F1B, same references and tolerance as above: gpt_tiny's 4 layers in 4 chunks

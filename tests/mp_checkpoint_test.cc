@@ -143,8 +143,7 @@ TEST_F(MultiProcModelParallelCheckpointTest, SplitRunsSaveTheWholeModel) {
   // its own micro-batch either way).
   train("moe_bert_tiny", "moe_dp2", {"--nproc-per-node", "2", "--strategy", "dp=2"});
   train("moe_bert_tiny", "moe_ep2", {"--nproc-per-node", "2", "--strategy", "dp=2,ep=2"});
-  train("moe_bert_tiny", "moe_tp2_ep2",
-        {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2"});
+  train("moe_bert_tiny", "moe_tp2_ep2", {"--nproc-per-node", "4", "--strategy", "dp=2,tp=2,ep=2"});
   train("moe_bert_tiny", "moe_dp2_mbs2", {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=2"});
   train("moe_bert_tiny", "moe_pp2_ep2",
         {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,ep=2,mbs=2"});

@@ -396,10 +396,10 @@ TEST(MultiProcEngineMemoryTest, PlannerMatchesTheRunUnderModelParallelism) {
                                  {"moe_bert_tiny", "dp=2,pp=2,ep=2,mbs=4,gbs=16", "4"},
                                  {"gpt_tiny", "tp=2,mbs=4,gbs=16", "2"}};
   for (const auto& [model, strategy, nproc] : runs) {
-    auto r = test::run_cann({"run", "--model", model, "--nproc-per-node", nproc, "--threads", "1",
-                             "--strategy", strategy, "--steps", "1", "--monitor", "off",
-                             "--eval-every", "0", "--eval-batches", "1"},
-                            240);
+    auto r = test::run_cann(
+        {"run", "--model", model, "--nproc-per-node", nproc, "--threads", "1", "--strategy",
+         strategy, "--steps", "1", "--monitor", "off", "--eval-every", "0", "--eval-batches", "1"},
+        240);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const size_t at = r.output.find("planner predicts");
     ASSERT_NE(at, std::string::npos) << r.output;

@@ -317,8 +317,8 @@ Status Trainer::pipeline_step(float grad_scale, model::ForwardStats* st,
   }
   parallel::PipelineRunner::ForwardDone routed;
   if (spec_.is_moe()) routed = [&] { record_expert_load(expert_load, dropped); };
-  auto stepped = pipeline_->step(accum_steps_, micro_batch_, seq_len_, grad_scale, batch,
-                                 reduction, routed);
+  auto stepped =
+      pipeline_->step(accum_steps_, micro_batch_, seq_len_, grad_scale, batch, reduction, routed);
   if (!stepped.ok()) return comm_failure(stepped.status());
   const float frac = 1.0f / static_cast<float>(accum_steps_);
   st->loss = stepped->loss * frac;
