@@ -473,6 +473,17 @@ TEST_F(MultiProcModelParallelTest, InterleavedFollowsTheSingleProcessLoss) {
        "gloo_pp2_tp2",
        {"--nproc-per-node", "4", "--strategy", "pp=2,tp=2,mbs=2", "--backend", "gloo"},
        {"--threads", "1"}},
+      // With data parallelism, M = pp micro-batches (a stage's first chunk runs micro-batch 0
+      // after micro-batch 1's second chunk), against the data-parallel run of the same
+      // micro-batches; with experts sharded inside each stage, every group a Gloo subgroup.
+      {"moe_bert_tiny",
+       "moe_dp2_pp2_vpp2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,vpp=2,mbs=2"},
+       {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=2"}},
+      {"moe_bert_tiny",
+       "gloo_moe_dp2_pp2_vpp2_ep2",
+       {"--nproc-per-node", "4", "--strategy", "dp=2,pp=2,vpp=2,ep=2,mbs=2", "--backend", "gloo"},
+       {"--nproc-per-node", "2", "--strategy", "dp=2,mbs=2"}},
   };
   std::map<std::string, std::vector<nlohmann::json>> references;  // one run per reference
   for (const Case& c : cases) {
