@@ -9,7 +9,8 @@
 // moe_bert_tiny, and ep=2 and 4 (dp 2 and 4), also ep=2 with tp=2 or pp=2, that of the
 // data-parallel moe_bert_tiny run with the same micro-batches; and strategies that cannot run
 // exit 2 with one line. Interleaved 1F1B (pp=2 x vpp=2, also with dp=2 or tp=2 with sp)
-// follows the same references.
+// follows the same references, and moe_bert_tiny's dp=2 x pp=2 x vpp=2 (also with ep=2 over
+// Gloo) its data-parallel reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
