@@ -14,7 +14,9 @@
 // (fp32 summation order only; observed ~1e-7); the norm to 1e-5 relative (fp32 on the wire).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <mutex>
 
 #include "comm_test_util.h"
