@@ -7,11 +7,43 @@
 
 namespace cann::parallel {
 
+namespace {
+
+// Top-k's compressed stage: the bucket's gradients averaged through the compressor, then the
+// momentum updated with them.
+class SparseMomentum : public BucketReduction {
+ public:
+  SparseMomentum(BucketReduction& compressor, float* m, float beta1)
+      : compressor_(compressor), m_(m), beta1_(beta1) {}
+  Status reduce(const Bucket& bucket, size_t index, float* grads) override {
+    CANN_RETURN_IF_ERROR(compressor_.reduce(bucket, index, grads));
+    float* m = m_ + bucket.begin;
+    const float* g = grads + bucket.begin;
+    for (size_t i = 0; i < bucket.size(); ++i) m[i] = beta1_ * m[i] + (1.0f - beta1_) * g[i];
+    return OkStatus();
+  }
+
+ private:
+  BucketReduction& compressor_;
+  float* m_;
+  float beta1_;
+};
+
+}  // namespace
+
 OneBitAdam::OneBitAdam(const model::ParamTable& table, optim::AdamWConfig config,
-                       comm::Group& group, const std::vector<Bucket>& buckets, int warmup_steps)
+                       comm::Group& group, const std::vector<Bucket>& buckets, int warmup_steps,
+                       BucketReduction* gradient_compressor)
     : table_(table), group_(group), adam_(table, config), warmup_steps_(warmup_steps) {
   full_ = std::make_unique<FullReduction>(group, /*bf16=*/false);
-  momentum_ = std::make_unique<OneBitMomentum>(group, buckets, adam_.m(), config.beta1);
+  if (gradient_compressor != nullptr) {
+    sparse_momentum_ =
+        std::make_unique<SparseMomentum>(*gradient_compressor, adam_.m(), config.beta1);
+    compressed_ = sparse_momentum_.get();
+  } else {
+    momentum_ = std::make_unique<OneBitMomentum>(group, buckets, adam_.m(), config.beta1);
+    compressed_ = momentum_.get();
+  }
 }
 
 StatusOr<double> OneBitAdam::step(float* params, const float* grads, float lr) {

@@ -39,9 +39,11 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
     return InvalidArgument("zero=" + std::to_string(config.zero) +
                            ": ZeRO stages are 0 (nothing sharded), 1 (optimizer state), 2 (and "
                            "gradients) and 3 (and parameters)");
-  if (config.grad_sum_of_squares && config.compress == "onebit")
-    return InvalidArgument("--compress onebit with tensor or pipeline parallelism is not "
-                           "available in this build; hint: use --compress none or bf16");
+  const bool two_stage = config.compress == "onebit" || config.compress.rfind("topk:", 0) == 0;
+  if (config.grad_sum_of_squares && two_stage)
+    return InvalidArgument("--compress " + config.compress +
+                           " with tensor or pipeline parallelism is not available in this "
+                           "build; hint: use --compress none or bf16");
   if (config.grad_sum_of_squares && config.zero > 0 && !config.norm_counted)
     return InvalidArgument("zero=" + std::to_string(config.zero) +
                            " with pipeline parallelism is not available in this build; hint: "
@@ -103,7 +105,7 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
         }
       });
     }
-  } else if (config.compress == "onebit") {
+  } else if (two_stage) {
     // Default: 15% of the run, but at least one variance window of Adam (1 / (1 - beta2) = 20
     // steps at beta2 = 0.95): a variance frozen after a handful of steps is mostly the first
     // gradients' noise, and the compressed stage then diverges.
@@ -115,19 +117,20 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
                   " is shorter than Adam's variance window (" + std::to_string(window) +
                   " steps): the frozen variance is noisy and 1-bit Adam may diverge");
     e->config_.onebit_warmup = warmup;
-    e->onebit_ =
-        std::make_unique<parallel::OneBitAdam>(model.table(), adam, group, buckets, warmup);
+    if (config.compress != "onebit") {
+      CANN_ASSIGN_OR_RETURN(double ratio, parse_topk_ratio(config.compress));
+      e->topk_ = std::make_unique<parallel::TopKReduction>(group, buckets, ratio);
+    }
+    e->onebit_ = std::make_unique<parallel::OneBitAdam>(model.table(), adam, group, buckets,
+                                                        warmup, e->topk_.get());
   } else {
     e->adam_ = std::make_unique<optim::AdamW>(model.table(), adam);
     if (config.grad_sum_of_squares) e->adam_->set_sum_of_squares(config.grad_sum_of_squares);
     if (config.ep > 1) {
       e->expert_aware_ = std::make_unique<parallel::ExpertAwareReduction>(
           model.table(), group, *config.expert_dp_group, config.ep);
-    } else if (config.compress == "none" || config.compress == "bf16") {
-      e->full_ = std::make_unique<parallel::FullReduction>(group, config.compress == "bf16");
     } else {
-      CANN_ASSIGN_OR_RETURN(double ratio, parse_topk_ratio(config.compress));
-      e->topk_ = std::make_unique<parallel::TopKReduction>(group, buckets, ratio);
+      e->full_ = std::make_unique<parallel::FullReduction>(group, config.compress == "bf16");
     }
   }
   return e;
@@ -141,7 +144,6 @@ DataParallelEngine::DataParallelEngine(model::Model& model, comm::Group& group,
 parallel::BucketReduction* DataParallelEngine::reduction() {
   if (zero_) return zero_->reduction();
   if (onebit_) return onebit_->reduction();
-  if (topk_) return topk_.get();
   if (expert_aware_) return expert_aware_.get();
   return full_.get();
 }
@@ -241,7 +243,7 @@ StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot() {
     s.v = a.v();
     s.step = a.step_count();
   }
-  if (onebit_) {
+  if (onebit_ && onebit_->one_bit()) {
     std::vector<float> worker(n), server(onebit_->momentum().server_error_floats());
     onebit_->momentum().export_errors(worker.data(), server.data());
     CANN_RETURN_IF_ERROR(gather_rank_buffers(worker, &snap_a_));
@@ -285,10 +287,10 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
       log_warning(ck.path + ": saved with --compress " + saved_compress +
                   "; the error-feedback buffers start from zero");
     if (onebit_ && onebit_->compressing())
-      return FailedPrecondition(ck.path +
-                                ": resuming 1-bit Adam past its warmup needs the frozen "
-                                "variance of a run that used --compress onebit; hint: resume "
-                                "with the original --compress");
+      return FailedPrecondition(ck.path + ": resuming --compress " + config_.compress +
+                                " past its warmup needs the frozen variance of a run that used "
+                                "it; hint: resume with the original --compress " +
+                                saved_compress);
     return OkStatus();
   }
   if (saved_world != group_.size()) {
@@ -298,7 +300,7 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
     return OkStatus();
   }
   const size_t r = static_cast<size_t>(group_.rank());
-  if (onebit_) {
+  if (onebit_ && onebit_->one_bit()) {
     const ckpt::Section* w = ck.find("onebit_worker_error");
     const ckpt::Section* sv = ck.find("onebit_server_error");
     const size_t server = onebit_->momentum().server_error_floats();
@@ -355,7 +357,8 @@ size_t DataParallelEngine::optimizer_state_bytes() const {
   const size_t n = model_.num_floats() * sizeof(float);
   if (zero_) return (2 * zero_->shard_floats() + zero_->staging_floats()) * sizeof(float);
   size_t bytes = 2 * n;
-  if (onebit_) bytes += n + onebit_->momentum().server_error_floats() * sizeof(float);
+  if (onebit_ && onebit_->one_bit())
+    bytes += n + onebit_->momentum().server_error_floats() * sizeof(float);
   if (topk_) bytes += n;
   return bytes;
 }

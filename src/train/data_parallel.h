@@ -1,8 +1,10 @@
 // DataParallelEngine: the optimizer side of a data-parallel worker. It owns the gradient
 // reducer (buckets overlapped with backward), the reduction the run asked for, and the
 // optimizer that goes with it:
-//   --zero 0, --compress none|bf16|topk:R   AdamW on averaged gradients (replicated state);
+//   --zero 0, --compress none|bf16          AdamW on averaged gradients (replicated state);
 //   --zero 0, --compress onebit             1-bit Adam (fp32 warmup, then 1-bit momenta);
+//   --zero 0, --compress topk:R             the same warmup, then top-k gradients with error
+//                                           feedback into Adam with the frozen variance;
 //   --zero 1                                AdamW state sharded over the ranks (ZeRO stage 1);
 //   --zero 2                                gradients sharded too (ZeRO stage 2);
 //   --zero 3                                parameters sharded too, gathered a layer at a
