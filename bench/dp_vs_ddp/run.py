@@ -240,6 +240,12 @@ def read_jsonl(path):
         return [json.loads(l) for l in f if l.startswith("{")]
 
 
+def two_stage(compress):
+    """1-bit Adam and top-k run fp32 for --onebit-warmup steps, then compress: their rows run
+    the convergence budget and their medians skip the warmup."""
+    return compress == "onebit" or compress.startswith("topk:")
+
+
 def cann_flags(binary):
     text = sh(binary, "run", "--help").stdout
     return {w.split("=")[0].rstrip(",") for w in text.split() if w.startswith("--")}
@@ -306,7 +312,7 @@ class Bench:
             extra += ["--strategy", f"dp={RANKS},zero=0"]
         if "--compress" in self.flags:
             extra += ["--compress", compress]
-        if compress == "onebit" and "--onebit-warmup" in self.flags:
+        if two_stage(compress) and "--onebit-warmup" in self.flags:
             extra += ["--onebit-warmup", str(onebit_warmup)]
         if bucket_mb != 25.0:
             extra += ["--bucket-size-mb", f"{bucket_mb:g}"]
@@ -484,8 +490,8 @@ def bench(a, links, link):
         plan += [("cann-train", c, tuned) for c in compressions]
         for engine, comp, mb in plan:
             long_none = long_run and mb == tuned
-            steps = a.converge_steps if (long_none or comp == "onebit") else a.timing_steps
-            skip = SKIP + (w if comp == "onebit" else 0)
+            steps = a.converge_steps if (long_none or two_stage(comp)) else a.timing_steps
+            skip = SKIP + (w if two_stage(comp) else 0)
             if engine == "cann-train" and b.missing(comp):
                 b.record(engine, ln, comp, steps, pending=b.missing(comp), bucket_mb=mb)
                 continue
@@ -544,7 +550,7 @@ def bench(a, links, link):
     print(f"dp_vs_ddp: GPT 6x384, 6 heads, seq {SEQ}, vocab 256 ({n_params / 1e6:.2f}M "
           f"parameters); {RANKS} ranks x 1 thread x {PER_RANK} sequences (global batch "
           f"{RANKS * PER_RANK}), one network namespace per rank, veth shaped by tc tbf both ways")
-    print(f"medians skip the first {SKIP} steps (1-bit runs: also the {w} full-precision warm-up "
+    print(f"medians skip the first {SKIP} steps (1-bit and top-k runs: also the {w} full-precision warm-up "
           f"steps of a {a.converge_steps}-step run); final loss: val loss at the end (cann-train), "
           f"else median of the last 5 train losses (DDP)")
     if "--strategy" not in b.flags:
