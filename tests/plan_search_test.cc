@@ -1,11 +1,13 @@
 // The search: pruning never drops a feasible candidate or the optimum (checked against pricing
 // every leaf), the Pareto front is the set of non-dominated candidates, default batch sizes,
-// and constraints nothing satisfies come back as errors that name the closest candidate.
+// and constraints nothing satisfies come back as errors that name the closest candidate; every
+// candidate but those with cp > 1 is a layout `run` trains.
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "plan/search.h"
+#include "train/model_parallel.h"
 
 namespace cann::plan {
 namespace {
@@ -69,6 +71,16 @@ void expect_pruning_is_safe(const model::ModelSpec& m, const ClusterSpec& c, int
   EXPECT_TRUE(w.fits);
   for (const Candidate& cand : pruned->feasible)
     EXPECT_LE(cand.tokens_per_s, w.tokens_per_s * 1.05) << strategy_string(cand.strategy);
+  // Every candidate is one `run` trains (context parallelism aside, which is planner-only).
+  for (const Candidate& cand : brute->feasible) {
+    const Strategy& s = cand.strategy;
+    const std::string text = strategy_string(s);
+    auto layout = train::parallel_layout(s, text, s.dp * s.tp * s.pp * s.cp);
+    if (!layout.ok()) {
+      EXPECT_NE(layout.status().message().find("context parallelism"), std::string::npos)
+          << layout.status().message();
+    }
+  }
 }
 
 TEST(PlanSearchTest, PruningKeepsEveryFeasibleCandidateDense) {

@@ -144,7 +144,9 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
       for (int ep : divisors(experts, rest)) {
         if (rest % ep != 0) continue;
         for (int sp : {0, 1}) {
-          if (sp && tp == 1) continue;
+          // sp shards a micro-batch's tokens over tp; ep's all-to-all exchanges every routed
+          // row and `run` does not train the two together.
+          if (sp && (tp == 1 || ep > 1)) continue;
           for (int mbs : divisors(gbs, opt.max_micro_batch)) {
             for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
               Strategy s;
