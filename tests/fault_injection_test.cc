@@ -388,7 +388,9 @@ TEST_F(MultiProcFaultTest, OwnSnapshotCorruptTakesTheNeighboursReplica) {
       ++damaged;
     }
   }
-  ASSERT_EQ(damaged, 2);
+  // Two kept snapshots, or three when the stop fell between publishing a new one and pruning
+  // the oldest: all of them are damaged either way.
+  ASSERT_GE(damaged, 2);
   kill(w1, SIGKILL);
   // Rank 0 survives: it goes on once the agent has chosen the copies to load.
   ASSERT_TRUE(job.wait_for_output("restart 1 of")) << job.output();
