@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 namespace cann::parallel {
 
@@ -13,7 +14,12 @@ std::vector<size_t> ready_cuts(const model::ParamTable& table, size_t first_floa
                                std::vector<size_t> points) {
   const size_t total = table.total_floats();
   const size_t lowest = *std::min_element(points.begin(), points.end());
-  for (const auto& t : table.tensors()) points.push_back(table.layer_range(t.layer).first);
+  std::map<int, size_t> layer_start;  // what ParamTable::layer_range(l).first gives, in one pass
+  for (const auto& t : table.tensors()) {
+    auto [it, fresh] = layer_start.emplace(t.layer, t.offset);
+    if (!fresh) it->second = std::min(it->second, t.offset);
+  }
+  for (const auto& [layer, start] : layer_start) points.push_back(start);
   std::sort(points.begin(), points.end(), std::greater<size_t>());
   points.erase(std::unique(points.begin(), points.end()), points.end());
   std::vector<size_t> cuts;

@@ -72,6 +72,8 @@ class ZeroOptimizer {
   void load_params(const float* full);
   // Stage 3: every rank's pieces gathered into full parameters; a collective.
   Status gather_params(float* full);
+  // Every rank's reduced gradient pieces gathered into a full gradient; a collective.
+  Status gather_grads(float* full) { return gather_pieces(full, grad_shard_.data()); }
   // Stage 3: this rank's parameter pieces, laid out as grad_shard().
   const float* param_shard() const { return param_shard_.data(); }
   const std::vector<ShardPiece>& pieces() const { return pieces_; }

@@ -212,6 +212,12 @@ Status DataParallelEngine::with_grad_range(size_t begin, size_t count,
   return fn(model_.grads() + begin);
 }
 
+Status DataParallelEngine::gather_grads(float* out) {
+  if (zero_) return zero_->gather_grads(out);
+  std::copy(model_.grads(), model_.grads() + model_.num_floats(), out);
+  return OkStatus();
+}
+
 // Every rank's copy of a per-rank buffer, rank after rank (an all-gather, so any rank could
 // write the checkpoint).
 Status DataParallelEngine::gather_rank_buffers(const std::vector<float>& mine,

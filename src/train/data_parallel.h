@@ -91,6 +91,9 @@ class DataParallelEngine {
   // count) and may change it before the step takes it (under ZeRO a collective that assembles
   // the range from the shards and hands each rank its pieces back).
   Status with_grad_range(size_t begin, size_t count, const std::function<Status(float*)>& fn);
+  // After the reduction: the whole reduced gradient in the model's layout (under ZeRO a
+  // collective that gathers the shards).
+  Status gather_grads(float* out);
 
   // A collective: every rank calls it; the returned snapshot's buffers live until the next call.
   StatusOr<OptimizerSnapshot> snapshot();

@@ -4,8 +4,6 @@
 // compare tensor by tensor (`debug grads FILE --compare REF`). Under ZeRO the data-parallel
 // shards are assembled first; under model parallelism the model's shards with
 // ModelParallel::gather_full, as checkpoints are.
-#include <algorithm>
-
 #include "ckpt/safetensors.h"
 #include "train/data_parallel.h"
 #include "model/model.h"
@@ -20,10 +18,7 @@ Status Trainer::dump_grads(int done) {
   if (dp_ && zero_stage_ > 0) {
     // The shards assembled into this rank's layout (a collective over the dp group).
     local_grads_.resize(model_->num_floats());
-    Status s = dp_->with_grad_range(0, local_grads_.size(), [&](float* g) {
-      std::copy(g, g + local_grads_.size(), local_grads_.begin());
-      return OkStatus();
-    });
+    Status s = dp_->gather_grads(local_grads_.data());
     if (!s.ok()) return comm_failure(s);
     grads = local_grads_.data();
   }
