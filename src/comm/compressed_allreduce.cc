@@ -105,12 +105,18 @@ Status OneBitAllreduce::run(float* data, const Options& opts) {
 
 TopKAllreduce::TopKAllreduce(Group& group, size_t count, double ratio)
     : group_(group), count_(count) {
-  k_ =
-      std::min(count, std::max<size_t>(1, static_cast<size_t>(ratio * static_cast<double>(count))));
   error_.assign(count, 0.0f);
-  send_.assign(2 * k_, 0);
-  gathered_.assign(2 * k_ * static_cast<size_t>(group.size()), 0);
   order_.resize(count);
+  set_ratio(ratio);
+}
+
+void TopKAllreduce::set_ratio(double ratio) {
+  const size_t k = std::min(
+      count_, std::max<size_t>(1, static_cast<size_t>(ratio * static_cast<double>(count_))));
+  if (k == k_ && !send_.empty()) return;
+  k_ = k;
+  std::vector<int32_t>(2 * k_).swap(send_);
+  std::vector<int32_t>(2 * k_ * static_cast<size_t>(group_.size())).swap(gathered_);
 }
 
 Status TopKAllreduce::run(float* data, const Options& opts) {

@@ -58,6 +58,9 @@ class TopKAllreduce {
   TopKAllreduce(Group& group, size_t count, double ratio);
 
   Status run(float* data, const Options& opts = {});
+  // Changes k for the following runs (the error feedback carries over); the buffers follow k,
+  // so a denser phase does not keep its memory once it ends.
+  void set_ratio(double ratio);
 
   uint64_t last_bytes_sent() const { return last_bytes_sent_; }
   std::vector<float>& error() { return error_; }
@@ -66,7 +69,7 @@ class TopKAllreduce {
  private:
   Group& group_;
   size_t count_;
-  size_t k_;
+  size_t k_ = 0;
   std::vector<float> error_;
   std::vector<int32_t> send_, gathered_;  // per rank: k indices then k values (fp32 bits)
   std::vector<uint32_t> order_;

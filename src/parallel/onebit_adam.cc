@@ -1,50 +1,72 @@
 // 1-bit Adam's two stages.
 #include "parallel/onebit_adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/grad_norm.h"
 
 namespace cann::parallel {
 
-namespace {
-
-// Top-k's compressed stage: the bucket's gradients averaged through the compressor, then the
-// momentum updated with them.
+// Top-k's compressed stage: each rank's own momentum, sent through the top-k all-reduce with
+// error feedback; the sparse average becomes the step's momentum.
 class SparseMomentum : public BucketReduction {
  public:
-  SparseMomentum(BucketReduction& compressor, float* m, float beta1)
-      : compressor_(compressor), m_(m), beta1_(beta1) {}
+  SparseMomentum(TopKReduction& topk, float* m, size_t n, float beta1)
+      : topk_(topk), m_(m), u_(n, 0.0f), beta1_(beta1) {}
   Status reduce(const Bucket& bucket, size_t index, float* grads) override {
-    CANN_RETURN_IF_ERROR(compressor_.reduce(bucket, index, grads));
-    float* m = m_ + bucket.begin;
-    const float* g = grads + bucket.begin;
-    for (size_t i = 0; i < bucket.size(); ++i) m[i] = beta1_ * m[i] + (1.0f - beta1_) * g[i];
+    float* g = grads + bucket.begin;
+    float* u = u_.data() + bucket.begin;
+    for (size_t i = 0; i < bucket.size(); ++i) g[i] = u[i] = beta1_ * u[i] + (1.0f - beta1_) * g[i];
+    CANN_RETURN_IF_ERROR(topk_.reduce(bucket, index, grads));
+    std::copy(g, g + bucket.size(), m_ + bucket.begin);
     return OkStatus();
   }
+  std::vector<float>& local() { return u_; }
 
  private:
-  BucketReduction& compressor_;
+  TopKReduction& topk_;
   float* m_;
+  std::vector<float> u_;
   float beta1_;
 };
 
-}  // namespace
-
 OneBitAdam::OneBitAdam(const model::ParamTable& table, optim::AdamWConfig config,
                        comm::Group& group, const std::vector<Bucket>& buckets, int warmup_steps,
-                       BucketReduction* gradient_compressor)
-    : table_(table), group_(group), adam_(table, config), warmup_steps_(warmup_steps) {
+                       TopKReduction* topk, double topk_ratio)
+    : table_(table),
+      group_(group),
+      adam_(table, config),
+      warmup_steps_(warmup_steps),
+      topk_(topk),
+      topk_ratio_(topk_ratio) {
   full_ = std::make_unique<FullReduction>(group, /*bf16=*/false);
-  if (gradient_compressor != nullptr) {
+  if (topk != nullptr) {
     sparse_momentum_ =
-        std::make_unique<SparseMomentum>(*gradient_compressor, adam_.m(), config.beta1);
+        std::make_unique<SparseMomentum>(*topk, adam_.m(), table.total_floats(), config.beta1);
     compressed_ = sparse_momentum_.get();
   } else {
     momentum_ = std::make_unique<OneBitMomentum>(group, buckets, adam_.m(), config.beta1);
     compressed_ = momentum_.get();
   }
 }
+
+OneBitAdam::~OneBitAdam() = default;
+
+double OneBitAdam::topk_density(int j) const {
+  const double start = 0.25;
+  if (topk_ratio_ >= start) return topk_ratio_;
+  return std::max(topk_ratio_, start * std::pow(4.0, -static_cast<double>(j) /
+                                                          std::max(1, warmup_steps_)));
+}
+
+BucketReduction* OneBitAdam::reduction() {
+  if (!compressing()) return full_.get();
+  if (topk_ != nullptr) topk_->set_ratio(topk_density(adam_.step_count() - warmup_steps_));
+  return compressed_;
+}
+
+std::vector<float>& OneBitAdam::local_momentum() { return sparse_momentum_->local(); }
 
 StatusOr<double> OneBitAdam::step(float* params, const float* grads, float lr) {
   if (!compressing()) {
@@ -54,6 +76,8 @@ StatusOr<double> OneBitAdam::step(float* params, const float* grads, float lr) {
       const float bc2 =
           1.0f - std::pow(adam_.config().beta2, static_cast<float>(adam_.step_count()));
       kernels::scale_inplace(adam_.v(), adam_.size(), 1.0f / bc2);
+      // Each rank's momentum starts from the averaged one.
+      if (sparse_momentum_) std::copy(adam_.m(), adam_.m() + adam_.size(), local_momentum().begin());
     }
     return norm;
   }

@@ -70,6 +70,10 @@ Status TopKReduction::reduce(const Bucket& bucket, size_t index, float* grads) {
   return per_bucket_[index]->run(grads + bucket.begin, opts);
 }
 
+void TopKReduction::set_ratio(double ratio) {
+  for (auto& b : per_bucket_) b->set_ratio(ratio);
+}
+
 void TopKReduction::export_error(float* flat) const {
   for (size_t i = 0; i < buckets_.size(); ++i)
     std::copy(per_bucket_[i]->error().begin(), per_bucket_[i]->error().end(),

@@ -54,6 +54,8 @@ class TopKReduction : public BucketReduction {
  public:
   TopKReduction(comm::Group& group, const std::vector<Bucket>& buckets, double ratio);
   Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+  // The share of each bucket sent from the next reduction on.
+  void set_ratio(double ratio);
   // Error-feedback state in the flat layout (total floats of the buffer).
   void export_error(float* flat) const;
   void import_error(const float* flat);

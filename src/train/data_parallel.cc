@@ -117,12 +117,13 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
                   " is shorter than Adam's variance window (" + std::to_string(window) +
                   " steps): the frozen variance is noisy and 1-bit Adam may diverge");
     e->config_.onebit_warmup = warmup;
+    double ratio = 0.0;
     if (config.compress != "onebit") {
-      CANN_ASSIGN_OR_RETURN(double ratio, parse_topk_ratio(config.compress));
+      CANN_ASSIGN_OR_RETURN(ratio, parse_topk_ratio(config.compress));
       e->topk_ = std::make_unique<parallel::TopKReduction>(group, buckets, ratio);
     }
-    e->onebit_ = std::make_unique<parallel::OneBitAdam>(model.table(), adam, group, buckets,
-                                                        warmup, e->topk_.get());
+    e->onebit_ = std::make_unique<parallel::OneBitAdam>(
+        model.table(), adam, group, buckets, warmup, e->topk_.get(), ratio);
   } else {
     e->adam_ = std::make_unique<optim::AdamW>(model.table(), adam);
     if (config.grad_sum_of_squares) e->adam_->set_sum_of_squares(config.grad_sum_of_squares);
@@ -262,7 +263,9 @@ StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot() {
     std::vector<float> err(n);
     topk_->export_error(err.data());
     CANN_RETURN_IF_ERROR(gather_rank_buffers(err, &snap_a_));
-    s.extra_sections = {{"topk_error", snap_a_.data(), snap_a_.size() * sizeof(float)}};
+    CANN_RETURN_IF_ERROR(gather_rank_buffers(onebit_->local_momentum(), &snap_b_));
+    s.extra_sections = {{"topk_error", snap_a_.data(), snap_a_.size() * sizeof(float)},
+                        {"topk_local_momentum", snap_b_.data(), snap_b_.size() * sizeof(float)}};
   }
   s.extra_meta_json = extra.dump();
   return s;
@@ -321,6 +324,15 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
     if (e == nullptr || e->data.size() != n * group_.size() * sizeof(float))
       return DataLoss(ck.path + ": top-k error buffers are missing or of the wrong size");
     topk_->import_error(reinterpret_cast<const float*>(e->data.data()) + r * n);
+    const ckpt::Section* u = ck.find("topk_local_momentum");
+    if (u != nullptr && u->data.size() == n * group_.size() * sizeof(float)) {
+      const float* mine = reinterpret_cast<const float*>(u->data.data()) + r * n;
+      std::copy(mine, mine + n, onebit_->local_momentum().begin());
+    } else if (onebit_->compressing()) {
+      log_warning(ck.path + ": no per-rank top-k momenta (saved by an older build); each rank's "
+                  "starts from the averaged momentum");
+      std::memcpy(onebit_->local_momentum().data(), onebit_->adam().m(), n * sizeof(float));
+    }
   }
   return OkStatus();
 }
@@ -365,7 +377,7 @@ size_t DataParallelEngine::optimizer_state_bytes() const {
   size_t bytes = 2 * n;
   if (onebit_ && onebit_->one_bit())
     bytes += n + onebit_->momentum().server_error_floats() * sizeof(float);
-  if (topk_) bytes += n;
+  if (topk_) bytes += 2 * n;  // error feedback and the rank's own momentum
   return bytes;
 }
 

@@ -3,8 +3,9 @@
 // optimizer that goes with it:
 //   --zero 0, --compress none|bf16          AdamW on averaged gradients (replicated state);
 //   --zero 0, --compress onebit             1-bit Adam (fp32 warmup, then 1-bit momenta);
-//   --zero 0, --compress topk:R             the same warmup, then top-k gradients with error
-//                                           feedback into Adam with the frozen variance;
+//   --zero 0, --compress topk:R             the same warmup, then each rank's momentum sent
+//                                           top-k with error feedback, Adam's update on the
+//                                           frozen variance (Deep Gradient Compression);
 //   --zero 1                                AdamW state sharded over the ranks (ZeRO stage 1);
 //   --zero 2                                gradients sharded too (ZeRO stage 2);
 //   --zero 3                                parameters sharded too, gathered a layer at a
