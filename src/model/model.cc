@@ -492,10 +492,7 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   T_ = T;
   seq_ = seq;
   have_targets_ = targets != nullptr;
-  if (cp)
-    cp_select(inputs_, inputs, B, seq);
-  else
-    std::memcpy(inputs_, inputs, sizeof(int) * N);
+  select_rows(inputs_, inputs, B, seq);
   const float* P = params_.data();
 
   if (!embed_) {
@@ -524,17 +521,13 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   st.aux_loss = aux_total;
   if (!head_) {
     // The next stage continues from stage_output(); the loss is the last stage's.
-    if (have_targets_ && cp) cp_select(targets_, targets, B, seq);
-    if (have_targets_ && !cp) std::memcpy(targets_, targets, sizeof(int) * N);
+    if (have_targets_) select_rows(targets_, targets, B, seq);
     return st;
   }
   layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
   linear_forward(logits_, sp ? tp_gather_rows(lnf_, R) : lnf_, P + wte_, nullptr, N, C, V);
   if (!have_targets_) return st;
-  if (cp)
-    cp_select(targets_, targets, B, seq);
-  else
-    std::memcpy(targets_, targets, sizeof(int) * N);
+  select_rows(targets_, targets, B, seq);
   if (tp)
     vocab_parallel_loss(N);
   else

@@ -244,8 +244,8 @@ class Model {
   // Context parallelism (context_parallel.cc); each records the first failure in tp_status_.
   // The global positions of this rank's T/cp rows of a sequence of T (cached in cp_pos_).
   const int* cp_positions(int T);
-  // This rank's rows of a (B,T) id buffer into local (B,T/cp).
-  void cp_select(int* local, const int* global, int B, int T) const;
+  // This rank's rows of a (B,T) id buffer into local: all of them, or under cp its (B,T/cp).
+  void select_rows(int* local, const int* global, int B, int T) const;
   // Token and position embedding of the rank's rows, positions global (under tp, the
   // vocabulary-parallel form, reduced as forward does), and its backward from dout.
   void cp_embedding_forward(int B);
