@@ -157,17 +157,22 @@ TEST_F(MultiProcGradientMatrixTest, GptTinyContextParallelMatchesOneProcessPerTe
 
 // No shipped BERT is both dense and small: a 2-layer one, byte vocabulary plus [MASK]. Each
 // data-parallel replica averages over its own masked positions, whose count differs between
-// replicas, so dp x cp is compared with the data-parallel run (the context split itself counts
-// the replica's positions over all its cp ranks).
+// replicas, so dp x cp is compared with the data-parallel run, and a pipeline's micro-batches
+// of 2 with the single process accumulating the same micro-batches (the context split itself
+// counts a micro-batch's positions over all its cp ranks).
 TEST_F(MultiProcGradientMatrixTest, DenseBertContextParallelMatchesOneProcessPerTensor) {
   const std::string bert = dir_.file("bert_dense.yaml");
   test::write_text(bert,
                    "architecture: bert\nhidden_size: 64\nnum_hidden_layers: 2\n"
                    "num_attention_heads: 4\nvocab_size: 257\nseq_length: 64\n");
-  expect_matrix(bert, {{"single", {"--threads", "1"}}, {"dp2", np(2, "dp=2")}},
+  expect_matrix(bert,
+                {{"single", {"--threads", "1"}},
+                 {"single_accum4", {"--threads", "1", "--grad-accum", "4"}},
+                 {"dp2", np(2, "dp=2")}},
                 {
                     {"cp2", "single", np(2, "cp=2")},
                     {"dp2_cp2", "dp2", np(4, "dp=2,cp=2")},
+                    {"cp2_pp2", "single_accum4", np(4, "cp=2,pp=2,mbs=2")},
                     {"cp2_tp2_sp", "single", np(4, "cp=2,tp=2,sp=on")},
                 });
 }
