@@ -13,7 +13,11 @@
 //
 // The data-parallel rows include small buckets under interleaving (where a chunk's earlier
 // micro-batches run after a higher chunk's last one) and ZeRO 1-3, whose shards the dump
-// assembles.
+// assembles. Context parallelism (cp=2: each rank holds half the positions of every
+// sequence, its gradients parts of the replica's) is checked with dp, tp (with and without
+// sp), every pipeline schedule, recomputation and ZeRO 1-3 (sharded over the dp x cp ranks),
+// for gpt_tiny (causal, load-balanced chunks) and for a dense BERT (bidirectional, masked
+// positions scored).
 //
 // Also: `debug grads --compare` exits 1 when a tensor is over --tolerance, and a malformed
 // dump is a one-line error with exit 2.
@@ -100,7 +104,8 @@ class MultiProcGradientMatrixTest : public ::testing::Test {
         }
       }
       std::printf("%-14s %-18s vs %-18s %3zu tensors, max gradient deviation %.2e (%s)\n",
-                  model.c_str(), c.name.c_str(), c.reference.c_str(), rows->size(), worst,
+                  model.substr(model.find_last_of('/') + 1).c_str(), c.name.c_str(),
+                  c.reference.c_str(), rows->size(), worst,
                   worst_name.c_str());
     }
   }
@@ -128,6 +133,47 @@ TEST_F(MultiProcGradientMatrixTest, GptTinyMatchesOneProcessPerTensor) {
                     {"dp2_zero3", "single", np(2, "dp=2,zero=3")},
                     {"dp2_tp2_zero3", "single", np(4, "dp=2,tp=2,zero=3")},
                     {"dp2_pp2_zero1", "single", np(4, "dp=2,pp=2,zero=1,mbs=2")},
+                });
+}
+
+TEST_F(MultiProcGradientMatrixTest, GptTinyContextParallelMatchesOneProcessPerTensor) {
+  expect_matrix("gpt_tiny", {{"single", {"--threads", "1"}}},
+                {
+                    {"cp2", "single", np(2, "cp=2")},
+                    {"dp2_cp2", "single", np(4, "dp=2,cp=2")},
+                    {"cp2_tp2", "single", np(4, "cp=2,tp=2")},
+                    {"cp2_tp2_sp", "single", np(4, "cp=2,tp=2,sp=on")},
+                    {"cp2_pp2_gpipe", "single",
+                     np(4, "cp=2,pp=2,mbs=2", {"--pipeline-schedule", "gpipe"})},
+                    {"cp2_pp2_1f1b", "single", np(4, "cp=2,pp=2,mbs=2")},
+                    {"cp2_pp2_vpp2", "single", np(4, "cp=2,pp=2,vpp=2,mbs=2")},
+                    {"cp2_selective", "single", np(2, "cp=2,recompute=selective")},
+                    {"cp2_full", "single", np(2, "cp=2,recompute=full")},
+                    {"cp2_zero1", "single", np(2, "cp=2,zero=1")},
+                    {"cp2_zero2", "single", np(2, "cp=2,zero=2")},
+                    {"cp2_zero3", "single", np(2, "cp=2,zero=3")},
+                });
+}
+
+// No shipped BERT is both dense and small: a 2-layer one, byte vocabulary plus [MASK]. Each
+// data-parallel replica averages over its own masked positions, whose count differs between
+// replicas, so dp x cp is compared with the data-parallel run, and a pipeline's micro-batches
+// of 2 with the single process accumulating the same micro-batches (the context split itself
+// counts a micro-batch's positions over all its cp ranks).
+TEST_F(MultiProcGradientMatrixTest, DenseBertContextParallelMatchesOneProcessPerTensor) {
+  const std::string bert = dir_.file("bert_dense.yaml");
+  test::write_text(bert,
+                   "architecture: bert\nhidden_size: 64\nnum_hidden_layers: 2\n"
+                   "num_attention_heads: 4\nvocab_size: 257\nseq_length: 64\n");
+  expect_matrix(bert,
+                {{"single", {"--threads", "1"}},
+                 {"single_accum4", {"--threads", "1", "--grad-accum", "4"}},
+                 {"dp2", np(2, "dp=2")}},
+                {
+                    {"cp2", "single", np(2, "cp=2")},
+                    {"dp2_cp2", "dp2", np(4, "dp=2,cp=2")},
+                    {"cp2_pp2", "single_accum4", np(4, "cp=2,pp=2,mbs=2")},
+                    {"cp2_tp2_sp", "single", np(4, "cp=2,tp=2,sp=on")},
                 });
 }
 

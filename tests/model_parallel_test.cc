@@ -64,11 +64,11 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
     EXPECT_EQ(r.status().exit_code(), 2);
   };
   refused("tp=2", 3, "needs a multiple of 2 processes, but 3 were started");
-  refused("dp=2,tp=2", 6, "dp*tp*pp = 2*2*1 = 4, but 6 processes");
+  refused("dp=2,tp=2", 6, "dp*tp*pp*cp = 2*2*1*1 = 4, but 6 processes");
   refused("sp=on", 2, "needs tp > 1");
   refused("vpp=2", 2, "so it needs pp > 1");
   EXPECT_EQ(layout("pp=2,vpp=2", 2)->vpp, 2);
-  refused("tp=2,pp=2", 6, "tp*pp = 4 needs a multiple of 4 processes, but 6");
+  refused("tp=2,pp=2", 6, "tp*pp*cp = 4 needs a multiple of 4 processes, but 6");
   refused("pp=2,zero=2", 2, "zero=2 with pp > 1");
   refused("dp=2,ep=2,zero=1", 2, "zero=1 with ep > 1");
   EXPECT_EQ(layout("dp=2,pp=2,zero=1", 4)->pp, 2);  // ZeRO-1 over each stage's dp group
@@ -86,7 +86,7 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("pp=2,ep=2", 2, "ep=2 does not divide dp=1");
   refused("tp=2,sp=on,ep=2", 4, "expert parallelism (ep=2) with sp=on");
   refused("dp=2,pp=2,ep=2,zero=1", 4, "zero=1 with ep > 1");
-  refused("cp=2", 2, "context parallelism (cp=2)");
+  refused("cp=2,ep=2", 4, "context parallelism (cp=2) with expert parallelism (ep=2)");
   auto recompute = layout("tp=2,recompute=full", 2);
   ASSERT_TRUE(recompute.ok()) << recompute.status().message();
   EXPECT_EQ(recompute->recompute, model::Recompute::kFull);

@@ -264,6 +264,53 @@ TEST(PlanEngineMemoryTest, MoeUnderTensorAndSequenceParallelismIsTheEnginesArena
         }
 }
 
+// Context parallelism: each rank's arena holds its B x T/cp tokens, probabilities of its queries
+// against every key, and every position's keys and values per layer plus the gather and
+// reduce-scatter scratch; with tp (and sp) and every recomputation mode. Creating a model
+// issues no collective, so one group serves as both the tp and the cp communicator.
+TEST(PlanEngineMemoryTest, ContextParallelArenaIsTheEnginesArena) {
+  // The dense models, the bert with a sequence cp divides (the planner checks seq_length).
+  const std::vector<model::ModelSpec> all = models();
+  const std::vector<model::ModelSpec> specs = {
+      all[0], all[2],
+      spec_from("architecture: bert\nhidden_size: 24\nnum_hidden_layers: 2\n"
+                "num_attention_heads: 3\nvocab_size: 61\nseq_length: 36\n")};
+  for (const model::ModelSpec& m : specs)
+    for (int tp : {1, 2})
+      for (bool sp : {false, true})
+        for (auto [B, seq] : {std::pair{1, 4}, {3, m.seq_length / 4 * 4}})
+          for (model::Recompute r :
+               {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+            if ((sp && tp == 1) || m.num_attention_heads % tp != 0) continue;
+            Strategy st = data_parallel(1, 0);
+            st.cp = 2;
+            st.tp = tp;
+            st.sp = sp;
+            st.recompute = r == model::Recompute::kFull        ? Recompute::kFull
+                           : r == model::Recompute::kSelective ? Recompute::kSelective
+                                                               : Recompute::kNone;
+            auto e = predict_engine_memory(m, st, B, seq);
+            ASSERT_TRUE(e.ok()) << e.status().message();
+            const std::string what = m.name + " cp=2 tp=" + std::to_string(tp) +
+                                     (sp ? " sp " : " ") + std::to_string(B) + "x" +
+                                     std::to_string(seq) + " recompute " +
+                                     std::to_string(static_cast<int>(r));
+            test::run_group("shm", 2, [&](int rank, comm::Group& g) {
+              parallel::GroupTensorParallelComm comm(g);
+              const model::TensorParallel t =
+                  tp > 1 ? model::TensorParallel{rank, 2, sp, &comm} : model::TensorParallel{};
+              auto model =
+                  model::Model::create(m, B, seq, t, {}, {}, r, model::ContextParallel{rank, 2, &comm});
+              ASSERT_TRUE(model.ok()) << model.status().message();
+              const double arena = static_cast<double>((*model)->activation_bytes());
+              EXPECT_EQ(e->activations + e->staging, arena) << what;
+              if (r == model::Recompute::kNone) {
+                EXPECT_EQ(4 * engine_arena(m, B, seq, tp, sp, 2).total(m), arena) << what;
+              }
+            });
+          }
+}
+
 TEST(PlanEngineMemoryTest, RejectsWhatTheEngineCannotRun) {
   const model::ModelSpec m = shipped("gpt_tiny");
   EXPECT_FALSE(predict_engine_memory(m, data_parallel(1, 0), 0, 16).ok());
@@ -394,7 +441,9 @@ TEST(MultiProcEngineMemoryTest, PlannerMatchesTheRunUnderModelParallelism) {
                                  {"moe_bert_tiny", "dp=2,ep=2,mbs=8,gbs=16", "2"},
                                  {"moe_bert_tiny", "dp=2,tp=2,ep=2,mbs=8,gbs=16", "4"},
                                  {"moe_bert_tiny", "dp=2,pp=2,ep=2,mbs=4,gbs=16", "4"},
-                                 {"gpt_tiny", "tp=2,mbs=4,gbs=16", "2"}};
+                                 {"gpt_tiny", "tp=2,mbs=4,gbs=16", "2"},
+                                 {"gpt_tiny", "cp=2,mbs=4,gbs=16", "2"},
+                                 {"gpt_tiny", "cp=2,tp=2,sp=on,mbs=8,gbs=16", "4"}};
   for (const auto& [model, strategy, nproc] : runs) {
     auto r = test::run_cann(
         {"run", "--model", model, "--nproc-per-node", nproc, "--threads", "1", "--strategy",

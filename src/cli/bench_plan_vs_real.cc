@@ -287,8 +287,10 @@ int run_plan_vs_real(const Flags& f) {
   Status failed = OkStatus();
   for (const auto& [name, spec] : models) {
     for (const plan::BenchStrategy& b : *strategies) {
-      // Expert parallelism needs experts: a dense model has no ep rows.
+      // Expert parallelism needs experts: a dense model has no ep rows. Context parallelism
+      // is trained for dense models only: an MoE model has no cp rows.
       if (b.strategy.ep > 1 && !spec.is_moe()) continue;
+      if (b.strategy.cp > 1 && spec.is_moe()) continue;
       if (!f.json) {
         std::printf("plan-vs-real: %s %s (%d process%s)...\n", name.c_str(), b.label.c_str(),
                     b.processes, b.processes == 1 ? "" : "es");

@@ -134,7 +134,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
 
   const char* kParallel = "Data parallelism";
   run->add_option("--strategy", config->strategy,
-                  "Parallel layout: dp=P,tp=T,pp=S,sp=on|off,zero=0-3,mbs=M,gbs=G (dp*tp*pp = "
+                  "Parallel layout: dp=P,tp=T,pp=S,cp=C,sp=on|off,zero=0-3,mbs=M,gbs=G (dp*tp*pp*cp = "
                   "the processes launched; gbs = --batch-size; mbs sets the micro-batch, hence "
                   "gradient accumulation or pipeline micro-batches), or auto: the planner picks "
                   "processes, threads and layout for this machine's cores (or --nproc-per-node); "
@@ -338,7 +338,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       // This process is the agent: launch the workers with the same arguments.
       if (Status st = train::check_strategy_for_launch(
               config->strategy, config->model, launch->nproc_per_node * launch->nnodes,
-              {config->batch_size, config->grad_accum, config->pipeline_schedule});
+              {config->batch_size, config->grad_accum, config->pipeline_schedule,
+               config->seq_len});
           !st.ok())
         return report(st);
       elastic::AgentConfig ac;

@@ -33,10 +33,11 @@ std::vector<LayerRange> stage_chunks(const ModelSpec& s, const PipelineStage& st
 }  // namespace
 
 Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
-             const ExpertParallel& ep)
+             const ExpertParallel& ep, const ContextParallel& cp)
     : spec_(std::move(spec)),
       tp_(tp),
       ep_(ep),
+      cp_(cp),
       chunks_(stage_chunks(spec_, stage)),
       table_(build_chunked_param_table(spec_, tp.size, chunks_, ep.size)) {
   holds_embed_ = holds_head_ = false;
@@ -57,7 +58,8 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_batch, int max_seq,
                                                const TensorParallel& tp, const PipelineStage& stage,
-                                               const ExpertParallel& ep, Recompute recompute) {
+                                               const ExpertParallel& ep, Recompute recompute,
+                                               const ContextParallel& cp) {
   if (spec.architecture == Architecture::kVit)
     return InvalidArgument(spec.source +
                            ": the trainer runs gpt and bert models; vit specs are for planning "
@@ -79,6 +81,23 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                              "': sequence parallelism with MoE layers does not combine with "
                              "expert parallelism ep=" +
                              std::to_string(ep.size) + "; hint: use sp=off or ep=1");
+  }
+  if (cp.size > 1) {
+    if (cp.comm == nullptr || cp.rank < 0 || cp.rank >= cp.size)
+      return InvalidArgument("context parallelism needs a communicator and a rank in [0, cp)");
+    // Each rank would route only its positions, so capacities and drops would differ from the
+    // single process's (routing depends on which tokens share a micro-batch).
+    if (spec.is_moe())
+      return InvalidArgument("model '" + spec.name +
+                             "': context parallelism cp=" + std::to_string(cp.size) +
+                             " with MoE layers is not available in this build; hint: use cp=1 "
+                             "for MoE models");
+    if (max_seq % (2 * cp.size) != 0)
+      return InvalidArgument("sequence length " + std::to_string(max_seq) +
+                             " does not split into " + "2*cp = " + std::to_string(2 * cp.size) +
+                             " equal chunks (context parallelism); hint: pick a --seq-len that "
+                             "is a multiple of " +
+                             std::to_string(2 * cp.size));
   }
   // One range may be empty; several (interleaved chunks) must each hold a layer, in order.
   const std::vector<LayerRange> chunks = stage_chunks(spec, stage);
@@ -102,7 +121,8 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                            spec.name + "' has " + std::to_string(spec.num_local_experts) +
                            " experts)");
   std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage,
-                                     ep.size > 1 ? ep : ExpertParallel{}));
+                                     ep.size > 1 ? ep : ExpertParallel{},
+                                     cp.size > 1 ? cp : ContextParallel{}));
   m->slots_.resize(static_cast<size_t>(stage.slots) * m->chunks_.size());
   m->recompute_ = recompute;
   m->max_batch_ = max_batch;
@@ -152,11 +172,15 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
   return m;
 }
 
+size_t Model::max_tokens() const {
+  return static_cast<size_t>(max_batch_) * (max_seq_ / cp_.size);
+}
+
 // Carves the arena: every saved activation and every backward scratch buffer, sized for
-// N = max_batch * max_seq tokens. Two passes: the first only counts (null bases).
+// N = max_tokens() tokens. Two passes: the first only counts (null bases).
 void Model::layout_activations() {
   const ModelSpec& s = spec_;
-  const size_t N = static_cast<size_t>(max_batch_) * max_seq_;
+  const size_t N = max_tokens();
   // Rows of the residual stream and its layernorms held by this rank: all N, or under sequence
   // parallelism its 1/tp of them (the saving sp is for).
   const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
@@ -236,6 +260,12 @@ void Model::layout_activations() {
       tp_full_ = take(N * C);
       tp_lngrad_ = take(2 * C);
     }
+    if (cp_.size > 1) {
+      const size_t all_kv = static_cast<size_t>(max_batch_) * max_seq_ * (QKV - AC);
+      cp_blocks_ = take(all_kv);
+      d_kv_ = take(all_kv);
+      cp_local_ = take(N * (QKV - AC));
+    }
     carve_recompute_buffers(arena);
     if (pass == 0) {
       acts_.resize(arena.used);
@@ -274,6 +304,7 @@ void Model::save_slot(int i) {
   s.targets = targets_;
   s.B = B_;
   s.T = T_;
+  s.seq = seq_;
   s.scored = scored_;
   s.have_targets = have_targets_;
 }
@@ -295,6 +326,7 @@ void Model::load_slot(int i) {
   targets_ = s.targets;
   B_ = s.B;
   T_ = s.T;
+  seq_ = s.seq;
   scored_ = s.scored;
   have_targets_ = s.have_targets;
 }
@@ -313,7 +345,8 @@ void Model::use_slot(int slot, int chunk) {
 }
 
 size_t Model::stage_io_floats(int B, int T) const {
-  const int rows = tp_.sequence_parallel ? B * T / tp_.size : B * T;
+  const int local = B * (T / cp_.size);
+  const int rows = tp_.sequence_parallel ? local / tp_.size : local;
   return static_cast<size_t>(rows) * spec_.hidden_size;
 }
 
@@ -393,13 +426,12 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
   a.moe_index = layers_[i].moe_index;
   // Selective: forward's probabilities go to the shared buffer and are dropped.
   if (a.att == nullptr) a.att = recompute_att_;
-  const AttentionShape ash{B, T, nh_, kvh_, s.head_size(), s.causal()};
   // Row-parallel biases are added by one rank so that the reduced sum holds them once.
   const bool add_bias = !tp || tp_.rank == 0;
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
   const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
   linear_forward(a.qkv, ln1_all, P + o.qkvw, P + o.qkvb, N, C, QKV);
-  attention_forward(a.atty, a.att, a.qkv, ash);
+  attention_fwd(a);
   float* attn_out = sp ? tp_full_ : a.resid_attn;
   linear_forward(attn_out, a.atty, P + o.projw, add_bias ? P + o.projb : nullptr, N, AC, C);
   if (tp) tp_row_parallel_out(a.resid_attn, attn_out, N);
@@ -440,7 +472,12 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   CANN_CHECK(B > 0 && B <= max_batch_ && T > 0 && T <= max_seq_)
       << "batch " << B << "x" << T << " exceeds the model's buffers " << max_batch_ << "x"
       << max_seq_;
+  const bool cp = cp_.size > 1;
+  CANN_CHECK(!cp || T % (2 * cp_.size) == 0)
+      << "context parallelism needs the sequence " << T << " divisible by 2*cp = " << 2 * cp_.size;
   const ModelSpec& s = spec_;
+  const int seq = T;
+  T /= cp_.size;  // from here on, this rank's rows of each sequence
   const int N = B * T, C = s.hidden_size, V = vocab_;
   const bool tp = tp_.size > 1, sp = tp && tp_.sequence_parallel;
   CANN_CHECK(!sp || N % tp_.size == 0)
@@ -453,12 +490,15 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   use(ParamUse::kForwardBegin, -1);
   B_ = B;
   T_ = T;
+  seq_ = seq;
   have_targets_ = targets != nullptr;
-  std::memcpy(inputs_, inputs, sizeof(int) * N);
+  select_rows(inputs_, inputs, B, seq);
   const float* P = params_.data();
 
   if (!embed_) {
     // A later pipeline stage: encoded_ holds the previous stage's output (stage_input()).
+  } else if (cp) {
+    cp_embedding_forward(B);
   } else if (!tp) {
     embedding_forward(encoded_, inputs_, P + wte_, P + wpe_, B, T, C);
   } else {
@@ -481,13 +521,13 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   st.aux_loss = aux_total;
   if (!head_) {
     // The next stage continues from stage_output(); the loss is the last stage's.
-    if (have_targets_) std::memcpy(targets_, targets, sizeof(int) * N);
+    if (have_targets_) select_rows(targets_, targets, B, seq);
     return st;
   }
   layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
   linear_forward(logits_, sp ? tp_gather_rows(lnf_, R) : lnf_, P + wte_, nullptr, N, C, V);
   if (!have_targets_) return st;
-  std::memcpy(targets_, targets, sizeof(int) * N);
+  select_rows(targets_, targets, B, seq);
   if (tp)
     vocab_parallel_loss(N);
   else
@@ -499,6 +539,7 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     sum += losses_[i];
     ++scored;
   }
+  if (cp) cp_sum_loss(&sum, &scored);
   scored_ = scored;
   st.scored = scored;
   st.lm_loss = scored > 0 ? sum / scored : 0.0;
@@ -528,7 +569,6 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   const size_t RC = static_cast<size_t>(R) * C;
   const float* P = params_.data();
   float* G = grads_.data();
-  const AttentionShape ash{B, T, nh_, kvh_, s.head_size(), s.causal()};
   const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
                    s.capacity_factor};
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);
@@ -599,7 +639,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     const float* dy = full_dout();
     linear_backward(d_atty_, G + o.projw, G + o.projb, dy, a.atty, P + o.projw, N, AC, C);
     ready(o.projw);
-    attention_backward(d_qkv_, d_atty_, a.qkv, a.att, ash);
+    attention_bwd(a);
     const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
     linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
     ready(o.qkvw);
@@ -612,7 +652,9 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   }
   // A stage without the embeddings leaves d(input) in d_resid_ (stage_input_grad()).
   if (!embed_) return;
-  if (!tp) {
+  if (cp_.size > 1) {
+    cp_embedding_backward(tp ? full_dout() : d_resid_, B);
+  } else if (!tp) {
     embedding_backward(G + wte_, G + wpe_, d_resid_, inputs_, B, T, C);
   } else {
     embedding_backward_vocab_range(G + wte_, G + wpe_, full_dout(), inputs_, B, T, C, vocab_begin_,

@@ -10,6 +10,12 @@
 // same batch), and logits() is this rank's vocabulary slice. With tp = 1 no collective and no
 // extra buffer exists.
 //
+// Under context parallelism (ContextParallel in tensor_parallel.h) a Model holds all of the
+// model but only its cp rank's positions of every sequence: forward takes the whole (B,T)
+// batch, keeps the rank's B x T/cp tokens, and attention and the loss are collectives over the
+// cp group (context_parallel.cc). The loss and its gradient are the whole sequence's: the
+// parameter gradients of the cp ranks sum to the single process's.
+//
 // Thread safety: none; one thread drives a Model (the kernels use the shared thread pool).
 #pragma once
 
@@ -59,7 +65,8 @@ class Model {
                                                  const TensorParallel& tp = {},
                                                  const PipelineStage& stage = {},
                                                  const ExpertParallel& ep = {},
-                                                 Recompute recompute = Recompute::kNone);
+                                                 Recompute recompute = Recompute::kNone,
+                                                 const ContextParallel& cp = {});
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }
@@ -75,6 +82,7 @@ class Model {
   Recompute recompute() const { return recompute_; }
 
   const TensorParallel& tensor_parallel() const { return tp_; }
+  const ContextParallel& context_parallel() const { return cp_; }
 
   // Pipeline stages. forward/backward act on the current activation slot (slot 0 unless
   // use_slot picked another); backward of a micro-batch must use the slot its forward used.
@@ -82,7 +90,7 @@ class Model {
   // forward), a stage without the head takes the gradient of its output in
   // stage_output_grad() (fill it before backward) and returns no loss; after backward a stage
   // without the embeddings leaves the gradient of its input in stage_input_grad(). Each holds
-  // stage_io_floats(B, T) floats: B*T rows of hidden_size (this rank's rows under sp).
+  // stage_io_floats(B, T) floats: B*T rows of hidden_size (this rank's rows under sp and cp).
   // With several chunks, use_slot also picks the chunk that forward, backward and the stage_*
   // buffers act on, and has_embedding / has_head describe that chunk.
   void use_slot(int slot, int chunk = 0);
@@ -106,15 +114,17 @@ class Model {
   void zero_grads() { grads_.zero(); }
 
   // inputs and targets are (B,T) token ids; a target < 0 is not scored; targets may be null
-  // (inference: logits only). Requires B <= max_batch, T <= max_seq, ids < vocab_size, and
-  // with sequence parallelism B*T divisible by tp.
+  // (inference: logits only). Requires B <= max_batch, T <= max_seq, ids < vocab_size, with
+  // context parallelism T divisible by 2*cp, and with sequence parallelism this rank's B*T/cp
+  // tokens divisible by tp. Under cp the loss and scored count are the whole batch's.
   ForwardStats forward(const int* inputs, const int* targets, int B, int T);
   // Backward of the last forward (which must have had targets): grads += grad_scale * d(loss).
   // layer_done(l) is called as soon as the gradients of every tensor of layer l (ParamTable's
   // layer index: num_hidden_layers for the final norm, then the blocks downwards, -1 for the
   // embeddings last) are final, so their reduction can start while backward goes on.
   void backward(float grad_scale = 1.0f, const std::function<void(int)>& layer_done = {});
-  // (B,T,V) logits of the last forward with targets == null.
+  // (B,T,V) logits of the last forward with targets == null (under cp: this rank's B x T/cp
+  // positions, the sequence's last one on cp rank 0, at its last row).
   const float* logits() const { return logits_; }
 
   // When the blocks' parameters are read, for ZeRO stage 3, which gathers a block's parameters
@@ -160,6 +170,7 @@ class Model {
   };
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *resid_attn;
+    float* kv = nullptr;  // cp > 1: every position's keys and values (B,T,2*kvh*head_size)
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
     int moe_index = -1;  // into moe_layers_
   };
@@ -172,7 +183,7 @@ class Model {
     float *logits = nullptr, *losses = nullptr;
     float *tp_rowmax = nullptr, *tp_sums = nullptr, *tp_shift = nullptr;
     int *inputs = nullptr, *targets = nullptr;
-    int B = 0, T = 0, scored = 0;
+    int B = 0, T = 0, seq = 0, scored = 0;
     bool have_targets = false;
   };
 
@@ -191,7 +202,9 @@ class Model {
   enum class Keep { kAll, kAllButProbs, kOutput, kAllButOutput };
 
   Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
-        const ExpertParallel& ep);
+        const ExpertParallel& ep, const ContextParallel& cp);
+  // Tokens of a micro-batch this rank holds at most: max_batch * max_seq / cp.
+  size_t max_tokens() const;
   void layout_activations();
   // Layer l's saved tensors as `keep` says; MoE layers also push their MoeActs onto *moe.
   LayerActs carve_layer(ArenaCarver& arena, int l, Keep keep, std::vector<MoeActs>* moe);
@@ -228,6 +241,26 @@ class Model {
   void layernorm_backward_tp(float* dx, float* dw, float* db, const float* dy, const float* x,
                              const float* w, const float* mean, const float* rstd, int rows, int C);
   void vocab_parallel_loss(int N);
+  // Context parallelism (context_parallel.cc); each records the first failure in tp_status_.
+  // The global positions of this rank's T/cp rows of a sequence of T (cached in cp_pos_).
+  const int* cp_positions(int T);
+  // This rank's rows of a (B,T) id buffer into local: all of them, or under cp its (B,T/cp).
+  void select_rows(int* local, const int* global, int B, int T) const;
+  // Token and position embedding of the rank's rows, positions global (under tp, the
+  // vocabulary-parallel form, reduced as forward does), and its backward from dout.
+  void cp_embedding_forward(int B);
+  void cp_embedding_backward(const float* dout, int B);
+  // Every position's keys and values (B,seq,2*kvh*hs) into kv, from each rank's rows of qkv.
+  void cp_gather_kv(float* kv, const float* qkv);
+  // d_kv_ (every position's key/value gradients from this rank's queries) summed over the
+  // ranks, each rank's own rows into the key/value columns of dqkv.
+  void cp_scatter_dkv(float* dqkv);
+  // Attention of the current layer: whole-sequence, or this rank's queries against kv.
+  void attention_fwd(const LayerActs& a);
+  void attention_bwd(const LayerActs& a);
+  void attention_probs(float* att, const LayerActs& a);
+  // Sum of losses and scored positions over the cp ranks (in place).
+  void cp_sum_loss(double* sum, int* scored);
   // Under sp an MoE layer's weight gradients are partial (each rank's experts saw its own
   // tokens, its router only its tokens' gates). What they hold before the layer's backward is
   // whole and equal on every rank (earlier micro-steps): begin zeroes it on all ranks but
@@ -240,6 +273,7 @@ class Model {
   ModelSpec spec_;
   TensorParallel tp_;
   ExpertParallel ep_;
+  ContextParallel cp_;
   Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
   std::function<void(ParamUse, int)> param_hook_;
   std::function<void(size_t)> grad_ready_hook_;
@@ -284,11 +318,19 @@ class Model {
   // weight-gradient scratch under sp.
   float *tp_full_ = nullptr, *tp_rowmax_ = nullptr, *tp_sums_ = nullptr, *tp_shift_ = nullptr;
   float* tp_lngrad_ = nullptr;
+  // Context parallelism only (null with cp = 1): the gathered keys and values in rank order
+  // (cp blocks of B x T/cp rows, also the reduce-scatter's input), every position's key/value
+  // gradients, and this rank's reduced ones. cp_pos_ holds the positions for a sequence of
+  // cp_pos_seq_.
+  float *cp_blocks_ = nullptr, *d_kv_ = nullptr, *cp_local_ = nullptr;
+  std::vector<int> cp_pos_;
+  int cp_pos_seq_ = 0;
   // An MoE layer's gradient floats, router to last expert bias (contiguous in the table).
   size_t moe_grad_floats_ = 0;
   int *inputs_ = nullptr, *targets_ = nullptr;
-  // Shape of the last forward.
-  int B_ = 0, T_ = 0, scored_ = 0;
+  // Shape of the last forward: B_ sequences of T_ rows on this rank (seq_ / cp of a sequence
+  // of seq_ under cp).
+  int B_ = 0, T_ = 0, seq_ = 0, scored_ = 0;
   bool have_targets_ = false;
 };
 

@@ -4,7 +4,9 @@
 // Memory per layer and micro-batch in flight, fp32, with N = B*T tokens (R of them on this rank
 // under sequence parallelism), H heads and T the sequence:
 //   none       every tensor of the block (layernorms, qkv, probabilities B*H*T*T, attention
-//              output, residuals, MLP or MoE buffers, output)
+//              output, residuals, MLP or MoE buffers, output; under context parallelism the
+//              gathered keys and values B*T*2*kv_heads*head_size, and B*H*(T/cp)*T
+//              probabilities)
 //   selective  the same but the probabilities; plus one B*H*T*T buffer for the stage
 //   full       the output, R*C (an MoE layer also its E expert counts, for the load metrics);
 //              plus one layer's tensors but the output for the stage, the dense and MoE sets
@@ -42,10 +44,11 @@ int* Model::ArenaCarver::itake(size_t n) {
 Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
                                     std::vector<MoeActs>* moe) {
   const ModelSpec& s = spec_;
-  const size_t N = static_cast<size_t>(max_batch_) * max_seq_;
+  // Under context parallelism N is this rank's tokens; its queries see every position.
+  const size_t N = max_tokens();
   const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
   const size_t C = s.hidden_size, QKV = qkv_, F = ff_, AC = attn_c_;
-  const size_t att = static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_;
+  const size_t att = N * nh_ * max_seq_;
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
   const bool is_moe = s.is_moe_layer(l);
   LayerActs a{};
@@ -63,6 +66,7 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   a.ln1_mean = arena.take(R);
   a.ln1_rstd = arena.take(R);
   a.qkv = arena.take(N * QKV);
+  if (cp_.size > 1) a.kv = arena.take(static_cast<size_t>(max_batch_) * max_seq_ * (QKV - AC));
   if (keep != Keep::kAllButProbs) a.att = arena.take(att);
   a.atty = arena.take(N * AC);
   a.resid_attn = arena.take(R * C);
@@ -105,7 +109,7 @@ void Model::carve_recompute_buffers(ArenaCarver& arena) {
   recompute_moe_ = LayerActs{};
   recompute_moe_acts_ = MoeActs{};
   if (recompute_ == Recompute::kSelective) {
-    recompute_att_ = arena.take(static_cast<size_t>(max_batch_) * nh_ * max_seq_ * max_seq_);
+    recompute_att_ = arena.take(max_tokens() * nh_ * max_seq_);
     return;
   }
   if (recompute_ != Recompute::kFull) return;
@@ -154,8 +158,7 @@ Model::LayerActs Model::backward_acts(int i, const float* x_in, const MoeActs** 
   LayerActs a = layers_[i];
   *moe = idx >= 0 ? &moe_layers_[idx] : nullptr;
   if (recompute_ == Recompute::kSelective) {
-    const AttentionShape ash{B_, T_, nh_, kvh_, spec_.head_size(), spec_.causal()};
-    attention_probs_forward(recompute_att_, a.qkv, ash);
+    attention_probs(recompute_att_, a);
     a.att = recompute_att_;
   }
   return a;

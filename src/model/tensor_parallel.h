@@ -37,6 +37,17 @@ struct TensorParallel {
   TensorParallelComm* comm = nullptr;  // required when size > 1; outlives the model
 };
 
+// Context parallelism (Megatron-LM's cp in Llama 3's all-gather form; model/context_parallel.cc):
+// every sequence is cut into 2*size chunks and rank r holds chunks r and 2*size-1-r, so causal
+// attention work is balanced. Everything but attention is per token and runs on the rank's rows;
+// attention all-gathers keys and values over the group and reduce-scatters their gradients. The
+// collectives are the tensor-parallel interface's, over the cp group.
+struct ContextParallel {
+  int rank = 0;
+  int size = 1;
+  TensorParallelComm* comm = nullptr;  // required when size > 1; outlives the model
+};
+
 // Expert parallelism (Lepikhin et al. 2020, GShard): the experts of each MoE layer are
 // sharded over the ep ranks; tokens go to their experts' rank and back through all-to-alls.
 class ExpertParallelComm {

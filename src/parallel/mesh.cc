@@ -2,6 +2,7 @@
 #include "parallel/mesh.h"
 
 #include <cstdio>
+#include <iterator>
 
 #include "comm/group.h"
 
@@ -67,6 +68,12 @@ std::vector<int> cp_group_ranks(const MeshShape& s, int rank) {
 }
 std::vector<int> dp_group_ranks(const MeshShape& s, int rank) {
   return ranks_varying(s, rank, s.dp, [](MeshCoords& c, int i) { c.dp = i; });
+}
+std::vector<int> dp_cp_group_ranks(const MeshShape& s, int rank) {
+  std::vector<int> out;
+  for (int d : dp_group_ranks(s, rank))
+    for (int c : cp_group_ranks(s, d)) out.push_back(c);
+  return out;  // ascending: dp is slower-varying than cp
 }
 std::vector<int> pp_group_ranks(const MeshShape& s, int rank) {
   return ranks_varying(s, rank, s.pp, [](MeshCoords& c, int i) { c.pp = i; });
@@ -154,7 +161,10 @@ StatusOr<std::unique_ptr<ProcessMesh>> ProcessMesh::build(comm::Group& world,
       {&m->pp_, pp_group_ranks(shape, r), "pp-" + dp + "-" + cp + "-" + tp},
       {&m->mp_, mp_group_ranks(shape, r), "mp-" + dp + "-" + cp},
   };
-  for (const Spec& s : specs) {
+  std::vector<Spec> all(std::begin(specs), std::end(specs));
+  if (shape.cp > 1)
+    all.push_back({&m->dp_cp_, dp_cp_group_ranks(shape, r), "dpcp-" + pp + "-" + tp});
+  for (const Spec& s : all) {
     CANN_ASSIGN_OR_RETURN(*s.slot, world.new_subgroup(s.ranks, s.name));
     if (*s.slot == nullptr)
       return Internal("process mesh: rank " + std::to_string(r) + " is not a member of its own " +

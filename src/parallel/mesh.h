@@ -19,8 +19,10 @@
 //
 // Pipeline neighbours talk point to point over the world group; the pipeline group (all stages
 // of one place) carries the tied embedding's gradient sum, the model-parallel group (tp x pp)
-// the gradient norm. Sub-groups of size 1 are built like the others, so code never
-// special-cases them.
+// the gradient norm. The ranks of a context group hold the same parameters and different
+// positions of the same sequences, so dense gradients are summed over data x context ranks
+// (Megatron's dp-cp group): with cp = 1 that group is the data-parallel group itself. Sub-groups of
+// size 1 are built like the others, so code never special-cases them.
 #pragma once
 
 #include <memory>
@@ -57,6 +59,8 @@ int mesh_rank(const MeshShape& shape, const MeshCoords& c);
 std::vector<int> tp_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> cp_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> dp_group_ranks(const MeshShape& shape, int rank);
+// Every (cp, dp) place at this rank's (tp, pp): the gradient-reduction group.
+std::vector<int> dp_cp_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> pp_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> ep_group_ranks(const MeshShape& shape, int rank);
 std::vector<int> expert_dp_group_ranks(const MeshShape& shape, int rank);
@@ -73,8 +77,9 @@ std::string describe_mesh_ranks(const MeshShape& shape);
 class ProcessMesh {
  public:
   // A collective over `world`: every rank builds its tensor, context, data, expert,
-  // expert-data, pipeline and model-parallel groups (in that order on every rank, so no two
-  // ranks wait on each other in different groups). `world` must outlive the mesh.
+  // expert-data, pipeline and model-parallel groups, then with cp > 1 the data x context group
+  // (in that order on every rank, so no two ranks wait on each other in different groups). `world`
+  // must outlive the mesh.
   static StatusOr<std::unique_ptr<ProcessMesh>> build(comm::Group& world, const MeshShape& shape);
   ~ProcessMesh();
 
@@ -85,6 +90,7 @@ class ProcessMesh {
   comm::Group& tp() { return *tp_; }
   comm::Group& cp() { return *cp_; }
   comm::Group& dp() { return *dp_; }
+  comm::Group& dp_cp() { return shape_.cp > 1 ? *dp_cp_ : *dp_; }
   comm::Group& ep() { return *ep_; }
   comm::Group& expert_dp() { return *expert_dp_; }
   comm::Group& pp() { return *pp_; }
@@ -101,6 +107,7 @@ class ProcessMesh {
   MeshShape shape_;
   MeshCoords coords_;
   std::unique_ptr<comm::Group> tp_, cp_, dp_, ep_, expert_dp_, pp_, mp_;
+  std::unique_ptr<comm::Group> dp_cp_;  // built only with cp > 1
   int pp_prev_ = -1, pp_next_ = -1;
 };
 

@@ -52,14 +52,18 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
                                                       static_cast<int>(K), m.capacity_factor)
                                 : 0;
   const size_t att = b * H * sq * static_cast<size_t>(seq);
+  // Context parallelism: each layer keeps every position's keys and values, gathered from the
+  // cp ranks (model/context_parallel.cc).
+  const size_t all_kv = cp > 1 ? b * static_cast<size_t>(seq) * 2 * KV * d : 0;
 
   EngineArena a;
   // encoded, then the int buffers inputs and targets.
   a.embedding = take(Nsp * C) + take(N) + take(N);
   // ln1, ln1 mean, rstd, qkv, att, atty, resid_attn, ln2, mean, rstd, out.
+  // Under cp also the gathered keys and values.
   const size_t shared = take(Nsp * C) + 2 * take(Nsp) + take(N * QKV) + take(att) +
                         take(N * H * d) + take(Nsp * C) + take(Nsp * C) + 2 * take(Nsp) +
-                        take(Nsp * C);
+                        take(Nsp * C) + (cp > 1 ? take(all_kv) : 0);
   a.dense_layer = shared + 2 * take(N * F);  // fch, fch_gelu
   // Routing covers every token of the micro-batch, gathered under sp (each tensor-parallel
   // rank routes them all, then computes the experts for its own Nsp).
@@ -91,6 +95,9 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   }
   // Under tp: the gathered full-width input and the layernorm gradient partials.
   if (tp > 1) scratch += take(N * C) + take(2 * C);
+  // Under cp: the rank-ordered gather / reduce-scatter blocks, every position's key/value
+  // gradients, and this rank's reduced ones.
+  if (cp > 1) scratch += 2 * take(all_kv) + take(N * 2 * KV * d);
   a.scratch = static_cast<double>(scratch);
   return a;
 }

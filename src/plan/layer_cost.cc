@@ -164,14 +164,16 @@ void attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, double
   fwd.cost.tp_comm_s += t;
   bwd.cost.tp_comm_s += t;
 
-  // Context parallelism: cp-1 KV blocks (K and V, kvl heads) travel the ring in forward, KV and
-  // their gradients in backward; each transfer hides behind one block of attention.
-  const int cp = c.strategy.cp;
-  if (cp > 1) {
-    const double kv_bytes = 2 * x.b * x.sq * x.kvl * x.d * x.e;
-    const double t_kv = p2p_seconds(*c.cluster, kv_bytes, c.cp_ring_inter_node);
-    fwd.cost.cp_comm_s += (cp - 1) * std::max(0.0, t_kv - *core_fwd_s / cp);
-    bwd.cost.cp_comm_s += (cp - 1) * std::max(0.0, 2 * t_kv - *core_bwd_s / cp);
+  // Context parallelism as the engine runs it (Llama 3's form, model/context_parallel.cc):
+  // forward all-gathers every position's K and V (kvl heads) over the cp group, backward
+  // reduce-scatters their gradients. Neither hides behind compute: attention needs every key
+  // before it starts, and the key gradients are complete only when it ends.
+  if (c.strategy.cp > 1) {
+    const double kv_bytes = 2 * x.b * x.s * x.kvl * x.d * x.e;  // gathered, per rank
+    fwd.cost.cp_comm_s +=
+        collective_seconds(*c.cluster, Collective::kAllGather, kv_bytes, c.cp_group);
+    bwd.cost.cp_comm_s +=
+        collective_seconds(*c.cluster, Collective::kReduceScatter, kv_bytes, c.cp_group);
   }
 }
 
@@ -449,7 +451,6 @@ CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
   ctx.tp_group = {s.tp, 1};
   ctx.cp_group = {s.cp, s.tp};
   ctx.ep_group = {s.ep, s.tp * s.cp};
-  ctx.cp_ring_inter_node = static_cast<long long>(s.tp) * s.cp > c.devices_per_node;
   ctx.seq_len = seq_len;
   return ctx;
 }

@@ -57,7 +57,6 @@ struct CostContext {
   Strategy strategy;
   // Process groups in the rank layout (strategy.h): tp fastest, then cp, dp, pp.
   GroupShape tp_group, cp_group, ep_group;
-  bool cp_ring_inter_node = false;
   int seq_len = 0;  // tokens per sequence; 0: the model's seq_length
 };
 

@@ -22,7 +22,7 @@ namespace cann::plan {
 // with one process and plain data parallelism for reference. ep rows apply to MoE models only.
 inline constexpr const char* kPlanVsRealStrategies =
     "single;dp=2;tp=2;tp=2,sp=on;pp=2,schedule=gpipe;pp=2,schedule=1f1b;pp=2,vpp=2;dp=2,ep=2;"
-    "dp=2,tp=2;dp=2,pp=2;pp=2,tp=2;dp=4,ep=2";
+    "dp=2,tp=2;dp=2,pp=2;pp=2,tp=2;dp=4,ep=2;cp=2";
 
 struct BenchStrategy {
   std::string label;     // as written in the list, e.g. "pp=2,schedule=gpipe"

@@ -139,7 +139,9 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
     if (!c.allow_cross_node_tp && (tp > dpn || dpn % tp != 0)) continue;
     for (int cp : divisors(N / tp, m.seq_length)) {
       // Megatron's context parallelism splits the sequence into 2*cp chunks (load balance).
-      if (cp > 1 && m.seq_length % (2 * cp) != 0) continue;
+      // MoE routing depends on which tokens share a micro-batch, so `run` trains MoE models
+      // without cp (each context rank would route only its positions).
+      if (cp > 1 && (m.seq_length % (2 * cp) != 0 || m.is_moe())) continue;
       const int rest = N / (tp * cp);
       for (int ep : divisors(experts, rest)) {
         if (rest % ep != 0) continue;

@@ -42,8 +42,8 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
   const bool two_stage = config.compress == "onebit" || config.compress.rfind("topk:", 0) == 0;
   if (config.grad_sum_of_squares && two_stage)
     return InvalidArgument("--compress " + config.compress +
-                           " with tensor or pipeline parallelism is not available in this "
-                           "build; hint: use --compress none or bf16");
+                           " with model parallelism (tp, pp, cp or ep > 1) is not available in "
+                           "this build; hint: use --compress none or bf16");
   if (config.grad_sum_of_squares && config.zero > 0 && !config.norm_counted)
     return InvalidArgument("zero=" + std::to_string(config.zero) +
                            " with pipeline parallelism is not available in this build; hint: "

@@ -21,16 +21,18 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   auto refuse = [&](const std::string& what) {
     return InvalidArgument("--strategy " + text + ": " + what);
   };
-  const char* later =
-      " is planner-only in this build; hint: drop it (`run` trains dp, tp, pp, ep, "
-      "sp, zero, mbs, gbs and recompute)";
   // Under sp each tensor-parallel rank would route its own slice of the tokens, so the ranks
   // of a tensor group would exchange different rows with their expert peers: not built yet.
   if (s.ep > 1 && s.sp)
     return refuse("expert parallelism (ep=" + std::to_string(s.ep) +
                   ") with sp=on is not available in this build; hint: use sp=off with ep, or "
                   "ep=1 with sp");
-  if (s.cp != 1) return refuse("context parallelism (cp=" + std::to_string(s.cp) + ")" + later);
+  // Each context rank would route only its positions: capacities and drops would differ from
+  // the single process's, and the expert exchange would carry different rows per cp rank.
+  if (s.cp > 1 && s.ep > 1)
+    return refuse("context parallelism (cp=" + std::to_string(s.cp) +
+                  ") with expert parallelism (ep=" + std::to_string(s.ep) +
+                  ") is not available in this build; hint: use cp=1 with ep, or ep=1 with cp");
   if (s.vpp > 1 && s.pp == 1)
     return refuse("vpp=" + std::to_string(s.vpp) +
                   " interleaves model chunks over pipeline stages, so it needs pp > 1; hint: add "
@@ -43,13 +45,15 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   l.tp = s.tp;
   l.pp = s.pp;
   l.vpp = s.vpp;
+  l.cp = s.cp;
   l.sp = s.sp;
   l.recompute = s.recompute == plan::Recompute::kFull        ? model::Recompute::kFull
                 : s.recompute == plan::Recompute::kSelective ? model::Recompute::kSelective
                                                              : model::Recompute::kNone;
-  const int mp = s.tp * s.pp;
+  const int mp = s.tp * s.pp * s.cp;
   if (world % mp != 0)
-    return refuse("tp*pp = " + std::to_string(mp) + " needs a multiple of " + std::to_string(mp) +
+    return refuse("tp*pp*cp = " + std::to_string(mp) + " needs a multiple of " +
+                  std::to_string(mp) +
                   " processes, but " + std::to_string(world) +
                   " were started; hint: launch with --nproc-per-node " +
                   std::to_string(s.dp > 0 ? s.dp * mp : mp) + " (times --nnodes)");
@@ -60,8 +64,9 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
                   " (expert groups are carved out of the data-parallel ranks); hint: pick an ep "
                   "that divides dp");
   if (s.dp != 0 && s.dp != l.dp)
-    return refuse("dp*tp*pp = " + std::to_string(s.dp) + "*" + std::to_string(s.tp) + "*" +
-                  std::to_string(s.pp) + " = " + std::to_string(s.dp * mp) + ", but " +
+    return refuse("dp*tp*pp*cp = " + std::to_string(s.dp) + "*" + std::to_string(s.tp) + "*" +
+                  std::to_string(s.pp) + "*" + std::to_string(s.cp) + " = " +
+                  std::to_string(s.dp * mp) + ", but " +
                   std::to_string(world) + " processes were started; hint: launch with " +
                   "--nproc-per-node " + std::to_string(s.dp * mp) + " (times --nnodes)");
   if (s.pp > 1 && s.zero >= 2)
@@ -156,11 +161,24 @@ Status check_strategy_for_launch(const std::string& strategy, const std::string&
   if (!layout.model_parallel()) return OkStatus();
   auto spec = model::load_model_spec(model_name);
   if (!spec.ok()) return OkStatus();  // the workers report a bad model with its own message
+  if (layout.cp > 1 && spec->is_moe())
+    return InvalidArgument("--strategy " + strategy + ": context parallelism (cp=" +
+                           std::to_string(layout.cp) + ") with the MoE layers of model '" +
+                           spec->name +
+                           "' is not available in this build (routing depends on which tokens "
+                           "share a micro-batch); hint: use cp=1 for MoE models");
   if (layout.ep > 1 && (!spec->is_moe() || spec->num_local_experts % layout.ep != 0))
     return InvalidArgument("--strategy " + strategy + ": ep=" + std::to_string(layout.ep) +
                            " must divide the experts of model '" + spec->name + "' (" +
                            std::to_string(spec->num_local_experts) +
                            "); hint: use an MoE model and an ep that divides its experts");
+  const int seq = batch.seq_len > 0 ? batch.seq_len : spec->seq_length;
+  if (layout.cp > 1 && seq % (2 * layout.cp) != 0)
+    return InvalidArgument("--strategy " + strategy + ": cp=" + std::to_string(layout.cp) +
+                           " cuts each sequence of " + std::to_string(seq) +
+                           " tokens into 2*cp = " + std::to_string(2 * layout.cp) +
+                           " equal chunks; hint: pick a --seq-len that is a multiple of " +
+                           std::to_string(2 * layout.cp));
   if (layout.pp > spec->num_hidden_layers)
     return InvalidArgument("--strategy " + strategy + ": pp=" + std::to_string(layout.pp) +
                            " stages but model '" + spec->name + "' has " +
@@ -184,8 +202,10 @@ StatusOr<std::unique_ptr<ModelParallel>> ModelParallel::create(comm::Group& worl
   shape.tp = layout.tp;
   shape.pp = layout.pp;
   shape.ep = layout.ep;
+  shape.cp = layout.cp;
   CANN_ASSIGN_OR_RETURN(mp->mesh_, parallel::ProcessMesh::build(world, shape));
   mp->tp_comm_ = std::make_unique<parallel::GroupTensorParallelComm>(mp->mesh_->tp());
+  mp->cp_comm_ = std::make_unique<parallel::GroupTensorParallelComm>(mp->mesh_->cp());
   mp->ep_comm_ = std::make_unique<parallel::GroupExpertParallelComm>(mp->mesh_->ep());
   return mp;
 }
@@ -207,6 +227,18 @@ model::ExpertParallel ModelParallel::expert_parallel() const {
   e.size = layout_.ep;
   e.comm = ep_comm_.get();
   return e;
+}
+
+model::ContextParallel ModelParallel::context_parallel() const {
+  model::ContextParallel c;
+  c.rank = mesh_->coords().cp;
+  c.size = layout_.cp;
+  c.comm = cp_comm_.get();
+  return c;
+}
+
+comm::Group& ModelParallel::gradient_group() {
+  return mesh_->dp_cp();
 }
 
 comm::Group& ModelParallel::expert_dp_group() {

@@ -1,12 +1,14 @@
 // ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
-// the layout `run` can train (dp x pp x tp with vpp chunks per stage, with sequence
+// the layout `run` can train (dp x pp x cp x tp with vpp chunks per stage, with sequence
 // parallelism on or off, and the activation recomputation) and refuses, with one line naming
-// the key, what this build cannot train yet (cp, and ep combined with sp). The expert groups
+// the key, what this build cannot train (ep combined with sp or cp). The expert groups
 // live inside one pipeline stage and one tensor-parallel rank (see parallel/mesh.h).
-// For tp > 1 or pp > 1 it builds the process mesh over the world group, the model's
-// tensor-parallel communicator over the mesh's tp group, this rank's pipeline stage (layers
-// balanced by cost with the planner's partition), the gradient norm over the model-parallel
-// shards, and the sum of the tied embedding's two copies (first and last stage).
+// For tp, pp, cp or ep > 1 it builds the process mesh over the world group, the model's
+// tensor- and context-parallel communicators over the mesh's tp and cp groups, this rank's
+// pipeline stage (layers balanced by cost with the planner's partition), the gradient norm
+// over the model-parallel shards, and the sum of the tied embedding's two copies (first and
+// last stage). Under context parallelism gradients are reduced over the data x context ranks
+// (gradient_group), which hold the same parameters.
 #pragma once
 
 #include <functional>
@@ -45,9 +47,10 @@ struct ParallelLayout {
   int pp = 1;
   int ep = 1;   // expert groups carved out of dp (ep divides dp)
   int vpp = 1;  // model chunks per pipeline stage (interleaved 1F1B when > 1)
+  int cp = 1;   // context parallelism: each sequence's positions split over cp ranks
   bool sp = false;
   model::Recompute recompute = model::Recompute::kNone;
-  bool model_parallel() const { return tp > 1 || pp > 1 || ep > 1; }
+  bool model_parallel() const { return tp > 1 || pp > 1 || ep > 1 || cp > 1; }
 };
 
 // `text` is the strategy as the user wrote it (for messages); `world` the processes started.
@@ -58,11 +61,12 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
 // reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
 // the model splits that way. `model` is a shipped name or a spec path.
 // `batch`: the run's --batch-size, --grad-accum and --pipeline-schedule, for the pipeline
-// schedule's checks (0 / empty: not given).
+// schedule's checks, and --seq-len, for context parallelism's chunks (0 / empty: not given).
 struct LaunchBatch {
   int batch_size = 0;
   int grad_accum = 0;
   std::string pipeline_schedule;
+  int seq_len = 0;
 };
 Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world,
                                  const LaunchBatch& batch = {});
@@ -88,9 +92,14 @@ class ModelParallel {
 
   model::TensorParallel tensor_parallel() const;
   model::ExpertParallel expert_parallel() const;
+  model::ContextParallel context_parallel() const;
   // The ranks holding the same experts (expert tensors are reduced over it).
   comm::Group& expert_dp_group();
   comm::Group& dp_group();
+  // Where dense gradients are averaged: the data-parallel group, or with cp > 1 the data x
+  // context group (the cp ranks' gradients are parts of one replica's, which the trainer
+  // scales by cp so that the average over dp x cp is the data-parallel mean of their sums).
+  comm::Group& gradient_group();
   int dp_rank() const;
   // Pipeline: this rank's stage, its neighbours (world ranks, -1 at the ends), the world ranks
   // of every stage of its pipeline, the pipeline group, and the stage's layers with one
@@ -151,6 +160,7 @@ class ModelParallel {
   ParallelLayout layout_;
   std::unique_ptr<parallel::ProcessMesh> mesh_;
   std::unique_ptr<parallel::GroupTensorParallelComm> tp_comm_;
+  std::unique_ptr<parallel::GroupTensorParallelComm> cp_comm_;
   std::unique_ptr<parallel::GroupExpertParallelComm> ep_comm_;
   Status status_;
   std::vector<float> zero_wte_;  // a middle stage's share of the tied-embedding sum

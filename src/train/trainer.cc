@@ -99,7 +99,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            layout_.pp > 1 ? mp_->pipeline_stage(spec_, accum_steps_, schedule)
                                           : model::PipelineStage{},
                            mp_ ? mp_->expert_parallel() : model::ExpertParallel{},
-                           layout_.recompute));
+                           layout_.recompute,
+                           mp_ ? mp_->context_parallel() : model::ContextParallel{}));
   if (layout_.pp > 1 && schedule == parallel::PipelineSchedule::kInterleaved)
     pipeline_ = std::make_unique<parallel::PipelineRunner>(*model_, *world_, mp_->pp_group(),
                                                            mp_->stage_ranks(), mp_->stage());
@@ -276,10 +277,25 @@ Status Trainer::setup_model_parallel() {
                            spec_.name + "' has " + std::to_string(spec_.num_hidden_layers) +
                            " layers; hint: use at most one stage per layer");
   CANN_RETURN_IF_ERROR(check_pipeline_chunks(spec_, layout_, where));
-  if (layout_.sp && (micro_batch_ * seq_len_) % layout_.tp != 0)
-    return InvalidArgument(where + "sp=on splits the " + std::to_string(micro_batch_ * seq_len_) +
-                           " tokens of a micro-batch over tp=" + std::to_string(layout_.tp) +
-                           " ranks; hint: pick mbs or --seq-len so that tp divides mbs*seq_len");
+  if (layout_.cp > 1 && spec_.is_moe())
+    return InvalidArgument(where + "context parallelism (cp=" + std::to_string(layout_.cp) +
+                           ") with the MoE layers of model '" + spec_.name +
+                           "' is not available in this build (routing depends on which tokens "
+                           "share a micro-batch); hint: use cp=1 for MoE models");
+  if (layout_.cp > 1 && seq_len_ % (2 * layout_.cp) != 0)
+    return InvalidArgument(where + "cp=" + std::to_string(layout_.cp) + " cuts each sequence of " +
+                           std::to_string(seq_len_) + " tokens into 2*cp = " +
+                           std::to_string(2 * layout_.cp) +
+                           " equal chunks; hint: pick a --seq-len that is a multiple of " +
+                           std::to_string(2 * layout_.cp));
+  const int local_tokens = micro_batch_ * (seq_len_ / layout_.cp);
+  if (layout_.sp && local_tokens % layout_.tp != 0)
+    return InvalidArgument(where + "sp=on splits the " + std::to_string(local_tokens) +
+                           " tokens of a micro-batch" +
+                           (layout_.cp > 1 ? " on each context rank" : "") + " over tp=" +
+                           std::to_string(layout_.tp) +
+                           " ranks; hint: pick mbs or --seq-len so that tp divides mbs*seq_len" +
+                           (layout_.cp > 1 ? "/cp" : ""));
   CANN_ASSIGN_OR_RETURN(mp_, ModelParallel::create(*world_, layout_));
   full_table_ = std::make_unique<model::ParamTable>(model::build_param_table(spec_));
   return OkStatus();
@@ -348,10 +364,11 @@ Status Trainer::resolve_layout() {
   // a rank takes its whole share at once, so its one backward hides the gradient reduction
   // (accumulation would leave only the last micro-step's backward to hide it behind).
   if (mbs == 0 && layout_.pp > 1) mbs = 1;
-  // Each data-parallel replica (its tp x pp ranks together) takes gbs / dp sequences.
+  // Each data-parallel replica (its tp x cp x pp ranks together) takes gbs / dp sequences;
+  // the context ranks of a replica read the same sequences and keep their own positions.
   if (!layout_.model_parallel()) layout_.dp = world_size_;
   data_world_ = layout_.dp;
-  data_rank_ = rank_ / layout_.tp % layout_.dp;
+  data_rank_ = rank_ / (layout_.tp * layout_.cp) % layout_.dp;
   if (gbs % data_world_ != 0)
     return InvalidArgument("global batch " + std::to_string(gbs) + " does not divide over " +
                            std::to_string(data_world_) + " data-parallel ranks; hint: use a " +
@@ -393,6 +410,7 @@ std::string Trainer::planner_memory_note() const {
   s.pp = layout_.pp;
   s.ep = layout_.ep;
   s.vpp = layout_.vpp;
+  s.cp = layout_.cp;
   s.sp = layout_.sp;
   s.recompute = layout_.recompute == model::Recompute::kFull        ? plan::Recompute::kFull
                 : layout_.recompute == model::Recompute::kSelective ? plan::Recompute::kSelective
@@ -722,9 +740,13 @@ Status Trainer::run(RunSummary* summary) {
           ", schedule " + parallel::pipeline_schedule_name(pipeline_->schedule()) + ", " +
           std::to_string(accum_steps_) + " micro-batches of " + std::to_string(micro_batch_) +
           " per step");
+    std::string reduced_over;
+    if (layout_.cp > 1)
+      reduced_over = " (gradients reduced over dp x cp = " +
+                     std::to_string(data_world_ * layout_.cp) + " ranks)";
     if (dp_)
-      progress_.line("data parallel: " + std::to_string(data_world_) + " ranks, " +
-                     std::to_string(accum_steps_) + " micro-step" + (accum_steps_ == 1 ? "" : "s") +
+      progress_.line("data parallel: " + std::to_string(data_world_) + " ranks" + reduced_over +
+                     ", " + std::to_string(accum_steps_) + " micro-step" + (accum_steps_ == 1 ? "" : "s") +
                      " of " + std::to_string(micro_batch_) + " per rank, " + dp_->describe());
   }
 
@@ -775,7 +797,9 @@ Status Trainer::train_steps(RunSummary* summary) {
     // one's under ZeRO stage 2, which keeps no full gradient between micro-steps).
     model::ForwardStats st;
     parallel::StepComm comm_stats;
-    const float grad_scale = 1.0f / static_cast<float>(accum_steps_);
+    // Under cp the reduction averages over dp x cp ranks whose gradients are parts of one
+    // replica's: scaled by cp, the average is the data-parallel mean of their sums.
+    const float grad_scale = static_cast<float>(layout_.cp) / static_cast<float>(accum_steps_);
     double forward_s = 0.0, backward_s = 0.0;
     // This rank's routing over the step's micro-steps and MoE layers (under a pipeline, this
     // stage's MoE layers over the micro-batches the schedule runs).

@@ -159,8 +159,9 @@ class Trainer {
   double last_val_loss_ = -1.0;
   int rank_ = 0;
   int world_size_ = 1;
-  // Model parallelism (strategy tp/sp): the layout, and for tp > 1 the mesh and its groups.
-  // Data ranks are the data-parallel coordinates: the tp ranks of one replica read one batch.
+  // Model parallelism (strategy tp/sp/pp/cp/ep): the layout, and with any of them the mesh and
+  // its groups. Data ranks are the data-parallel coordinates: the tp and cp ranks of one
+  // replica read one batch (each cp rank keeps its positions of it).
   ParallelLayout layout_;
   std::unique_ptr<ModelParallel> mp_;
   // Model parallelism: the whole model's layout, which checkpoints use, and the buffer the

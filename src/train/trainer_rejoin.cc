@@ -40,8 +40,9 @@ Status Trainer::make_data_parallel_engine() {
       dc.expert_dp_group = &mp_->expert_dp_group();
     }
   }
-  CANN_ASSIGN_OR_RETURN(dp_, DataParallelEngine::create(*model_, mp_ ? mp_->dp_group() : *world_,
-                                                        oc, dc, config_.steps));
+  CANN_ASSIGN_OR_RETURN(
+      dp_, DataParallelEngine::create(*model_, mp_ ? mp_->gradient_group() : *world_, oc, dc,
+                                      config_.steps));
   return OkStatus();
 }
 

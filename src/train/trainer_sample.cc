@@ -7,6 +7,10 @@
 // holding the head draws the same token (same seed, same logits). The others learn it from a
 // max-reduction over the world, where they offer -1. With sequence parallelism the context is
 // cut to a multiple of tp tokens, since sp splits a micro-batch's tokens over the tp ranks.
+// Context parallelism needs a multiple of 2*cp (times tp under sp): the context is padded on
+// the right instead, which causal attention keeps from touching the positions before it (so
+// the text is the single process's), or cut where padding would pass seq_len; the cp rank
+// holding the context's last position draws the token.
 #include <algorithm>
 #include <cmath>
 
@@ -24,25 +28,44 @@ StatusOr<std::string> Trainer::generate_sample() {
     if (data_.byte_level && data_.val[i] == '\n' && ctx.size() > 1) break;
   }
   const size_t prompt_len = ctx.size();
-  const int tp = mp_ ? layout_.tp : 1;
+  const int tp = mp_ ? layout_.tp : 1, cp = layout_.cp;
+  const int cp_rank = model_->context_parallel().rank;
+  std::vector<int> window;
   const int vocab_rows = (V + tp - 1) / tp;  // logits per row on one tp rank (padded)
   std::vector<float> gathered(static_cast<size_t>(vocab_rows) * tp);
   Rng rng(config_.seed ^ 0x9e4e7a7eULL);
   std::vector<float> probs(V);
   for (int n = 0; n < config_.sample_tokens; ++n) {
     int len = std::min<int>(static_cast<int>(ctx.size()), T);
-    if (layout_.sp) len -= len % tp;
-    if (len == 0) break;  // a context shorter than tp tokens cannot be split
-    const int* window = ctx.data() + ctx.size() - len;
+    int padded = len;  // the tokens the forward runs: the context, then padding
+    if (cp > 1) {
+      const int unit = 2 * cp * (layout_.sp ? tp : 1);
+      padded = (len + unit - 1) / unit * unit;
+      if (padded > T) padded = len -= len % unit;
+    } else if (layout_.sp) {
+      len -= len % tp;
+      padded = len;
+    }
+    if (len == 0) break;  // a context shorter than one token per shard cannot be split
+    window.assign(ctx.end() - len, ctx.end());
+    window.resize(padded, 0);
     if (pipeline_) {
-      CANN_RETURN_IF_ERROR(pipeline_->forward_only(window, nullptr, 1, len).status());
+      CANN_RETURN_IF_ERROR(pipeline_->forward_only(window.data(), nullptr, 1, padded).status());
     } else {
-      model_->forward(window, nullptr, 1, len);
+      model_->forward(window.data(), nullptr, 1, padded);
     }
     CANN_RETURN_IF_ERROR(model_->tp_status());
+    // The row of position len - 1. Under cp, chunk c of size padded/(2cp) lies on rank c
+    // (first half) or 2cp-1-c (second half), as its first or second local chunk.
+    int owner = 0, row = len - 1;
+    if (cp > 1) {
+      const int chunk = padded / (2 * cp), c = (len - 1) / chunk;
+      owner = c < cp ? c : 2 * cp - 1 - c;
+      row = (c < cp ? 0 : chunk) + (len - 1) % chunk;
+    }
     float next = -1.0f;
-    if (model_->has_head()) {
-      const float* logits = model_->logits() + static_cast<size_t>(len - 1) * vocab_rows;
+    if (model_->has_head() && cp_rank == owner) {
+      const float* logits = model_->logits() + static_cast<size_t>(row) * vocab_rows;
       if (tp > 1) {
         // Rank r holds rows [r * vocab_rows, (r + 1) * vocab_rows); padding only at the end.
         CANN_RETURN_IF_ERROR(
@@ -63,7 +86,7 @@ StatusOr<std::string> Trainer::generate_sample() {
         }
       }
     }
-    if (mp_ && layout_.pp > 1)  // token ids below 2^24 are exact in fp32
+    if (mp_ && (layout_.pp > 1 || cp > 1))  // token ids below 2^24 are exact in fp32
       CANN_RETURN_IF_ERROR(
           world_->allreduce(&next, 1, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
     ctx.push_back(static_cast<int>(next));

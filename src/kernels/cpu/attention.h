@@ -1,5 +1,8 @@
 // Multi-head scaled dot-product attention with the softmax fused in, causal (GPT) or
-// bidirectional (BERT), with grouped-query attention when kv_heads < heads.
+// bidirectional (BERT), with grouped-query attention when kv_heads < heads. Two entry points
+// over one implementation: the whole sequence from one fused qkv buffer, and the context-
+// parallel form, where a rank's queries are some positions of the sequence and the keys and
+// values are all of them (gathered from the other ranks: model/context_parallel.cc).
 #pragma once
 
 namespace cann::kernels {
@@ -22,5 +25,30 @@ void attention_probs_forward(float* att, const float* qkv, const AttentionShape&
 // dqkv (B,T,QKV) is overwritten; dout is (B,T,C).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                         const AttentionShape& s);
+
+// Context parallelism: Tq queries per sequence, at positions q_pos[0..Tq) (strictly ascending)
+// of a sequence of Tk; the causal mask is by position, so query i sees keys [0, q_pos[i]].
+// Queries are read from rows of q_stride floats, query head h at column h*HS (q may point into
+// a fused qkv buffer); kv is (B,Tk,KV) with KV = 2*KVH*HS, each position [k heads | v heads].
+// out is (B,Tq,C); att is (B,NH,Tq,Tk). With Tq = Tk and q_pos[i] = i this is attention_forward.
+struct ContextAttentionShape {
+  int B, Tq, Tk, NH, KVH, HS;
+  bool causal;
+  const int* q_pos;
+  int C() const { return NH * HS; }
+  int KV() const { return 2 * KVH * HS; }
+};
+
+void context_attention_forward(float* out, float* att, const float* q, int q_stride,
+                               const float* kv, const ContextAttentionShape& s);
+// att alone (selective recomputation), bitwise equal to context_attention_forward's.
+void context_attention_probs_forward(float* att, const float* q, int q_stride, const float* kv,
+                                     const ContextAttentionShape& s);
+// dq: the query columns of (B,Tq,q_stride) rows are overwritten, the other columns untouched;
+// dkv (B,Tk,KV) is overwritten with the gradient of every key and value from these queries
+// only (the other ranks' queries add theirs: a reduce-scatter sums them).
+void context_attention_backward(float* dq, float* dkv, const float* dout, const float* q,
+                                int q_stride, const float* kv, const float* att,
+                                const ContextAttentionShape& s);
 
 }  // namespace cann::kernels
