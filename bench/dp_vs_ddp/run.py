@@ -27,6 +27,14 @@ printed beside it: on two cores it also counts what two ranks slow each other's 
 (memory bandwidth, and the cores the network stack and communication threads take), which is
 about 16% of the step here even with 1-bit Adam's 1.4 MB per step.
 
+Each rank runs on a core of its own (taskset; both engines alike, and the single-rank runs on
+the first rank's core), as two nodes would: left to the scheduler, one rank's communication
+threads and the network stack's work land on the core of the other rank's compute, that rank
+falls behind by tens of milliseconds in backward, and the first rank's wait for its last
+buckets then counts the peer's lateness as exposed communication (on two cores, steps
+alternated between about 2% and 10-20% own exposed). --no-pin leaves placement to the
+scheduler.
+
 Step times are medians after the warm-up steps. Validation comes first (every loss starts near
 ln 256 and falls; every compressed run's final validation loss within 2% of the uncompressed
 run's), then the table and the issue's targets, each PASS, FAIL or PENDING (a cann-train flag
@@ -35,7 +43,7 @@ usage, else 0.
 
     sudo bench/dp_vs_ddp/run.py [--links 1gbit,100mbit] [--timing-steps 12]
                                 [--converge-steps 120] [--bucket-mb 4] [--no-extras]
-                                [--build build]
+                                [--no-pin] [--build build]
 """
 import argparse
 import json
@@ -104,6 +112,7 @@ class Link:
         self.password = secrets.token_hex(16)
         self.procs = []
         self.created = False
+        self.cores = None  # per side: the core its rank runs on (None: any)
 
     def up(self):
         self.created = True
@@ -116,8 +125,11 @@ class Link:
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             sh("ip", "-n", ns, "link", "set", dev, "up")
 
-    def spawn(self, side, argv, out_path, env=None):
-        """Starts argv in namespace `side` (0 or 1) in its own session, output to out_path."""
+    def spawn(self, side, argv, out_path, env=None, pin=True):
+        """Starts argv in namespace `side` (0 or 1) in its own session, output to out_path, on
+        that side's core when the ranks are pinned."""
+        if self.cores and pin:
+            argv = ["taskset", "-c", str(self.cores[side])] + argv
         with open(out_path, "wb") as out:
             p = subprocess.Popen(["ip", "netns", "exec", self.ns[side]] + argv, stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -127,7 +139,7 @@ class Link:
 
     def start_redis(self, out_path):
         self.spawn(0, ["redis-server", "--bind", self.ip[0], "--port", "6379", "--requirepass",
-                       self.password, "--save", "", "--appendonly", "no"], out_path)
+                       self.password, "--save", "", "--appendonly", "no"], out_path, pin=False)
         env = clean_env(REDISCLI_AUTH=self.password)
         for _ in range(100):
             r = subprocess.run(["ip", "netns", "exec", self.ns[0], "redis-cli", "-h", self.ip[0],
@@ -392,6 +404,8 @@ def main():
                         "an extra uncompressed row of each engine at it (0: defaults only)")
     p.add_argument("--cann-args", default="",
                    help="extra flags for every multi-rank cann-train run, e.g. '--bucket-size-mb 4'")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not give each rank a core of its own (needs as many cores as ranks)")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--log-dir", default=None, help="step logs (default BUILD/bench_dp_vs_ddp)")
     a = p.parse_args()
@@ -427,6 +441,12 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     link = Link()
+    cores = sorted(os.sched_getaffinity(0))
+    if not a.no_pin:
+        if len(cores) < RANKS:
+            log(f"dp_vs_ddp: {len(cores)} core(s) for {RANKS} ranks; the ranks share them")
+        else:
+            link.cores = cores[:RANKS]
     try:
         return bench(a, links, link)
     except KeyboardInterrupt:
@@ -550,6 +570,8 @@ def bench(a, links, link):
     print(f"dp_vs_ddp: GPT 6x384, 6 heads, seq {SEQ}, vocab 256 ({n_params / 1e6:.2f}M "
           f"parameters); {RANKS} ranks x 1 thread x {PER_RANK} sequences (global batch "
           f"{RANKS * PER_RANK}), one network namespace per rank, veth shaped by tc tbf both ways")
+    print("ranks pinned to cores " + ",".join(map(str, link.cores)) + " (one each)" if link.cores
+          else "ranks not pinned: the scheduler places them on any core")
     print(f"medians skip the first {SKIP} steps (1-bit and top-k runs: also the {w} full-precision warm-up "
           f"steps of a {a.converge_steps}-step run); final loss: val loss at the end (cann-train), "
           f"else median of the last 5 train losses (DDP)")
