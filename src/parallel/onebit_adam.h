@@ -22,7 +22,7 @@
 //   density warmup: the share sent starts at 25% at the switch and falls by 4x every
 //     warmup_steps steps down to R, so the error feedback starts from a dense picture rather
 //     than a 1% one. On the dp_vs_ddp benchmark (R = 1%, 18 fp32 steps of 120) the two took
-//     top-k's final validation loss from 4.0% above the uncompressed run to 1.6%.
+//     top-k's final validation loss from 4.0% above the uncompressed run to 1.5%.
 // AdamW on the top-k gradients directly stalls: a coordinate that is sent once every 1/R steps
 // arrives with about 1/R steps of gradient, and Adam divides it by the root of its own square,
 // so it moves the weight by about one step's worth instead of 1/R of them (+20% validation
