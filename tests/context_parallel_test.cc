@@ -222,14 +222,7 @@ TEST_F(MultiProcContextParallelTest, CombinationsThatCannotRunExitTwoWithOneLine
       {"--nproc-per-node", "2", "--strategy", "cp=2", "--seq-len", "66"},  // not 4 chunks
       {"--nproc-per-node", "3", "--strategy", "cp=2"},
   };
-  for (const auto& flags : bad) {
-    std::vector<std::string> args = {"run", "--steps", "2", "--monitor", "off", "--quiet"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    const auto r = test::run_cann(args, 60);
-    EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-    EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
-  }
+  test::expect_run_usage_errors(bad);
 }
 
 }  // namespace

@@ -509,14 +509,7 @@ TEST_F(MultiProcModelParallelTest, StrategiesThatCannotRunExitTwoWithOneLine) {
       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=3,mbs=2"},   // 4 layers, 6 chunks
       {"--nproc-per-node", "2", "--strategy", "pp=2,vpp=2,mbs=2", "--pipeline-schedule", "1f1b"},
   };
-  for (const auto& flags : bad) {
-    std::vector<std::string> args = {"run", "--steps", "2", "--monitor", "off", "--quiet"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    const auto r = test::run_cann(args, 60);
-    EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-    EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
-  }
+  test::expect_run_usage_errors(bad);
 }
 
 }  // namespace

@@ -243,9 +243,7 @@ TEST(PlanEngineMemoryTest, MoeUnderTensorAndSequenceParallelismIsTheEnginesArena
           Strategy st = data_parallel(1, 0);
           st.tp = 2;
           st.sp = sp;
-          st.recompute = r == model::Recompute::kFull        ? Recompute::kFull
-                         : r == model::Recompute::kSelective ? Recompute::kSelective
-                                                             : Recompute::kNone;
+          st.recompute = plan_recompute(r);
           auto e = predict_engine_memory(m, st, B, seq);
           ASSERT_TRUE(e.ok()) << e.status().message();
           const std::string what = m.name + (sp ? " tp=2 sp " : " tp=2 ") + std::to_string(B) +
@@ -286,9 +284,7 @@ TEST(PlanEngineMemoryTest, ContextParallelArenaIsTheEnginesArena) {
             st.cp = 2;
             st.tp = tp;
             st.sp = sp;
-            st.recompute = r == model::Recompute::kFull        ? Recompute::kFull
-                           : r == model::Recompute::kSelective ? Recompute::kSelective
-                                                               : Recompute::kNone;
+            st.recompute = plan_recompute(r);
             auto e = predict_engine_memory(m, st, B, seq);
             ASSERT_TRUE(e.ok()) << e.status().message();
             const std::string what = m.name + " cp=2 tp=" + std::to_string(tp) +

@@ -334,9 +334,7 @@ TEST(RecomputeTest, ArenaIsThePlannersFigure) {
         plan::Strategy st;
         st.dp = 1;
         st.gbs = 0;
-        st.recompute = r == Recompute::kFull        ? plan::Recompute::kFull
-                       : r == Recompute::kSelective ? plan::Recompute::kSelective
-                                                    : plan::Recompute::kNone;
+        st.recompute = plan::plan_recompute(r);
         auto e = plan::predict_engine_memory(m, st, B, T);
         ASSERT_TRUE(e.ok()) << e.status().message();
         const double arena = static_cast<double>((*model)->activation_bytes());

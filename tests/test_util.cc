@@ -117,6 +117,17 @@ RandomBatches random_batches(const model::ModelSpec& s, int count, int tokens, u
   return d;
 }
 
+void expect_run_usage_errors(const std::vector<std::vector<std::string>>& flag_lists) {
+  for (const auto& flags : flag_lists) {
+    std::vector<std::string> args = {"run", "--steps", "2", "--monitor", "off", "--quiet"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_cann(args, 60);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
+  }
+}
+
 double expect_tensors_close(const model::ParamTable& table, const std::vector<float>& ref,
                             const std::vector<float>& got, double tol, const std::string& what) {
   double worst = 0;

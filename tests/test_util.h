@@ -38,6 +38,10 @@ CommandResult run_command(const std::vector<std::string>& argv, double timeout_s
 // Runs the cann-train binary built alongside the tests with the given arguments.
 CommandResult run_cann(const std::vector<std::string>& args, double timeout_s = 300);
 
+// Runs `run --steps 2 --monitor off --quiet` with each flag list and expects a usage error:
+// exit 2 and one line of output that carries a hint.
+void expect_run_usage_errors(const std::vector<std::vector<std::string>>& flag_lists);
+
 void write_text(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
 

@@ -11,12 +11,25 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/recompute.h"
 #include "model/spec.h"
 #include "plan/cluster.h"
 
 namespace cann::plan {
 
 enum class Recompute { kNone, kSelective, kFull };
+
+// The engine's recomputation mode for the planner's, and back.
+inline model::Recompute engine_recompute(Recompute r) {
+  return r == Recompute::kFull        ? model::Recompute::kFull
+         : r == Recompute::kSelective ? model::Recompute::kSelective
+                                      : model::Recompute::kNone;
+}
+inline Recompute plan_recompute(model::Recompute r) {
+  return r == model::Recompute::kFull        ? Recompute::kFull
+         : r == model::Recompute::kSelective ? Recompute::kSelective
+                                             : Recompute::kNone;
+}
 
 struct Strategy {
   int dp = 1;       // data-parallel replicas

@@ -47,9 +47,7 @@ StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::str
   l.vpp = s.vpp;
   l.cp = s.cp;
   l.sp = s.sp;
-  l.recompute = s.recompute == plan::Recompute::kFull        ? model::Recompute::kFull
-                : s.recompute == plan::Recompute::kSelective ? model::Recompute::kSelective
-                                                             : model::Recompute::kNone;
+  l.recompute = plan::engine_recompute(s.recompute);
   const int mp = s.tp * s.pp * s.cp;
   if (world % mp != 0)
     return refuse("tp*pp*cp = " + std::to_string(mp) + " needs a multiple of " +

@@ -412,9 +412,7 @@ std::string Trainer::planner_memory_note() const {
   s.vpp = layout_.vpp;
   s.cp = layout_.cp;
   s.sp = layout_.sp;
-  s.recompute = layout_.recompute == model::Recompute::kFull        ? plan::Recompute::kFull
-                : layout_.recompute == model::Recompute::kSelective ? plan::Recompute::kSelective
-                                                                    : plan::Recompute::kNone;
+  s.recompute = plan::plan_recompute(layout_.recompute);
   s.zero = dp_ ? zero_stage_ : 0;
   s.mbs = micro_batch_;
   s.gbs = micro_batch_ * accum_steps_ * s.dp;
