@@ -23,6 +23,7 @@
 #include "parallel/mesh.h"
 #include "parallel/tp_comm.h"
 #include "plan/strategy.h"
+#include "strategy_checks.h"
 #include "test_util.h"
 #include "train/model_parallel.h"
 
@@ -94,11 +95,7 @@ TEST(ContextParallelModelTest, RanksSumToTheSingleProcessGradients) {
 }
 
 TEST(ContextParallelLayoutTest, StrategyMeshAndLaunchChecks) {
-  auto layout = [](const std::string& text, int world) {
-    auto st = plan::parse_strategy(text);
-    EXPECT_TRUE(st.ok()) << st.status().message();
-    return train::parallel_layout(*st, text, world);
-  };
+  auto layout = [](const std::string& text, int world) { return test::run_strategy(text, world); };
   auto l = layout("cp=2", 2);
   ASSERT_TRUE(l.ok()) << l.status().message();
   EXPECT_EQ(l->cp, 2);
@@ -126,9 +123,9 @@ TEST(ContextParallelLayoutTest, StrategyMeshAndLaunchChecks) {
   const parallel::MeshShape staged{1, 2, 1, 2, 1};
   EXPECT_EQ(parallel::dp_cp_group_ranks(staged, 3), (std::vector<int>{2, 3}));
 
-  EXPECT_TRUE(train::check_strategy_for_launch("cp=2", "gpt_tiny", 2).ok());
-  EXPECT_TRUE(train::check_strategy_for_launch("dp=2,cp=2,tp=2,sp=on", "gpt_tiny", 8).ok());
-  const Status moe = train::check_strategy_for_launch("cp=2", "moe_bert_tiny", 2);
+  EXPECT_TRUE(test::check_launch("cp=2", "gpt_tiny", 2).ok());
+  EXPECT_TRUE(test::check_launch("dp=2,cp=2,tp=2,sp=on", "gpt_tiny", 8).ok());
+  const Status moe = test::check_launch("cp=2", "moe_bert_tiny", 2);
   EXPECT_EQ(moe.exit_code(), 2);
   EXPECT_NE(moe.message().find("context parallelism (cp=2) with the MoE layers"), std::string::npos)
       << moe.message();

@@ -15,17 +15,17 @@
 
 #include "ckpt/checkpoint.h"
 #include "comm_test_util.h"
+#include "core/aligned_buffer.h"
+#include "core/pages.h"
 #include "model/model.h"
 #include "model/param_table.h"
 #include "model/spec.h"
-#include "parallel/buckets.h"
+#include "optim/adamw.h"
 #include "parallel/reducer.h"
 #include "parallel/reductions.h"
 #include "parallel/zero.h"
 #include "parallel/zero_params.h"
-#include "core/aligned_buffer.h"
-#include "core/pages.h"
-#include "optim/adamw.h"
+#include "plan/buckets.h"
 #include "test_util.h"
 
 namespace cann {
@@ -41,7 +41,7 @@ model::ParamTable small_table() {
 
 TEST(BucketTest, ReverseOrderCoversTheBufferOnce) {
   const model::ParamTable t = small_table();
-  const auto buckets = parallel::plan_buckets(t, 4096, 16384);  // 1024 then 4096 floats
+  const auto buckets = plan::plan_buckets(t, 4096, 16384);  // 1024 then 4096 floats
   ASSERT_GE(buckets.size(), 3u);
   EXPECT_EQ(buckets.front().end, t.total_floats());
   EXPECT_EQ(buckets.front().size(), 1024u);
@@ -68,7 +68,7 @@ TEST(BucketTest, ReadyCutsFollowTheHeaderExample) {
   t.add("c", {256}, 0, model::TpSplit::kReplicated, false);
   t.add("d", {64}, 1, model::TpSplit::kReplicated, false);
   ASSERT_EQ(t.total_floats(), 1024u);
-  const auto b = parallel::plan_buckets(t, 160 * 4, 256 * 4, {320, 640, 704, 960});
+  const auto b = plan::plan_buckets(t, 160 * 4, 256 * 4, {320, 640, 704, 960});
   const std::vector<std::pair<size_t, size_t>> want = {
       {960, 1024}, {704, 960}, {640, 704}, {320, 640}, {0, 320}};
   ASSERT_EQ(b.size(), want.size());
@@ -92,7 +92,7 @@ TEST(BucketTest, ModelBucketsAreCutWhereBackwardReports) {
   ASSERT_TRUE(m.ok());
   const std::vector<size_t> ready = (*m)->grad_ready_offsets();
   ASSERT_EQ(ready.size(), 12u);  // four per dense block
-  const auto buckets = parallel::plan_buckets(t, 4096, 8192, ready);
+  const auto buckets = plan::plan_buckets(t, 4096, 8192, ready);
   ASSERT_GE(buckets.size(), 3u);
   EXPECT_EQ(buckets.front().end, t.total_floats());
   for (size_t i = 0; i < buckets.size(); ++i) {
@@ -115,7 +115,7 @@ TEST(BucketTest, ModelBucketsAreCutWhereBackwardReports) {
 }
 
 TEST(ZeroTest, ShardPiecesFollowTheHeaderExample) {
-  std::vector<parallel::Bucket> buckets(1);
+  std::vector<plan::Bucket> buckets(1);
   buckets[0].begin = 100;
   buckets[0].end = 110;
   const auto p0 = parallel::shard_pieces(buckets, 0, 3)[0];
@@ -134,7 +134,7 @@ TEST(ZeroTest, ShardPiecesFollowTheHeaderExample) {
 class RecordingReduction : public parallel::BucketReduction {
  public:
   explicit RecordingReduction(std::atomic<int>* layers_done) : layers_done_(layers_done) {}
-  Status reduce(const parallel::Bucket&, size_t index, float*) override {
+  Status reduce(const plan::Bucket&, size_t index, float*) override {
     std::lock_guard<std::mutex> lock(mu);
     order.push_back(static_cast<int>(index));
     started_after.push_back(layers_done_->load());
@@ -149,7 +149,7 @@ class RecordingReduction : public parallel::BucketReduction {
 
 TEST(ReducerTest, BucketsStartInOrderAsSoonAsTheirLayersAreDone) {
   const model::ParamTable t = small_table();
-  auto buckets = parallel::plan_buckets(t, 4096, 16384);
+  auto buckets = plan::plan_buckets(t, 4096, 16384);
   test::run_group("shm", 1, [&](int, comm::Group& g) {
     parallel::GradReducer reducer(buckets, g);
     std::atomic<int> done{0};
@@ -176,7 +176,7 @@ TEST(ReducerTest, BucketsStartInOrderAsSoonAsTheirLayersAreDone) {
 // layer it shares with the rest of the block is done.
 TEST(ReducerTest, FinalOffsetLaunchesBucketsBeforeTheirLayerIsDone) {
   const model::ParamTable t = small_table();
-  auto buckets = parallel::plan_buckets(t, 512, 512);
+  auto buckets = plan::plan_buckets(t, 512, 512);
   const auto [l2_begin, l2_end] = t.layer_range(2);
   test::run_group("shm", 1, [&](int, comm::Group& g) {
     parallel::GradReducer reducer(buckets, g);
@@ -249,7 +249,7 @@ TEST(ReducerTest, ModelReportsOnlyFinalGradients) {
 
 TEST(ReducerTest, FullReductionAveragesEveryBucket) {
   const model::ParamTable t = small_table();
-  auto buckets = parallel::plan_buckets(t, 4096, 16384);
+  auto buckets = plan::plan_buckets(t, 4096, 16384);
   for (int world : {1, 2, 3, 5}) {
     test::run_group("shm", world, [&](int rank, comm::Group& g) {
       parallel::GradReducer reducer(buckets, g);
@@ -273,7 +273,7 @@ TEST(ReducerTest, FullReductionAveragesEveryBucket) {
 // gradients, and the flat gradient buffer is left zero with its whole pages released.
 TEST(ZeroTest, StageTwoAccumulatesIntoTheShardAndReleasesTheBuffer) {
   const model::ParamTable t = small_table();
-  auto buckets = parallel::plan_buckets(t, 4096, 16384);
+  auto buckets = plan::plan_buckets(t, 4096, 16384);
   for (int world : {1, 2, 3}) {
     test::run_group("shm", world, [&](int rank, comm::Group& g) {
       optim::AdamWConfig oc;
@@ -307,7 +307,7 @@ TEST(ZeroTest, StageTwoAccumulatesIntoTheShardAndReleasesTheBuffer) {
 
 TEST(ZeroTest, LayerBucketsAreWholeLayersInReverseOrder) {
   const model::ParamTable t = small_table();
-  const auto buckets = parallel::plan_layer_buckets(t);
+  const auto buckets = plan::plan_layer_buckets(t);
   ASSERT_EQ(buckets.size(), 5u);  // embeddings, 3 blocks, final norm
   size_t end = t.total_floats();
   int layer = 3;
@@ -330,13 +330,13 @@ TEST(ZeroTest, LayerBucketsAreWholeLayersInReverseOrder) {
 // outside the blocks stay in place from begin_forward until invalidate.
 TEST(ZeroTest, LayerGathererFillsLayersFromTheShardsAndReleasesThem) {
   const model::ParamTable t = small_table();
-  const auto buckets = parallel::plan_layer_buckets(t);
+  const auto buckets = plan::plan_layer_buckets(t);
   std::vector<float> full(t.total_floats());
   for (size_t i = 0; i < full.size(); ++i) full[i] = 0.001f * static_cast<float>(i % 977) + 1.0f;
   auto range_of = [&](int layer) {
     for (const auto& b : buckets)
       if (b.layers.front() == layer) return b;
-    return parallel::Bucket{};
+    return plan::Bucket{};
   };
   for (int world : {1, 2, 3, 4}) {
     test::run_group("shm", world, [&](int rank, comm::Group& g) {

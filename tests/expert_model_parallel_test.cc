@@ -134,7 +134,8 @@ void expect_matches(const model::ModelSpec& s, const Split& sp) {
   std::vector<int> dp_of(world_size), tp_of(world_size);
   std::mutex mu;
   test::run_group("shm", world_size, [&](int rank, comm::Group& world) {
-    train::ParallelLayout layout;
+    plan::Strategy layout;
+    layout.mbs = kB;
     layout.dp = sp.dp;
     layout.tp = sp.tp;
     layout.pp = sp.pp;
@@ -145,7 +146,7 @@ void expect_matches(const model::ModelSpec& s, const Split& sp) {
     const model::TensorParallel tpc = (*mp)->tensor_parallel();
     const model::ExpertParallel epc = (*mp)->expert_parallel();
     const model::PipelineStage stage =
-        sp.pp > 1 ? (*mp)->pipeline_stage(s, M, sp.schedule) : model::PipelineStage{};
+        sp.pp > 1 ? (*mp)->pipeline_stage(s, kT, M, sp.schedule) : model::PipelineStage{};
     auto m = model::Model::create(s, kB, kT, tpc, stage, epc);
     ASSERT_TRUE(m.ok()) << m.status().message();
     (*m)->init_params(7);
@@ -156,7 +157,7 @@ void expect_matches(const model::ModelSpec& s, const Split& sp) {
     dc.expert_dp_group = &(*mp)->expert_dp_group();
     // Buckets of ~4 KiB, so that many leave during the step's last backwards (as a large
     // model's do) and one that leaves before all of its gradients are final shows.
-    dc.first_bucket_mb = dc.bucket_mb = 1.0 / 256;
+    dc.buckets = {4096, 4096};  // 1/256 MiB each
     auto engine =
         train::DataParallelEngine::create(**m, (*mp)->dp_group(), optim::AdamWConfig{}, dc, 1);
     ASSERT_TRUE(engine.ok()) << engine.status().message();

@@ -31,6 +31,7 @@
 #include "optim/adamw.h"
 #include "parallel/reducer.h"
 #include "plan/strategy.h"
+#include "strategy_checks.h"
 #include "test_util.h"
 #include "train/data_parallel.h"
 #include "train/model_parallel.h"
@@ -42,9 +43,9 @@ using model::Model;
 
 TEST(ModelParallelTest, LayoutFromStrategy) {
   auto layout = [](const std::string& text, int world) {
-    auto st = plan::parse_strategy(text);
-    EXPECT_TRUE(st.ok()) << st.status().message();
-    return train::parallel_layout(*st, text, world);
+    // Expert parallelism needs experts to split: an MoE model for ep > 1.
+    return test::run_strategy(text, world,
+                              text.find("ep=") != std::string::npos ? "moe_bert_tiny" : "gpt_tiny");
   };
   auto l = layout("tp=2,sp=on", 8);
   ASSERT_TRUE(l.ok());
@@ -93,21 +94,19 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   EXPECT_EQ(layout("recompute=selective", 1)->recompute, model::Recompute::kSelective);
   EXPECT_EQ(layout("dp=2,tp=2,zero=2", 4)->tp, 2);  // ZeRO over the data-parallel group
   // Through the launcher's check: the model must split.
-  const Status heads = train::check_strategy_for_launch("tp=4", "gpt_tiny", 4);
+  const Status heads = test::check_launch("tp=4", "gpt_tiny", 4);
   EXPECT_NE(heads.message().find("tp=4 does not divide num_attention_heads 6"), std::string::npos)
       << heads.message();
   // MoE under sp routes every token of the micro-batch on each tensor-parallel rank.
-  EXPECT_TRUE(train::check_strategy_for_launch("tp=2,sp=on", "moe_bert_tiny", 2).ok());
-  EXPECT_NE(train::check_strategy_for_launch("ep=2", "gpt_tiny", 2).message().find("experts"),
+  EXPECT_TRUE(test::check_launch("tp=2,sp=on", "moe_bert_tiny", 2).ok());
+  EXPECT_NE(test::check_launch("ep=2", "gpt_tiny", 2).message().find("experts"), std::string::npos);
+  EXPECT_TRUE(test::check_launch("dp=4,ep=4", "moe_bert_tiny", 4).ok());
+  EXPECT_TRUE(test::check_launch("dp=2,tp=2,ep=2", "moe_bert_tiny", 4).ok());
+  EXPECT_TRUE(test::check_launch("dp=2,pp=2,ep=2,mbs=2", "moe_bert_tiny", 4).ok());
+  EXPECT_NE(test::check_launch("dp=2,pp=2,ep=2", "gpt_tiny", 4).message().find("experts"),
             std::string::npos);
-  EXPECT_TRUE(train::check_strategy_for_launch("dp=4,ep=4", "moe_bert_tiny", 4).ok());
-  EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,ep=2", "moe_bert_tiny", 4).ok());
-  EXPECT_TRUE(train::check_strategy_for_launch("dp=2,pp=2,ep=2,mbs=2", "moe_bert_tiny", 4).ok());
-  EXPECT_NE(
-      train::check_strategy_for_launch("dp=2,pp=2,ep=2", "gpt_tiny", 4).message().find("experts"),
-      std::string::npos);
-  EXPECT_TRUE(train::check_strategy_for_launch("dp=2,tp=2,sp=on", "gpt_tiny", 4).ok());
-  EXPECT_NE(train::check_strategy_for_launch("pp=5", "gpt_tiny", 5).message().find("has 4 layers"),
+  EXPECT_TRUE(test::check_launch("dp=2,tp=2,sp=on", "gpt_tiny", 4).ok());
+  EXPECT_NE(test::check_launch("pp=5", "gpt_tiny", 5).message().find("has 4 layers"),
             std::string::npos);
 }
 
@@ -150,7 +149,7 @@ TEST(ModelParallelTest, DataTimesTensorParallelStepMatchesOneProcess) {
   std::vector<std::vector<float>> grads(dp * tp), params(dp * tp);
   std::vector<double> norms(dp * tp);
   test::run_group("shm", dp * tp, [&](int rank, comm::Group& world) {
-    train::ParallelLayout layout;
+    plan::Strategy layout;
     layout.dp = dp;
     layout.tp = tp;
     auto mp = train::ModelParallel::create(world, layout);

@@ -21,7 +21,6 @@
 #include <tuple>
 
 #include "comm_test_util.h"
-#include "test_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "model/model.h"
@@ -30,6 +29,8 @@
 #include "parallel/pipeline_schedule.h"
 #include "plan/engine_memory.h"
 #include "plan/strategy.h"
+#include "strategy_checks.h"
+#include "test_util.h"
 #include "train/model_parallel.h"
 
 namespace cann {
@@ -162,10 +163,10 @@ TEST(InterleavedScheduleTest, StagesTogetherNeverDeadlock) {
 // gpipe or 1f1b with vpp > 1, interleaved with vpp = 1, and micro-batches that are not a
 // multiple of pp are one-line errors with a hint (exit 2), also at launch.
 TEST(InterleavedScheduleTest, ScheduleFlagAgainstTheStrategy) {
-  train::ParallelLayout vpp2;
+  plan::Strategy vpp2;
   vpp2.pp = 2;
   vpp2.vpp = 2;
-  train::ParallelLayout plain;
+  plan::Strategy plain;
   plain.pp = 2;
   EXPECT_EQ(*train::resolve_pipeline_schedule("auto", vpp2, 4, ""), kI);
   EXPECT_EQ(*train::resolve_pipeline_schedule("interleaved", vpp2, 2, ""), kI);
@@ -184,14 +185,12 @@ TEST(InterleavedScheduleTest, ScheduleFlagAgainstTheStrategy) {
   refused(train::resolve_pipeline_schedule("auto", vpp2, 3, ""), "not a multiple of pp=2");
   // At launch: gbs 8 over mbs 8 is one micro-batch; gpt_tiny's 4 layers do not cut into 6.
   const std::string model = "gpt_tiny";
-  EXPECT_TRUE(
-      train::check_strategy_for_launch("pp=2,vpp=2,mbs=2", model, 2, {8, 0, ""}).ok());
-  refused(train::check_strategy_for_launch("pp=2,vpp=2,mbs=8", model, 2, {8, 0, ""}),
+  EXPECT_TRUE(test::check_launch("pp=2,vpp=2,mbs=2", model, 2, {8, 0, ""}).ok());
+  refused(test::check_launch("pp=2,vpp=2,mbs=8", model, 2, {8, 0, ""}),
           "runs 1 micro-batches per step");
-  refused(train::check_strategy_for_launch("pp=2,vpp=2", model, 2, {8, 2, "1f1b"}),
+  refused(test::check_launch("pp=2,vpp=2", model, 2, {8, 2, "1f1b"}),
           "--pipeline-schedule 1f1b with vpp=2");
-  refused(train::check_strategy_for_launch("pp=2,vpp=3,mbs=2", model, 2, {8, 0, ""}),
-          "hint: use vpp in 1, 2");
+  refused(test::check_launch("pp=2,vpp=3,mbs=2", model, 2, {8, 0, ""}), "hint: use vpp in 1, 2");
 }
 
 // ---- The engine -----------------------------------------------------------------------------
@@ -226,13 +225,14 @@ void expect_interleaved_matches(const model::ModelSpec& s, int P, int V, int M) 
   std::vector<double> losses(P, 0.0), evals(P, 0.0);
   std::vector<size_t> memory(P, 0);
   std::mutex mu;
-  train::ParallelLayout layout;
+  plan::Strategy layout;
+  layout.mbs = kB;
   layout.pp = P;
   layout.vpp = V;
   test::run_group("shm", P, [&](int rank, comm::Group& world) {
     auto mp = train::ModelParallel::create(world, layout);
     ASSERT_TRUE(mp.ok()) << mp.status().message();
-    const model::PipelineStage ps = (*mp)->pipeline_stage(s, M, kI);
+    const model::PipelineStage ps = (*mp)->pipeline_stage(s, kT, M, kI);
     ASSERT_EQ(ps.chunks.size(), static_cast<size_t>(V));
     auto m = model::Model::create(s, kB, kT, {}, ps);
     ASSERT_TRUE(m.ok()) << m.status().message();

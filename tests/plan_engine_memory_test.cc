@@ -11,18 +11,18 @@
 #include <vector>
 
 #include "comm_test_util.h"
-#include "test_util.h"
 #include "kernels/cpu/moe.h"
 #include "model/model.h"
 #include "model/param_table.h"
 #include "optim/adamw.h"
-#include "parallel/buckets.h"
 #include "parallel/tp_comm.h"
 #include "parallel/zero.h"
-#include "train/data_parallel.h"
+#include "plan/buckets.h"
 #include "plan/engine_memory.h"
 #include "plan/predict.h"
 #include "plan/search.h"
+#include "test_util.h"
+#include "train/data_parallel.h"
 
 namespace cann::plan {
 namespace {
@@ -112,8 +112,8 @@ TEST(PlanEngineMemoryTest, ZeroShardIsTheEnginesShard) {
     const model::ParamTable table = model::build_param_table(m);
     const double floats = static_cast<double>(table.total_floats());
     for (EngineBuckets b : {EngineBuckets{}, EngineBuckets{4096, 20000}, EngineBuckets{64, 100}}) {
-      const auto buckets = parallel::plan_buckets(table, static_cast<size_t>(b.first_bytes),
-                                                  static_cast<size_t>(b.bytes));
+      const auto buckets = plan::plan_buckets(table, static_cast<size_t>(b.first_bytes),
+                                              static_cast<size_t>(b.bytes));
       for (int P : {1, 2, 3, 4, 7}) {
         size_t shard = 0, staging = 0;
         for (const parallel::ShardPiece& p : parallel::shard_pieces(buckets, 0, P)) {
@@ -136,7 +136,7 @@ TEST(PlanEngineMemoryTest, ZeroOneMatchesZeroOptimizerOverAGroup) {
   const model::ModelSpec m = shipped("gpt_tiny");
   const model::ParamTable table = model::build_param_table(m);
   const EngineBuckets b{4096, 65536};
-  const auto buckets = parallel::plan_buckets(table, 4096, 65536);
+  const auto buckets = plan::plan_buckets(table, 4096, 65536);
   for (int P : {2, 3, 4}) {
     std::vector<size_t> shard_floats(P);
     test::run_group("shm", P, [&](int rank, comm::Group& g) {
@@ -243,7 +243,7 @@ TEST(PlanEngineMemoryTest, MoeUnderTensorAndSequenceParallelismIsTheEnginesArena
           Strategy st = data_parallel(1, 0);
           st.tp = 2;
           st.sp = sp;
-          st.recompute = plan_recompute(r);
+          st.recompute = r;
           auto e = predict_engine_memory(m, st, B, seq);
           ASSERT_TRUE(e.ok()) << e.status().message();
           const std::string what = m.name + (sp ? " tp=2 sp " : " tp=2 ") + std::to_string(B) +
@@ -284,7 +284,7 @@ TEST(PlanEngineMemoryTest, ContextParallelArenaIsTheEnginesArena) {
             st.cp = 2;
             st.tp = tp;
             st.sp = sp;
-            st.recompute = plan_recompute(r);
+            st.recompute = r;
             auto e = predict_engine_memory(m, st, B, seq);
             ASSERT_TRUE(e.ok()) << e.status().message();
             const std::string what = m.name + " cp=2 tp=" + std::to_string(tp) +

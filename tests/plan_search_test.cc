@@ -6,8 +6,8 @@
 
 #include <set>
 
+#include "plan/engine_support.h"
 #include "plan/search.h"
-#include "train/model_parallel.h"
 
 namespace cann::plan {
 namespace {
@@ -75,9 +75,8 @@ void expect_pruning_is_safe(const model::ModelSpec& m, const ClusterSpec& c, int
   int with_cp = 0;
   for (const Candidate& cand : brute->feasible) {
     const Strategy& s = cand.strategy;
-    const std::string text = strategy_string(s);
-    auto layout = train::parallel_layout(s, text, s.dp * s.tp * s.pp * s.cp);
-    EXPECT_TRUE(layout.ok()) << layout.status().message();
+    const Status trains = engine_supports(s, m, EngineShape{});
+    EXPECT_TRUE(trains.ok()) << trains.message();
     with_cp += s.cp > 1;
   }
   // Dense models get cp candidates; MoE models none (run refuses cp with MoE layers).

@@ -10,8 +10,8 @@
 #include "model/spec.h"
 #include "plan/cluster.h"
 #include "plan/predict.h"
+#include "plan/search.h"
 #include "plan/strategy.h"
-#include "train/model_parallel.h"
 
 namespace cann::cli {
 namespace {
@@ -48,8 +48,7 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
   CANN_ASSIGN_OR_RETURN(plan::ClusterSpec cluster, local_cluster(cores, cores, "auto", false));
   const int seq = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   const int gbs = config.batch_size;
-  plan::EngineBuckets buckets;
-  buckets.bytes = config.bucket_mb * (1 << 20);
+  const plan::EngineBuckets buckets = plan::EngineBuckets::of_mib(config.bucket_mb);
 
   auto price = [&](const plan::ClusterSpec& c, const plan::Strategy& s) -> StatusOr<Priced> {
     CANN_ASSIGN_OR_RETURN(plan::PlanInput in, plan::make_plan_input(spec, c, 0));
@@ -73,29 +72,23 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
     s.gbs = gbs;
     if (auto p = price(single, s); p.ok()) alone.push_back(*p);
   }
-  // One single-threaded process per core.
+  // One single-threaded process per core: every split the engine trains, in one search.
+  size_t split_planned = 0;
   if (cores > 1) {
-    for (int tp : divisors(cores))
-      for (int pp : divisors(cores / tp)) {
-        const int dp = cores / (tp * pp);
-        if (gbs % dp != 0) continue;
-        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
-          for (int zero = 0; zero <= (tp * pp == 1 ? 3 : 0); ++zero)
-            for (int mbs : divisors(gbs / dp)) {
-              plan::Strategy s;
-              s.dp = dp;
-              s.tp = tp;
-              s.pp = pp;
-              s.sp = sp == 1;
-              s.zero = zero;
-              s.mbs = mbs;
-              s.gbs = gbs;
-              if (!train::check_strategy_for_launch(plan::strategy_string(s), config.model, cores)
-                       .ok())
-                continue;
-              if (auto p = price(cluster, s); p.ok()) split.push_back(*p);
-            }
-      }
+    CANN_ASSIGN_OR_RETURN(plan::PlanInput in, plan::make_plan_input(spec, cluster, 0));
+    in.seq_len = seq;
+    in.engine_buckets = buckets;
+    plan::SearchOptions opt;
+    opt.global_batch = gbs;
+    opt.engine_only = true;
+    opt.engine.world = cores;
+    opt.engine.seq_len = seq;
+    opt.engine.compress = config.compress;
+    if (auto found = plan::search(in, opt); found.ok()) {
+      split_planned = found->feasible.size();
+      for (const plan::Prediction& p : found->top)
+        if (p.fits) split.push_back({p.strategy, p.step_time_s, p.memory_peak_bytes});
+    }
   }
   auto fastest = [](std::vector<Priced>& v) {
     std::sort(v.begin(), v.end(), [](const Priced& a, const Priced& b) {
@@ -115,7 +108,7 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
   std::snprintf(head, sizeof(head),
                 "auto: planned %zu layouts of %s for %d cores (threads speed one GEMM up %.2fx "
                 "here); ",
-                alone.size() + split.size(), spec.name.c_str(), cores, speedup);
+                alone.size() + split_planned, spec.name.c_str(), cores, speedup);
   c.report = head;
   if (pick_alone) {
     c.processes = 1;
@@ -130,7 +123,7 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
   } else {
     c.processes = cores;
     c.threads = 1;
-    c.strategy = plan::strategy_string(split[0].strategy);
+    c.strategy = split[0].strategy;
     c.report += "chose " + describe(split[0], cores, 1);
     if (!alone.empty()) {
       char why[96];

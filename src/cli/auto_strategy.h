@@ -1,18 +1,20 @@
 // `run --strategy auto`: the planner picks how this machine trains the model.
 //
 // The candidates are every layout the engine can run on this machine's cores: one process
-// using all of them as threads, and every dp x tp x pp split over one single-threaded process
-// per core (sp on or off where tp > 1, ZeRO 0-3 where there is no model parallelism, every
-// micro-batch size that divides the global batch). Each is priced by the planner on the
-// machine's calibrated cluster spec ('local', measured by `bench calibrate`, which runs first
-// when there is none); the one-process candidate on a single device whose GEMM rate is the
-// calibrated per-core rate times the speed-up threads give this GEMM here (measured on the
-// spot), memory and bandwidth times the cores. The fastest candidate that fits in memory wins.
+// using all of them as threads (every micro-batch size that divides the global batch), and
+// every split over one single-threaded process per core that the engine trains: the planner's
+// search with its engine-supported-only option (plan/search.h, plan/engine_support.h), one
+// call. Each is priced by the planner on the machine's calibrated cluster spec ('local',
+// measured by `bench calibrate`, which runs first when there is none); the one-process
+// candidate on a single device whose GEMM rate is the calibrated per-core rate times the
+// speed-up threads give this GEMM here (measured on the spot), memory and bandwidth times the
+// cores. The fastest candidate that fits in memory wins.
 #pragma once
 
 #include <string>
 
 #include "core/status.h"
+#include "plan/strategy.h"
 #include "train/config.h"
 
 namespace cann::cli {
@@ -20,7 +22,9 @@ namespace cann::cli {
 struct AutoChoice {
   int processes = 1;
   int threads = 1;       // per process
-  std::string strategy;  // for `run --strategy`; empty for one process
+  // For `run --strategy`: the chosen split; for one process the unset strategy (the whole
+  // batch at once).
+  plan::Strategy strategy = {.dp = 0, .mbs = 0};
   std::string report;    // lines for the user: the choice, its prediction, the runner-up
 };
 

@@ -16,8 +16,8 @@
 #include "core/fs.h"
 #include "core/threads.h"
 #include "model/spec.h"
+#include "plan/engine_support.h"
 #include "plan/plan_vs_real.h"
-#include "train/model_parallel.h"
 
 namespace cann::cli {
 namespace {
@@ -83,7 +83,9 @@ StatusOr<Row> measure_once(const Flags& f, const model::ModelSpec& spec, const s
   r.label = b.label;
   r.processes = b.processes;
   if (!b.single) {
-    Status can = train::check_strategy_for_launch(b.run_strategy, model, b.processes);
+    plan::EngineShape shape;
+    shape.world = b.processes;
+    Status can = plan::engine_supports(b.strategy, spec, shape);
     if (!can.ok()) {
       r.skipped = "not trainable in this build: " + can.message();
       return r;
@@ -91,7 +93,7 @@ StatusOr<Row> measure_once(const Flags& f, const model::ModelSpec& spec, const s
   }
   // The forecast, on the spec calibrated for this many processes.
   const int seq = spec.seq_length;
-  plan::EngineBuckets buckets;  // run's default --bucket-size-mb 25
+  plan::EngineBuckets buckets;  // run's default --bucket-size-mb (plan::kBucketMiB)
   plan::ClusterSpec cluster;
   const int devices = b.single ? cores : b.processes;
   const bool quiet = f.json || f.calibrate == "each";

@@ -6,7 +6,6 @@
 #include "cli/validators.h"
 #include "elastic/agent.h"
 #include "elastic/node_membership.h"
-#include "plan/strategy.h"
 #include "train/config.h"
 
 namespace cann::cli {
@@ -54,11 +53,7 @@ std::string check_resilience_flags(const ResilienceFlags& flags) {
 
 std::string check_elastic_nodes(const train::TrainConfig& config, int min_nodes, int max_nodes,
                                 int nproc_per_node, int* global_batch) {
-  int gbs = config.batch_size;
-  if (!config.strategy.empty() && config.strategy != "auto") {
-    auto st = plan::parse_strategy(config.strategy);
-    if (st.ok() && st->gbs > 0) gbs = st->gbs;
-  }
+  const int gbs = config.strategy.gbs > 0 ? config.strategy.gbs : config.batch_size;
   *global_batch = gbs;
   const elastic::NodeBounds bounds{min_nodes, max_nodes, 0};
   if (elastic::smallest_admissible(bounds, nproc_per_node, gbs) == 0)

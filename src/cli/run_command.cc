@@ -11,8 +11,11 @@
 #include "cli/validators.h"
 #include "core/threads.h"
 #include "elastic/agent.h"
+#include "model/spec.h"
+#include "plan/engine_support.h"
+#include "plan/strategy.h"
 #include "train/dist_env.h"
-#include "train/model_parallel.h"
+#include "train/run_layout.h"
 #include "train/trainer.h"
 
 namespace cann::cli {
@@ -65,6 +68,9 @@ int report(const Status& s) {
 CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary) {
   auto config = std::make_shared<train::TrainConfig>();
   auto launch = std::make_shared<LaunchFlags>();
+  // --strategy and --compress as written; parsed once, below, into the config.
+  auto strategy_text = std::make_shared<std::string>();
+  auto compress_text = std::make_shared<std::string>("none");
   auto comm = std::make_shared<train::CommConfig>();
   CLI::App* run = app.add_subcommand(
       "run", "Train a model. With no flags: gpt_tiny on the fortunes corpus for a few minutes.");
@@ -133,12 +139,13 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   run->add_flag("--quiet", config->quiet, "Print no progress lines");
 
   const char* kParallel = "Data parallelism";
-  run->add_option("--strategy", config->strategy,
-                  "Parallel layout: dp=P,tp=T,pp=S,cp=C,sp=on|off,zero=0-3,mbs=M,gbs=G (dp*tp*pp*cp = "
-                  "the processes launched; gbs = --batch-size; mbs sets the micro-batch, hence "
-                  "gradient accumulation or pipeline micro-batches), or auto: the planner picks "
-                  "processes, threads and layout for this machine's cores (or --nproc-per-node); "
-                  "`run` with no arguments uses auto")
+  run->add_option(
+         "--strategy", *strategy_text,
+         "Parallel layout: dp=P,tp=T,pp=S,cp=C,sp=on|off,zero=0-3,mbs=M,gbs=G (dp*tp*pp*cp = "
+         "the processes launched; gbs = --batch-size; mbs sets the micro-batch, hence "
+         "gradient accumulation or pipeline micro-batches), or auto: the planner picks "
+         "processes, threads and layout for this machine's cores (or --nproc-per-node); "
+         "`run` with no arguments uses auto")
       ->group(kParallel);
   run->add_option("--pipeline-schedule", config->pipeline_schedule,
                   "Pipeline schedule when the strategy has pp > 1: gpipe, 1f1b or interleaved "
@@ -151,7 +158,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "communicates)")
       ->check(kPositive)
       ->group(kParallel);
-  run->add_option("--compress", config->compress,
+  run->add_option("--compress", *compress_text,
                   "Gradient compression: none, bf16, onebit (1-bit Adam), topk:RATIO")
       ->group(kParallel)
       ->capture_default_str();
@@ -254,8 +261,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto threads_given = run->get_option("--threads");
   auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
-  return [config, launch, comm, resilience, threads_given, nproc_given, port_given, monitor_list, monitor_port,
-          tensorboard_dir, argv_after_binary]() -> int {
+  return [config, launch, comm, resilience, threads_given, nproc_given, port_given, monitor_list,
+          monitor_port, tensorboard_dir, strategy_text, compress_text, argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
     config->monitor_server.prometheus = false;
@@ -300,9 +307,17 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     }
     auto env = train::detect_dist_env();
     if (!env.ok()) return report(env.status());
+    auto compress = plan::parse_compression(*compress_text);
+    if (!compress.ok()) return report(compress.status());
+    config->compress = *compress;
     std::vector<std::string> worker_args = argv_after_binary;
-    if (argv_after_binary.size() <= 1 && !env->has_value()) config->strategy = "auto";
-    if (config->strategy == "auto") {
+    if (argv_after_binary.size() <= 1 && !env->has_value()) *strategy_text = "auto";
+    if (!strategy_text->empty() && *strategy_text != "auto") {
+      auto strategy = plan::parse_strategy(*strategy_text);
+      if (!strategy.ok()) return report(strategy.status());
+      config->strategy = *strategy;
+    }
+    if (*strategy_text == "auto") {
       if (env->has_value() || launch->nnodes > 1)
         return report(InvalidArgument(
             "--strategy auto plans one machine from its launching process; hint: give workers "
@@ -328,20 +343,20 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
           if (a.rfind("--strategy=", 0) == 0 || a.rfind("--nproc-per-node=", 0) == 0) continue;
           args.push_back(a);
         }
-        args.insert(args.end(), {"--strategy", choice->strategy, "--nproc-per-node",
-                                 std::to_string(choice->processes)});
+        args.insert(args.end(), {"--strategy", plan::strategy_string(choice->strategy),
+                                 "--nproc-per-node", std::to_string(choice->processes)});
         worker_args = args;
       }
     }
     if (!env->has_value() &&
         (launch->nproc_per_node > 1 || launch->nnodes > 1 || resilience->elastic)) {
       // This process is the agent: launch the workers with the same arguments.
-      if (Status st = train::check_strategy_for_launch(
-              config->strategy, config->model, launch->nproc_per_node * launch->nnodes,
-              {config->batch_size, config->grad_accum, config->pipeline_schedule,
-               config->seq_len});
-          !st.ok())
-        return report(st);
+      // The workers report a model that does not load, with its own message.
+      if (auto spec = model::load_model_spec(config->model); spec.ok())
+        if (Status st = train::check_launch(*config, *spec, launch->nproc_per_node * launch->nnodes,
+                                            resilience->elastic);
+            !st.ok())
+          return report(st);
       elastic::AgentConfig ac;
       ac.nproc_per_node = launch->nproc_per_node;
       ac.nnodes = launch->nnodes;

@@ -28,6 +28,7 @@ struct SearchFlags {
   int top = 5;
   double max_comm = 1.0;
   bool json = false;
+  bool engine_only = false;
   std::string report;
 };
 
@@ -49,6 +50,7 @@ int run_search(const SearchFlags& f) {
   opt.global_batch = f.global_batch;
   opt.max_comm_ratio = f.max_comm;
   opt.top_k = f.top;
+  opt.engine_only = f.engine_only;
   auto r = plan::search(*in, opt);
   if (!r.ok()) return fail(r.status());
   if (r->top.empty())
@@ -124,6 +126,8 @@ CommandMain add_search_command(CLI::App& app) {
                   "Largest exposed-communication share of a step to accept (0..1)")
       ->check(kPositive);
   cmd->add_flag("--json", f->json, "Print the result as JSON (see docs/planner.md)");
+  cmd->add_flag("--engine-only", f->engine_only,
+                "Only strategies cann-train's own engine trains (`run` refuses the others)");
   cmd->add_option("--report", f->report,
                   "Write a self-contained HTML report (scatter, Pareto front, winner's stages)");
   return [f]() { return run_search(*f); };

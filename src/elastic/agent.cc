@@ -23,11 +23,9 @@
 #include "debug/job_registry.h"
 #include "elastic/heartbeat_monitor.h"
 #include "elastic/output_forwarder.h"
-#include "elastic/worker_process.h"
 #include "elastic/rendezvous.h"
-#include "monitor/alerts.h"
-#include "monitor/collector.h"
-#include "monitor/hub.h"
+#include "elastic/worker_process.h"
+#include "monitor/job_monitor.h"
 
 namespace cann::elastic {
 namespace {
@@ -75,30 +73,22 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   const bool tty = isatty(1) != 0;
 
   // Node 0 gathers and serves the job's metrics.
-  // Declared so that destruction stops the collector (which calls the alerts through the hub)
-  // before the alerts and the hub go.
-  std::unique_ptr<monitor::Hub> hub;
-  std::unique_ptr<monitor::AlertEngine> alerts;
-  std::unique_ptr<monitor::SnapshotCollector> collector;
-  std::unique_ptr<monitor::MonitorServer> server;
+  std::unique_ptr<monitor::JobMonitor> job_monitor;
   if (config.monitor && node.node_rank == 0) {
     CANN_ASSIGN_OR_RETURN(std::shared_ptr<comm::Store> store, comm::open_store(store_url));
-    hub = std::make_unique<monitor::Hub>(node.job_prefix, world);
-    collector = std::make_unique<monitor::SnapshotCollector>(
-        *hub,
-        [store](const std::string& key) -> StatusOr<std::string> {
-          CANN_ASSIGN_OR_RETURN(auto v, store->try_get(key));
-          if (!v) return NotFound(key);
-          return *v;
-        },
-        "cann/" + node.job_prefix + "/monitor", world);
-    alerts = std::make_unique<monitor::AlertEngine>(*hub, node.job_prefix, config.alerts);
-    monitor::AlertEngine* a = alerts.get();
-    hub->set_observer([a](const monitor::RankSnapshot& s) { a->observe(s); });
-    server = std::make_unique<monitor::MonitorServer>(*hub, config.monitor_server);
-    CANN_RETURN_IF_ERROR(server->start());
-    collector->start();
-    std::printf("dashboard: %s\n", server->url().c_str());
+    monitor::JobMonitorConfig mc;
+    mc.job = node.job_prefix;
+    mc.world_size = world;
+    mc.server = config.monitor_server;
+    mc.alerts = config.alerts;
+    mc.get = [store](const std::string& key) -> StatusOr<std::string> {
+      CANN_ASSIGN_OR_RETURN(auto v, store->try_get(key));
+      if (!v) return NotFound(key);
+      return *v;
+    };
+    mc.snapshot_prefix = "cann/" + node.job_prefix + "/monitor";
+    CANN_ASSIGN_OR_RETURN(job_monitor, monitor::JobMonitor::start(std::move(mc)));
+    std::printf("dashboard: %s\n", job_monitor->url().c_str());
     std::fflush(stdout);
   }
 
@@ -213,7 +203,8 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   auto restart_generation = [&](int rank, const std::string& cause, bool whole) -> Status {
     failure_at = now_seconds();
     (void)events.append({"failure_detected", unix_seconds(), rank, generation, cause});
-    if (hub) hub->add_event({unix_seconds(), "failure_detected", rank, cause});
+    if (job_monitor)
+      job_monitor->hub().add_event({unix_seconds(), "failure_detected", rank, cause});
     for (auto& w : workers)
       if (w.running && (whole || w.rank == rank)) kill(w.pid, SIGKILL);
     int replaced = 0;
@@ -259,7 +250,8 @@ StatusOr<int> run_agent(const AgentConfig& config) {
   };
   while (true) {
     pump_all(workers, 50);
-    if (server && server->stop_requested() && g_agent_signal == 0) g_agent_signal = SIGTERM;
+    if (job_monitor && job_monitor->stop_requested() && g_agent_signal == 0)
+      g_agent_signal = SIGTERM;
     if (g_agent_signal != 0 && !interrupted) {
       interrupted = true;
       stop_others(SIGTERM);
@@ -279,8 +271,9 @@ StatusOr<int> run_agent(const AgentConfig& config) {
       if (failed(status) && (first_failed == nullptr ||
                              (WIFSIGNALED(status) && !WIFSIGNALED(first_failed->status))))
         first_failed = &w;
-      if (hub && failed(status))
-        hub->add_event({unix_seconds(), "worker_exited", w.rank, describe_exit(status)});
+      if (job_monitor && failed(status))
+        job_monitor->hub().add_event(
+            {unix_seconds(), "worker_exited", w.rank, describe_exit(status)});
     }
     if (config.elastic && !interrupted && !any_failure) {
       std::optional<HeartbeatFailure> hang;
@@ -357,9 +350,7 @@ StatusOr<int> run_agent(const AgentConfig& config) {
     w.out->finish();
     w.err->finish();
   }
-  if (collector) collector->poll_once();  // the final steps, for a last scrape
-  if (collector) collector->stop();
-  if (server) server->stop();
+  if (job_monitor) job_monitor->finish();
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   if (!temp_dir.empty()) (void)remove_all(temp_dir);

@@ -7,6 +7,16 @@
 #include "comm/group.h"
 
 namespace cann::parallel {
+
+MeshShape mesh_shape(const plan::Strategy& s) {
+  MeshShape shape;
+  shape.dp = s.dp;
+  shape.tp = s.tp;
+  shape.pp = s.pp;
+  shape.ep = s.ep;
+  shape.cp = s.cp;
+  return shape;
+}
 namespace {
 
 // Every rank of the mesh whose coordinates match `rank`'s except along the dimension `vary`

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "plan/strategy.h"
 
 namespace cann::comm {
 class Group;
@@ -41,6 +42,9 @@ struct MeshShape {
   int dp = 1, pp = 1, tp = 1, cp = 1, ep = 1;
   int world() const { return dp * pp * tp * cp; }
 };
+
+// The mesh of a resolved strategy (dp set).
+MeshShape mesh_shape(const plan::Strategy& s);
 
 struct MeshCoords {
   int tp = 0, cp = 0, dp = 0, pp = 0;

@@ -14,7 +14,7 @@ class SparseMomentum : public BucketReduction {
  public:
   SparseMomentum(TopKReduction& topk, float* m, size_t n, float beta1)
       : topk_(topk), m_(m), u_(n, 0.0f), beta1_(beta1) {}
-  Status reduce(const Bucket& bucket, size_t index, float* grads) override {
+  Status reduce(const plan::Bucket& bucket, size_t index, float* grads) override {
     float* g = grads + bucket.begin;
     float* u = u_.data() + bucket.begin;
     for (size_t i = 0; i < bucket.size(); ++i) g[i] = u[i] = beta1_ * u[i] + (1.0f - beta1_) * g[i];
@@ -32,8 +32,8 @@ class SparseMomentum : public BucketReduction {
 };
 
 OneBitAdam::OneBitAdam(const model::ParamTable& table, optim::AdamWConfig config,
-                       comm::Group& group, const std::vector<Bucket>& buckets, int warmup_steps,
-                       TopKReduction* topk, double topk_ratio)
+                       comm::Group& group, const std::vector<plan::Bucket>& buckets,
+                       int warmup_steps, TopKReduction* topk, double topk_ratio)
     : table_(table),
       group_(group),
       adam_(table, config),

@@ -46,7 +46,7 @@ class OneBitAdam {
   // topk (not owned): the compressed stage's reduction for top-k, sent `topk_ratio` of each
   // bucket once its density warmup is over; null: 1-bit momenta.
   OneBitAdam(const model::ParamTable& table, optim::AdamWConfig config, comm::Group& group,
-             const std::vector<Bucket>& buckets, int warmup_steps,
+             const std::vector<plan::Bucket>& buckets, int warmup_steps,
              TopKReduction* topk = nullptr, double topk_ratio = 0.0);
   ~OneBitAdam();
 

@@ -7,7 +7,7 @@
 
 namespace cann::parallel {
 
-GradReducer::GradReducer(std::vector<Bucket> buckets, comm::Group& group)
+GradReducer::GradReducer(std::vector<plan::Bucket> buckets, comm::Group& group)
     : buckets_(std::move(buckets)), group_(group) {
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -26,7 +26,8 @@ void GradReducer::begin_step(float* grads, BucketReduction* reduction) {
   grads_ = grads;
   reduction_ = reduction;
   pending_layers_.clear();
-  for (const Bucket& b : buckets_) pending_layers_.push_back(static_cast<int>(b.layers.size()));
+  for (const plan::Bucket& b : buckets_)
+    pending_layers_.push_back(static_cast<int>(b.layers.size()));
   next_launch_ = 0;
   final_from_ = static_cast<size_t>(-1);
   held_s_ = 0.0;

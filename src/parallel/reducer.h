@@ -22,7 +22,7 @@
 
 #include "comm/group.h"
 #include "core/status.h"
-#include "parallel/buckets.h"
+#include "plan/buckets.h"
 
 namespace cann::parallel {
 
@@ -31,7 +31,7 @@ namespace cann::parallel {
 class BucketReduction {
  public:
   virtual ~BucketReduction() = default;
-  virtual Status reduce(const Bucket& bucket, size_t index, float* grads) = 0;
+  virtual Status reduce(const plan::Bucket& bucket, size_t index, float* grads) = 0;
 };
 
 struct StepComm {
@@ -42,10 +42,10 @@ struct StepComm {
 
 class GradReducer {
  public:
-  GradReducer(std::vector<Bucket> buckets, comm::Group& group);
+  GradReducer(std::vector<plan::Bucket> buckets, comm::Group& group);
   ~GradReducer();
 
-  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<plan::Bucket>& buckets() const { return buckets_; }
 
   // Arms the reducer for one backward whose gradients go to `grads`, reduced by `reduction`.
   void begin_step(float* grads, BucketReduction* reduction);
@@ -69,7 +69,7 @@ class GradReducer {
   void launch_ready();
   void thread_main();
 
-  const std::vector<Bucket> buckets_;
+  const std::vector<plan::Bucket> buckets_;
   comm::Group& group_;
   // Training-thread state of the current step.
   std::vector<int> pending_layers_;  // per bucket: layers not yet done

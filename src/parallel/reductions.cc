@@ -6,7 +6,7 @@
 
 namespace cann::parallel {
 
-Status FullReduction::reduce(const Bucket& bucket, size_t, float* grads) {
+Status FullReduction::reduce(const plan::Bucket& bucket, size_t, float* grads) {
   float* g = grads + bucket.begin;
   const size_t n = bucket.size();
   comm::Options opts;
@@ -25,7 +25,7 @@ Status FullReduction::reduce(const Bucket& bucket, size_t, float* grads) {
 
 // Runs of one kind (dense or expert) inside the bucket, each reduced with one call; alignment
 // padding between tensors joins the run it sits in (it is zero everywhere).
-Status ExpertAwareReduction::reduce(const Bucket& bucket, size_t, float* grads) {
+Status ExpertAwareReduction::reduce(const plan::Bucket& bucket, size_t, float* grads) {
   comm::Options opts;
   opts.tag = "grad_bucket_ep";
   size_t run_begin = bucket.begin;
@@ -58,13 +58,14 @@ Status ExpertAwareReduction::reduce(const Bucket& bucket, size_t, float* grads) 
   return flush(bucket.end);
 }
 
-TopKReduction::TopKReduction(comm::Group& group, const std::vector<Bucket>& buckets, double ratio)
+TopKReduction::TopKReduction(comm::Group& group, const std::vector<plan::Bucket>& buckets,
+                             double ratio)
     : buckets_(buckets) {
-  for (const Bucket& b : buckets)
+  for (const plan::Bucket& b : buckets)
     per_bucket_.push_back(std::make_unique<comm::TopKAllreduce>(group, b.size(), ratio));
 }
 
-Status TopKReduction::reduce(const Bucket& bucket, size_t index, float* grads) {
+Status TopKReduction::reduce(const plan::Bucket& bucket, size_t index, float* grads) {
   comm::Options opts;
   opts.tag = "grad_bucket_topk";
   return per_bucket_[index]->run(grads + bucket.begin, opts);
@@ -85,16 +86,16 @@ void TopKReduction::import_error(const float* flat) {
     std::copy(flat + buckets_[i].begin, flat + buckets_[i].end, per_bucket_[i]->error().begin());
 }
 
-OneBitMomentum::OneBitMomentum(comm::Group& group, const std::vector<Bucket>& buckets, float* m,
-                               float beta1)
+OneBitMomentum::OneBitMomentum(comm::Group& group, const std::vector<plan::Bucket>& buckets,
+                               float* m, float beta1)
     : buckets_(buckets), m_(m), beta1_(beta1) {
-  for (const Bucket& b : buckets)
+  for (const plan::Bucket& b : buckets)
     per_bucket_.push_back(std::make_unique<comm::OneBitAllreduce>(group, b.size()));
 }
 
 // m = beta1 m + (1 - beta1) g with the local gradient, then the average over ranks through
 // the 1-bit all-reduce: Tang et al. 2021, Algorithm 1, lines 7-9.
-Status OneBitMomentum::reduce(const Bucket& bucket, size_t index, float* grads) {
+Status OneBitMomentum::reduce(const plan::Bucket& bucket, size_t index, float* grads) {
   float* m = m_ + bucket.begin;
   const float* g = grads + bucket.begin;
   const size_t n = bucket.size();

@@ -23,7 +23,7 @@ namespace cann::parallel {
 class FullReduction : public BucketReduction {
  public:
   FullReduction(comm::Group& group, bool bf16) : group_(group), bf16_(bf16) {}
-  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+  Status reduce(const plan::Bucket& bucket, size_t index, float* grads) override;
 
  private:
   comm::Group& group_;
@@ -41,7 +41,7 @@ class ExpertAwareReduction : public BucketReduction {
   ExpertAwareReduction(const model::ParamTable& table, comm::Group& dp, comm::Group& expert_dp,
                        int ep)
       : table_(table), dp_(dp), expert_dp_(expert_dp), ep_(ep) {}
-  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+  Status reduce(const plan::Bucket& bucket, size_t index, float* grads) override;
 
  private:
   const model::ParamTable& table_;
@@ -52,8 +52,8 @@ class ExpertAwareReduction : public BucketReduction {
 
 class TopKReduction : public BucketReduction {
  public:
-  TopKReduction(comm::Group& group, const std::vector<Bucket>& buckets, double ratio);
-  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+  TopKReduction(comm::Group& group, const std::vector<plan::Bucket>& buckets, double ratio);
+  Status reduce(const plan::Bucket& bucket, size_t index, float* grads) override;
   // The share of each bucket sent from the next reduction on.
   void set_ratio(double ratio);
   // Error-feedback state in the flat layout (total floats of the buffer).
@@ -61,15 +61,16 @@ class TopKReduction : public BucketReduction {
   void import_error(const float* flat);
 
  private:
-  std::vector<Bucket> buckets_;
+  std::vector<plan::Bucket> buckets_;
   std::vector<std::unique_ptr<comm::TopKAllreduce>> per_bucket_;
 };
 
 class OneBitMomentum : public BucketReduction {
  public:
   // m is the optimizer's flat momentum buffer; beta1 its decay.
-  OneBitMomentum(comm::Group& group, const std::vector<Bucket>& buckets, float* m, float beta1);
-  Status reduce(const Bucket& bucket, size_t index, float* grads) override;
+  OneBitMomentum(comm::Group& group, const std::vector<plan::Bucket>& buckets, float* m,
+                 float beta1);
+  Status reduce(const plan::Bucket& bucket, size_t index, float* grads) override;
   // Worker-side errors in the flat layout; server-side errors concatenated bucket by bucket
   // (server_error_floats() of them).
   void export_errors(float* worker_flat, float* server) const;
@@ -77,7 +78,7 @@ class OneBitMomentum : public BucketReduction {
   size_t server_error_floats() const;
 
  private:
-  std::vector<Bucket> buckets_;
+  std::vector<plan::Bucket> buckets_;
   float* m_;
   float beta1_;
   std::vector<std::unique_ptr<comm::OneBitAllreduce>> per_bucket_;

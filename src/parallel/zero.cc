@@ -12,10 +12,11 @@
 
 namespace cann::parallel {
 
-std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int rank, int world) {
+std::vector<ShardPiece> shard_pieces(const std::vector<plan::Bucket>& buckets, int rank,
+                                     int world) {
   std::vector<ShardPiece> pieces;
   size_t offset = 0;
-  for (const Bucket& b : buckets) {
+  for (const plan::Bucket& b : buckets) {
     ShardPiece p;
     p.padded = (b.size() + world - 1) / world;
     p.flat_begin = std::min(b.end, b.begin + static_cast<size_t>(rank) * p.padded);
@@ -33,7 +34,7 @@ std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int ran
 class ZeroOptimizer::ShardReduction : public BucketReduction {
  public:
   ShardReduction(ZeroOptimizer& z) : z_(z) {}
-  Status reduce(const Bucket& bucket, size_t index, float* grads) override {
+  Status reduce(const plan::Bucket& bucket, size_t index, float* grads) override {
     const ShardPiece& p = z_.pieces_[index];
     const size_t P = static_cast<size_t>(z_.group_.size());
     padded_.assign(P * p.padded, 0.0f);
@@ -62,7 +63,8 @@ class ZeroOptimizer::ShardReduction : public BucketReduction {
 };
 
 ZeroOptimizer::ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config,
-                             comm::Group& group, const std::vector<Bucket>& buckets, int stage)
+                             comm::Group& group, const std::vector<plan::Bucket>& buckets,
+                             int stage)
     : table_(table), config_(config), group_(group), buckets_(buckets), stage_(stage) {
   CANN_CHECK(stage >= 1 && stage <= 3) << "ZeRO stage " << stage;
   pieces_ = shard_pieces(buckets_, group.rank(), group.size());
@@ -160,7 +162,7 @@ StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
   // All-gather the updated pieces back into every rank's parameters, bucket by bucket.
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const ShardPiece& p = pieces_[i];
-    const Bucket& b = buckets_[i];
+    const plan::Bucket& b = buckets_[i];
     std::vector<float> mine(p.padded, 0.0f);
     std::memcpy(mine.data(), params + p.flat_begin, p.len * sizeof(float));
     staging_.resize(P * p.padded);

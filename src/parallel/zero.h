@@ -47,13 +47,13 @@ struct ShardPiece {
   size_t shard_offset = 0;  // where the piece starts in the rank's shard buffers
 };
 
-std::vector<ShardPiece> shard_pieces(const std::vector<Bucket>& buckets, int rank, int world);
+std::vector<ShardPiece> shard_pieces(const std::vector<plan::Bucket>& buckets, int rank, int world);
 
 class ZeroOptimizer {
  public:
   // stage is 1, 2 or 3 (stage 3 wants one bucket per layer: plan_layer_buckets).
   ZeroOptimizer(const model::ParamTable& table, optim::AdamWConfig config, comm::Group& group,
-                const std::vector<Bucket>& buckets, int stage);
+                const std::vector<plan::Bucket>& buckets, int stage);
   ~ZeroOptimizer();
 
   // The reduction to give the GradReducer: reduce-scatter into this rank's gradient shard.
@@ -77,7 +77,7 @@ class ZeroOptimizer {
   // Stage 3: this rank's parameter pieces, laid out as grad_shard().
   const float* param_shard() const { return param_shard_.data(); }
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
-  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<plan::Bucket>& buckets() const { return buckets_; }
 
   // A collective over the data-parallel group, after the reductions: `fn` gets the reduced
   // gradient of the flat range [begin, begin + count), assembled from every rank's pieces, and
@@ -105,7 +105,7 @@ class ZeroOptimizer {
   const model::ParamTable& table_;
   const optim::AdamWConfig config_;
   comm::Group& group_;
-  const std::vector<Bucket> buckets_;
+  const std::vector<plan::Bucket> buckets_;
   const int stage_;
   std::vector<ShardPiece> pieces_;
   size_t shard_floats_ = 0;

@@ -8,7 +8,7 @@
 
 namespace cann::parallel {
 
-LayerGatherer::LayerGatherer(std::vector<Bucket> buckets, std::vector<ShardPiece> pieces,
+LayerGatherer::LayerGatherer(std::vector<plan::Bucket> buckets, std::vector<ShardPiece> pieces,
                              comm::Group& group, float* params, const float* shard,
                              const std::vector<int>& blocks)
     : buckets_(std::move(buckets)),
@@ -18,7 +18,7 @@ LayerGatherer::LayerGatherer(std::vector<Bucket> buckets, std::vector<ShardPiece
       shard_(shard) {
   CANN_CHECK(buckets_.size() == pieces_.size()) << "one shard piece per bucket";
   int max_layer = -1;
-  for (const Bucket& b : buckets_) {
+  for (const plan::Bucket& b : buckets_) {
     CANN_CHECK(b.layers.size() == 1) << "ZeRO stage 3 gathers whole layers";
     max_layer = std::max(max_layer, b.layers.front());
   }

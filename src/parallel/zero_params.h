@@ -22,8 +22,8 @@
 
 #include "comm/group.h"
 #include "core/status.h"
-#include "parallel/buckets.h"
 #include "parallel/zero.h"
+#include "plan/buckets.h"
 
 namespace cann::parallel {
 
@@ -32,8 +32,9 @@ class LayerGatherer {
   // buckets: one per layer (plan_layer_buckets); pieces: this rank's (shard_pieces); params:
   // the model's flat buffer; shard: this rank's parameter pieces; blocks: the layer indices
   // gathered per use (the transformer blocks), every other layer is kept for the whole step.
-  LayerGatherer(std::vector<Bucket> buckets, std::vector<ShardPiece> pieces, comm::Group& group,
-                float* params, const float* shard, const std::vector<int>& blocks);
+  LayerGatherer(std::vector<plan::Bucket> buckets, std::vector<ShardPiece> pieces,
+                comm::Group& group, float* params, const float* shard,
+                const std::vector<int>& blocks);
   ~LayerGatherer();
 
   // Start of a forward: the kept layers in place, and the gather of block `prefetch` started
@@ -63,7 +64,7 @@ class LayerGatherer {
   void finish(int b);
   void release(int b);
 
-  const std::vector<Bucket> buckets_;
+  const std::vector<plan::Bucket> buckets_;
   const std::vector<ShardPiece> pieces_;
   comm::Group& group_;
   float* const params_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/param_table.h"
+#include "plan/partition.h"
 #include "plan/predict.h"
 
 namespace cann::plan {
@@ -135,36 +136,15 @@ EngineParams engine_params(const model::ModelSpec& m, int tp, int ep) {
   return p;
 }
 
-namespace {
-
-// The buckets plan_buckets cuts from a buffer of `floats`: the first, `full` buckets of
-// `size`, and a last partial one of `rest` floats.
-struct BucketCut {
-  size_t first = 0, size = 0, full = 0, rest = 0;
-};
-
-BucketCut cut(double floats, const EngineBuckets& b) {
-  const size_t n = static_cast<size_t>(floats);
-  BucketCut c;
-  c.first = std::min(n, std::max<size_t>(1, static_cast<size_t>(b.first_bytes) / 4));
-  c.size = std::max<size_t>(1, static_cast<size_t>(b.bytes) / 4);
-  const size_t left = n - c.first;
-  c.full = left / c.size;
-  c.rest = left % c.size;
-  return c;
-}
-
-}  // namespace
-
 double engine_shard_floats(double floats, int D, const EngineBuckets& b) {
-  const BucketCut c = cut(floats, b);
+  const BucketCut c = cut_buckets(static_cast<size_t>(floats), b);
   const size_t P = D;
   return static_cast<double>(ceil_div(c.first, P) + c.full * ceil_div(c.size, P) +
                              ceil_div(c.rest, P));
 }
 
 double engine_staging_floats(double floats, int D, const EngineBuckets& b) {
-  const BucketCut c = cut(floats, b);
+  const BucketCut c = cut_buckets(static_cast<size_t>(floats), b);
   const size_t P = D;
   size_t largest = ceil_div(c.first, P);
   if (c.full > 0) largest = std::max(largest, ceil_div(c.size, P));
@@ -173,11 +153,35 @@ double engine_staging_floats(double floats, int D, const EngineBuckets& b) {
 }
 
 double engine_two_largest_buckets_floats(double floats, const EngineBuckets& b) {
-  const BucketCut c = cut(floats, b);
+  const BucketCut c = cut_buckets(static_cast<size_t>(floats), b);
   std::vector<size_t> sizes = {c.first, c.rest};
   for (size_t i = 0; i < std::min<size_t>(c.full, 2); ++i) sizes.push_back(c.size);
   std::sort(sizes.rbegin(), sizes.rend());
   return static_cast<double>(sizes[0] + sizes[1]);
+}
+
+ClusterSpec engine_cluster(int devices) {
+  ClusterSpec c;
+  c.name = "engine";
+  c.source = "engine";
+  c.nodes = 1;
+  c.devices_per_node = devices;
+  c.device.name = "cpu-core";
+  c.device.peak_tflops = 0.1;
+  c.device.memory_gb = 1e6;
+  c.device.memory_bandwidth_GBps = 10;
+  c.device.compute_units = 1;
+  c.device.precision = Precision::kFp32;
+  c.intra_node.bandwidth_GBps = 10;
+  c.inter_node = c.intra_node;
+  c.allow_cross_node_tp = true;
+  return c;
+}
+
+std::vector<int> engine_stage_bounds(const model::ModelSpec& m, const Strategy& s, int seq_len) {
+  const ClusterSpec c = engine_cluster(s.devices());
+  const BlockCosts blocks = block_costs(make_cost_context(m, c, model_shape(m), s, seq_len));
+  return partition_dp(stage_layer_costs(m, blocks), s.pp);
 }
 
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,
@@ -201,23 +205,7 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
   Strategy s = s_in;
   s.mbs = micro_batch;
   if (s.gbs <= 0) s.gbs = s.dp * s.mbs;
-  // A cluster of exactly the strategy's devices, one node, fp32. Its speeds shape only the
-  // pipeline partition's balance, not the memory of a given partition.
-  ClusterSpec c;
-  c.name = "engine";
-  c.source = "engine";
-  c.nodes = 1;
-  c.devices_per_node = s.devices();
-  c.device.name = "cpu-core";
-  c.device.peak_tflops = 0.1;
-  c.device.memory_gb = 1e6;
-  c.device.memory_bandwidth_GBps = 10;
-  c.device.compute_units = 1;
-  c.device.precision = Precision::kFp32;
-  c.intra_node.bandwidth_GBps = 10;
-  c.inter_node = c.intra_node;
-  c.allow_cross_node_tp = true;
-  CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(m, c, 0));
+  CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(m, engine_cluster(s.devices()), 0));
   in.seq_len = seq_len;
   in.engine_buckets = buckets;
   CANN_ASSIGN_OR_RETURN(Prediction p, predict(in, s, Fidelity::kExact));

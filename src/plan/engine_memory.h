@@ -21,16 +21,11 @@
 
 #include "core/status.h"
 #include "model/spec.h"
+#include "plan/buckets.h"
+#include "plan/cluster.h"
 #include "plan/strategy.h"
 
 namespace cann::plan {
-
-// Gradient buckets, taken from the end of the flat buffer: the first of first_bytes, then
-// bytes each (parallel/buckets.h). The defaults are the engine's (--bucket-size-mb 25).
-struct EngineBuckets {
-  double first_bytes = 1048576.0;
-  double bytes = 25.0 * 1048576.0;
-};
 
 // Bytes per rank; total is their sum. With pp > 1, the stage that needs the most.
 struct EngineMemory {
@@ -51,6 +46,16 @@ struct EngineMemory {
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s,
                                              int micro_batch, int seq_len,
                                              const EngineBuckets& buckets = {});
+
+// The cluster the engine's figures are priced on: `devices` fp32 devices on one node. Its
+// speeds shape only the pipeline partition's balance, not the memory of a given partition.
+ClusterSpec engine_cluster(int devices);
+
+// The engine's pipeline stages for `s` (s.pp stages, s.mbs sequences of seq_len per
+// micro-batch; without interleaving): pp + 1 layer boundaries, the planner's exact partition
+// of stage_layer_costs on engine_cluster, so the stages a run trains are those
+// predict_engine_memory prices.
+std::vector<int> engine_stage_bounds(const model::ModelSpec& m, const Strategy& s, int seq_len);
 
 // Slots per expert, ceil(capacity_factor * N * K / E) and at least 1: the engine's formula
 // (kernels/cpu/moe.h); a test keeps the two equal.

@@ -94,6 +94,15 @@ StatusOr<Prediction> predict(const PlanInput& in, const Strategy& s, Fidelity f,
   return finish_prediction(in, s, layout_stages(in, s, blocks, f, record_events), f);
 }
 
+std::vector<double> stage_layer_costs(const model::ModelSpec& m, const BlockCosts& blocks) {
+  const int L = m.num_hidden_layers;
+  std::vector<double> cost(L);
+  for (int l = 0; l < L; ++l) cost[l] = (m.is_moe_layer(l) ? blocks.moe : blocks.dense).total_s();
+  cost[0] += blocks.embedding.total_s();
+  cost[L - 1] += blocks.head.total_s();
+  return cost;
+}
+
 StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCosts& blocks,
                           Fidelity f, bool record_events) {
   const model::ModelSpec& m = in.model;
@@ -101,11 +110,7 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
   const int L = m.num_hidden_layers, p = s.pp, v = s.vpp, V = p * v;
   StageLayout out;
 
-  // Per-layer cost, with the embedding on the first layer's stage and the head on the last.
-  std::vector<double> cost(L);
-  for (int l = 0; l < L; ++l) cost[l] = (m.is_moe_layer(l) ? blocks.moe : blocks.dense).total_s();
-  cost[0] += blocks.embedding.total_s();
-  cost[L - 1] += blocks.head.total_s();
+  const std::vector<double> cost = stage_layer_costs(m, blocks);
   // Interleaved chunks are equal in layers (Megatron-LM's schedule requires it); without
   // interleaving the stages are balanced by cost.
   if (v > 1) {

@@ -121,6 +121,11 @@ struct StageLayout {
 };
 StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCosts& blocks,
                           Fidelity f, bool record_events = false);
+// What the pipeline partition balances, per layer: its forward, backward and recomputation
+// time, with the embedding's added to the first layer and the head's to the last. The
+// planner's stage layout and the engine's pipeline stages (engine_stage_bounds) both cut
+// these, so they split a model the same way.
+std::vector<double> stage_layer_costs(const model::ModelSpec& m, const BlockCosts& blocks);
 // Phase 2: data-parallel traffic, optimizer, memory, goodput and the headline numbers.
 Prediction finish_prediction(const PlanInput& in, const Strategy& s, const StageLayout& layout,
                              Fidelity f);

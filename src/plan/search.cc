@@ -199,6 +199,10 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                   const StageLayout lay = layout_stages(in, s, blocks, Fidelity::kFast);
                   for (int z : live) {
                     s.zero = z;
+                    if (opt.engine_only && !engine_supports(s, m, opt.engine).ok()) {
+                      --r.space;
+                      continue;
+                    }
                     ++r.evaluated;
                     const double mem = memory_peak(in, s, lay);
                     if (mem < closest_mem) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "plan/engine_support.h"
 #include "plan/predict.h"
 
 namespace cann::plan {
@@ -33,6 +34,10 @@ struct SearchOptions {
   int exact_rerank = 16;        // fast-ranked candidates re-priced exactly
   bool prune = true;            // false: price every leaf (the tests compare the two)
   int max_micro_batch = 64;     // micro-batch sizes tried: divisors of gbs/dp up to this
+  // Only strategies cann-train's own engine trains (engine_support.h) on a run of this shape
+  // (`run --strategy auto`, `search --engine-only`); the others leave the space when reached.
+  bool engine_only = false;
+  EngineShape engine;
 };
 
 // One feasible candidate, as the scatter plot and the Pareto front see it.

@@ -84,6 +84,25 @@ std::string strategy_string(const Strategy& s) {
   return o.str();
 }
 
+std::string strategy_brief(const Strategy& s) {
+  std::ostringstream o;
+  auto key = [&](bool given, const char* name, const std::string& value) {
+    if (given) o << (o.tellp() > 0 ? "," : "") << name << "=" << value;
+  };
+  key(s.dp != 0, "dp", std::to_string(s.dp));
+  key(s.tp != 1, "tp", std::to_string(s.tp));
+  key(s.pp != 1, "pp", std::to_string(s.pp));
+  key(s.ep != 1, "ep", std::to_string(s.ep));
+  key(s.cp != 1, "cp", std::to_string(s.cp));
+  key(s.sp, "sp", "on");
+  key(s.mbs != 0, "mbs", std::to_string(s.mbs));
+  key(s.gbs != 0, "gbs", std::to_string(s.gbs));
+  key(s.zero != 0, "zero", std::to_string(s.zero));
+  key(s.recompute != Recompute::kNone, "recompute", std::string(recompute_name(s.recompute)));
+  key(s.vpp != 1, "vpp", std::to_string(s.vpp));
+  return o.tellp() > 0 ? o.str() : "dp";
+}
+
 StatusOr<Strategy> parse_strategy(const std::string& text) {
   Strategy s;
   s.dp = 0;  // 0: not given, derived from the device count

@@ -17,19 +17,9 @@
 
 namespace cann::plan {
 
-enum class Recompute { kNone, kSelective, kFull };
-
-// The engine's recomputation mode for the planner's, and back.
-inline model::Recompute engine_recompute(Recompute r) {
-  return r == Recompute::kFull        ? model::Recompute::kFull
-         : r == Recompute::kSelective ? model::Recompute::kSelective
-                                      : model::Recompute::kNone;
-}
-inline Recompute plan_recompute(model::Recompute r) {
-  return r == model::Recompute::kFull        ? Recompute::kFull
-         : r == model::Recompute::kSelective ? Recompute::kSelective
-                                             : Recompute::kNone;
-}
+// The engine's recomputation modes (model/recompute.h) are the planner's: one enum, priced
+// here and trained there.
+using Recompute = model::Recompute;
 
 struct Strategy {
   int dp = 1;       // data-parallel replicas
@@ -45,6 +35,8 @@ struct Strategy {
   int vpp = 1;  // model chunks per pipeline stage (interleaved 1F1B when > 1)
 
   int devices() const { return dp * tp * pp * cp; }
+  // Any split of the model itself (the data-parallel ranks then hold different tensors).
+  bool model_parallel() const { return tp > 1 || pp > 1 || ep > 1 || cp > 1; }
   // Micro-batches per step on each pipeline: gbs / (dp * mbs).
   int micro_batches() const { return gbs / (dp * mbs); }
   bool operator==(const Strategy&) const = default;
@@ -52,6 +44,9 @@ struct Strategy {
 
 // The canonical string: every key, in the order above.
 std::string strategy_string(const Strategy& s);
+// The keys that differ from what parse_strategy gives an empty string, in the same order:
+// "tp=2,sp=on" for parse_strategy("sp=on,tp=2"); "dp" when none does. For messages and logs.
+std::string strategy_brief(const Strategy& s);
 std::string_view recompute_name(Recompute r);
 
 // Syntax only: keys, values and duplicates. Omitted keys take their defaults; `dp`, `mbs` and

@@ -6,6 +6,9 @@
 
 #include "monitor/alerts.h"
 #include "monitor/server.h"
+#include "plan/buckets.h"
+#include "plan/engine_support.h"
+#include "plan/strategy.h"
 
 namespace cann::train {
 
@@ -33,12 +36,14 @@ struct TrainConfig {
   int exit_interval = 0;    // stop (after checkpointing) at the first step that is a multiple
   int sample_tokens = 256;  // gpt: bytes generated at the end; 0: none
   bool quiet = false;       // no progress lines (summary and errors only)
-  // Data parallelism (multi-process runs).
-  std::string strategy;  // "dp=P,zero=Z,mbs=M,gbs=G"; empty: dp over all ranks, zero=0
-  int grad_accum = 0;    // micro-steps per optimizer step; 0: from the strategy's mbs, or 1
-  std::string compress = "none";  // none | bf16 | onebit | topk:RATIO
+  // The parallel layout, parsed once from --strategy. Omitted keys as parse_strategy leaves
+  // them: dp 0 (every process not in tp x pp x cp), mbs 0 (no accumulation, or one sequence
+  // per pipeline micro-batch), gbs 0 (--batch-size).
+  plan::Strategy strategy = {.dp = 0, .mbs = 0};
+  int grad_accum = 0;          // micro-steps per optimizer step; 0: from the strategy's mbs, or 1
+  plan::Compression compress;  // --compress
   int onebit_warmup = -1;         // fp32 steps before 1-bit compression; -1: 15% of the run
-  double bucket_mb = 25.0;        // gradient bucket size after the first (1 MiB) bucket
+  double bucket_mb = plan::kBucketMiB;  // gradient bucket size after the first (1 MiB) bucket
   int compute_nice = 0;           // nice value of compute threads in multi-process runs
   // pp > 1: auto (1f1b, or interleaved with vpp > 1) | gpipe | 1f1b | interleaved
   std::string pipeline_schedule = "auto";

@@ -10,64 +10,28 @@
 
 #include "core/log.h"
 #include "core/pages.h"
-#include "parallel/buckets.h"
 #include "parallel/onebit_adam.h"
 #include "parallel/reductions.h"
 #include "parallel/zero.h"
 #include "parallel/zero_params.h"
+#include "plan/buckets.h"
 
 namespace cann::train {
-
-StatusOr<double> parse_topk_ratio(const std::string& compress) {
-  const std::string prefix = "topk:";
-  if (compress.rfind(prefix, 0) != 0)
-    return InvalidArgument("--compress '" + compress +
-                           "': expected none, bf16, onebit or topk:RATIO");
-  char* end = nullptr;
-  const double r = std::strtod(compress.c_str() + prefix.size(), &end);
-  if (*end != '\0' || !(r > 0.0) || r > 1.0)
-    return InvalidArgument("--compress '" + compress +
-                           "': the top-k ratio must be a number in (0, 1], e.g. topk:0.01");
-  return r;
-}
 
 StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
     model::Model& model, comm::Group& group, const optim::AdamWConfig& adam,
     const DataParallelConfig& config, int total_steps) {
   std::unique_ptr<DataParallelEngine> e(new DataParallelEngine(model, group, config));
-  if (config.zero < 0 || config.zero > 3)
-    return InvalidArgument("zero=" + std::to_string(config.zero) +
-                           ": ZeRO stages are 0 (nothing sharded), 1 (optimizer state), 2 (and "
-                           "gradients) and 3 (and parameters)");
-  const bool two_stage = config.compress == "onebit" || config.compress.rfind("topk:", 0) == 0;
-  if (config.grad_sum_of_squares && two_stage)
-    return InvalidArgument("--compress " + config.compress +
-                           " with model parallelism (tp, pp, cp or ep > 1) is not available in "
-                           "this build; hint: use --compress none or bf16");
-  if (config.grad_sum_of_squares && config.zero > 0 && !config.norm_counted)
-    return InvalidArgument("zero=" + std::to_string(config.zero) +
-                           " with pipeline parallelism is not available in this build; hint: "
-                           "use zero=0 with pp > 1");
-  if (config.ep > 1 && (config.zero > 0 || config.compress != "none" ||
-                        config.expert_dp_group == nullptr))
-    return InvalidArgument("ep=" + std::to_string(config.ep) + " with zero=" +
-                           std::to_string(config.zero) + " and --compress " + config.compress +
-                           ": expert parallelism runs with zero=0 and --compress none in this "
-                           "build");
-  if (config.zero > 0 && config.compress != "none")
-    return InvalidArgument("--compress " + config.compress +
-                           " needs zero=0: compressed reductions keep full gradients or momenta "
-                           "on every rank");
+  const bool two_stage = config.compress.two_stage();
   // Stage 3 gathers parameters a layer at a time, so its buckets are whole layers. Without
   // ZeRO the buckets are cut where backward reports gradients final; stages 1 and 2 keep cuts
   // by size, which their shards and the planner's memory prediction of them follow.
   const auto buckets =
-      config.zero == 3
-          ? parallel::plan_layer_buckets(model.table())
-          : parallel::plan_buckets(
-                model.table(), static_cast<size_t>(config.first_bucket_mb * (1 << 20)),
-                static_cast<size_t>(config.bucket_mb * (1 << 20)),
-                config.zero == 0 ? model.grad_ready_offsets() : std::vector<size_t>{});
+      config.zero == 3 ? plan::plan_layer_buckets(model.table())
+                       : plan::plan_buckets(
+                             model.table(), static_cast<size_t>(config.buckets.first_bytes),
+                             static_cast<size_t>(config.buckets.bytes),
+                             config.zero == 0 ? model.grad_ready_offsets() : std::vector<size_t>{});
   if (buckets.empty())
     return InvalidArgument("zero=3: model '" + model.spec().name +
                            "' has a layer whose tensors are not contiguous in the flat buffer, "
@@ -118,8 +82,8 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
                   " steps): the frozen variance is noisy and 1-bit Adam may diverge");
     e->config_.onebit_warmup = warmup;
     double ratio = 0.0;
-    if (config.compress != "onebit") {
-      CANN_ASSIGN_OR_RETURN(ratio, parse_topk_ratio(config.compress));
+    if (config.compress.kind == plan::Compression::Kind::kTopK) {
+      ratio = config.compress.topk_ratio;
       e->topk_ = std::make_unique<parallel::TopKReduction>(group, buckets, ratio);
     }
     e->onebit_ = std::make_unique<parallel::OneBitAdam>(
@@ -131,7 +95,8 @@ StatusOr<std::unique_ptr<DataParallelEngine>> DataParallelEngine::create(
       e->expert_aware_ = std::make_unique<parallel::ExpertAwareReduction>(
           model.table(), group, *config.expert_dp_group, config.ep);
     } else {
-      e->full_ = std::make_unique<parallel::FullReduction>(group, config.compress == "bf16");
+      e->full_ = std::make_unique<parallel::FullReduction>(
+          group, config.compress.kind == plan::Compression::Kind::kBf16);
     }
   }
   return e;
@@ -147,6 +112,19 @@ parallel::BucketReduction* DataParallelEngine::reduction() {
   if (onebit_) return onebit_->reduction();
   if (expert_aware_) return expert_aware_.get();
   return full_.get();
+}
+
+Status DataParallelEngine::backward(float grad_scale, bool last, parallel::StepComm* stats) {
+  if (!last && config_.zero < 2) {
+    model_.backward(grad_scale);
+    return OkStatus();
+  }
+  parallel::StepComm micro;
+  CANN_RETURN_IF_ERROR(backward_and_reduce(grad_scale, &micro));
+  stats->comm_time_s += micro.comm_time_s;
+  stats->comm_exposed_s += micro.comm_exposed_s;
+  stats->comm_bytes += micro.comm_bytes;
+  return OkStatus();
 }
 
 Status DataParallelEngine::backward_and_reduce(float grad_scale, parallel::StepComm* stats) {
@@ -229,8 +207,9 @@ Status DataParallelEngine::gather_rank_buffers(const std::vector<float>& mine,
 
 StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot() {
   OptimizerSnapshot s;
-  nlohmann::json extra = {
-      {"zero", config_.zero}, {"compress", config_.compress}, {"world_size", group_.size()}};
+  nlohmann::json extra = {{"zero", config_.zero},
+                          {"compress", plan::compression_name(config_.compress)},
+                          {"world_size", group_.size()}};
   const size_t n = model_.num_floats();
   if (zero_) {
     snap_m_.resize(n);
@@ -291,12 +270,13 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
   // Per-rank error buffers belong to the world size they were saved with.
   const int saved_world = extra.value("world_size", 0);
   const std::string saved_compress = extra.value("compress", std::string("none"));
-  if (saved_compress != config_.compress) {
+  const std::string compress = plan::compression_name(config_.compress);
+  if (saved_compress != compress) {
     if (onebit_ || topk_)
       log_warning(ck.path + ": saved with --compress " + saved_compress +
                   "; the error-feedback buffers start from zero");
     if (onebit_ && onebit_->compressing())
-      return FailedPrecondition(ck.path + ": resuming --compress " + config_.compress +
+      return FailedPrecondition(ck.path + ": resuming --compress " + compress +
                                 " past its warmup needs the frozen variance of a run that used "
                                 "it; hint: resume with the original --compress " +
                                 saved_compress);
@@ -340,7 +320,7 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
 std::string DataParallelEngine::describe() const {
   std::string s = "zero=" + std::to_string(config_.zero) + ", " +
                   std::to_string(reducer_->buckets().size()) + " gradient buckets, compress " +
-                  config_.compress;
+                  plan::compression_name(config_.compress);
   if (onebit_) s += " after " + std::to_string(onebit_->warmup_steps()) + " fp32 warmup steps";
   return s;
 }
@@ -353,7 +333,7 @@ size_t DataParallelEngine::gradient_bytes() const {
   // Stages 2 and 3: the shard, the bucket backward is filling and at most one waiting for the
   // communication thread (GradReducer::set_max_queued).
   size_t first = 0, second = 0;
-  for (const parallel::Bucket& b : reducer_->buckets()) {
+  for (const plan::Bucket& b : reducer_->buckets()) {
     if (b.size() > first) {
       second = first;
       first = b.size();

@@ -24,6 +24,9 @@
 #include "model/model.h"
 #include "optim/adamw.h"
 #include "parallel/reducer.h"
+#include "plan/buckets.h"
+#include "plan/engine_support.h"
+#include "train/step_optimizer.h"
 #include "train/train_state.h"
 
 namespace cann::parallel {
@@ -39,10 +42,9 @@ namespace cann::train {
 
 struct DataParallelConfig {
   int zero = 0;
-  std::string compress = "none";  // none | bf16 | onebit | topk:RATIO
-  int onebit_warmup = -1;         // -1: 15% of the run
-  double bucket_mb = 25.0;
-  double first_bucket_mb = 1.0;
+  plan::Compression compress;
+  int onebit_warmup = -1;  // -1: 15% of the run
+  plan::EngineBuckets buckets;
   // Tensor parallelism: the whole model's gradient sum of squares from this rank's shards
   // (empty: the local buffer is the whole model). Needs zero=0 and no 1-bit Adam.
   std::function<double(const float*)> grad_sum_of_squares;
@@ -58,7 +60,8 @@ struct DataParallelConfig {
   std::function<Status(double*)> norm_across;
 };
 
-class DataParallelEngine {
+// The combinations are plan::engine_supports's: create() assumes a supported one.
+class DataParallelEngine : public StepOptimizer {
  public:
   static StatusOr<std::unique_ptr<DataParallelEngine>> create(model::Model& model,
                                                               comm::Group& group,
@@ -68,49 +71,41 @@ class DataParallelEngine {
   ~DataParallelEngine();
 
   // A micro-step's backward, its buckets reduced while it runs: the last micro-step's only, or
-  // every micro-step's when reduces_every_micro_step() (ZeRO stage 2).
+  // every micro-step's under ZeRO stage 2 (which keeps no full gradient between them).
+  Status backward(float grad_scale, bool last, parallel::StepComm* stats) override;
   Status backward_and_reduce(float grad_scale, parallel::StepComm* stats);
-  // The same in three parts, for a pipeline whose last micro-batch runs several backwards (one
-  // per model chunk): begin, then layer_done from each of them, then finish.
-  void begin_reduction();
-  void layer_done(int layer);
-  Status finish_reduction(parallel::StepComm* stats);
-  bool reduces_every_micro_step() const { return config_.zero >= 2; }
-  // Clears the gradients before a step (nothing to do under stages 2 and 3: the reductions did).
-  void zero_grads();
-  // The model's flat parameters are complete and equal on every rank (after initialization):
-  // under stage 3 this rank keeps its shard of them and releases the rest. No-op otherwise.
-  Status adopt_params();
-  // Under stage 3, every layer gathered and kept until the next step, so that one rank may run
-  // the model alone (sampling at the end of a run); a collective. No-op otherwise.
-  Status materialize_params();
-  // The first failure of a stage 3 parameter gather (check after each forward and backward).
-  Status param_status() const;
-  // The optimizer step on the reduced gradients; returns the gradient norm.
-  StatusOr<double> step(float lr);
-  // After the reduction: `fn` gets the reduced gradient of the flat range [begin, begin +
-  // count) and may change it before the step takes it (under ZeRO a collective that assembles
-  // the range from the shards and hands each rank its pieces back).
-  Status with_grad_range(size_t begin, size_t count, const std::function<Status(float*)>& fn);
-  // After the reduction: the whole reduced gradient in the model's layout (under ZeRO a
-  // collective that gathers the shards).
-  Status gather_grads(float* out);
+  void begin_reduction() override;
+  void layer_done(int layer) override;
+  Status finish_reduction(parallel::StepComm* stats) override;
+  // Nothing to clear under stages 2 and 3: the reductions did.
+  void zero_grads() override;
+  // Stage 3: this rank keeps its shard of the parameters and releases the rest.
+  Status adopt_params() override;
+  // Stage 3: every layer gathered and kept until the next step (a collective).
+  Status materialize_params() override;
+  Status param_status() const override;
+  StatusOr<double> step(float lr) override;
+  // Under ZeRO a collective that assembles the range from the shards and hands each rank its
+  // pieces back.
+  Status with_grad_range(size_t begin, size_t count,
+                         const std::function<Status(float*)>& fn) override;
+  Status gather_grads(float* out) override;
 
-  // A collective: every rank calls it; the returned snapshot's buffers live until the next call.
-  StatusOr<OptimizerSnapshot> snapshot();
+  // Full moments (gathered from the shards under ZeRO) and every rank's error buffers.
+  StatusOr<OptimizerSnapshot> snapshot() override;
   // Loads parameters, moments and (when the checkpoint's world size matches) error buffers.
-  Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state);
+  Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) override;
 
   // "zero=1, 3 buckets, onebit after 15 warmup steps", for the start-up line.
-  std::string describe() const;
-  // Bytes of optimizer state this rank holds (moments, error buffers, ZeRO staging).
-  size_t optimizer_state_bytes() const;
-  // Bytes of gradients this rank holds at most: the full buffer, plus the reduced shard under
-  // stage 1; under stage 2 the shard and the buckets between backward and their reduction.
-  size_t gradient_bytes() const;
-  // Bytes of parameters this rank holds at most: the full buffer, or under stage 3 its shard,
-  // the layers kept all step (embeddings, final norm), two blocks and the gather staging.
-  size_t parameter_bytes() const;
+  std::string describe() const override;
+  // Moments, error buffers, ZeRO staging.
+  size_t optimizer_state_bytes() const override;
+  // The full buffer, plus the reduced shard under stage 1; under stage 2 the shard and the
+  // buckets between backward and their reduction.
+  size_t gradient_bytes() const override;
+  // The full buffer, or under stage 3 its shard, the layers kept all step (embeddings, final
+  // norm), two blocks and the gather staging.
+  size_t parameter_bytes() const override;
 
  private:
   DataParallelEngine(model::Model& model, comm::Group& group, DataParallelConfig config);
@@ -132,8 +127,5 @@ class DataParallelEngine {
   // Snapshot staging (full moments under ZeRO, gathered error buffers).
   std::vector<float> snap_m_, snap_v_, snap_a_, snap_b_, snap_p_;
 };
-
-// Parses "topk:0.01" into the ratio; error for anything else.
-StatusOr<double> parse_topk_ratio(const std::string& compress);
 
 }  // namespace cann::train

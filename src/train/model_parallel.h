@@ -1,9 +1,6 @@
-// ModelParallel: the trainer's side of model parallelism. From the strategy string it derives
-// the layout `run` can train (dp x pp x cp x tp with vpp chunks per stage, with sequence
-// parallelism on or off, and the activation recomputation) and refuses, with one line naming
-// the key, what this build cannot train (ep combined with sp or cp). The expert groups
-// live inside one pipeline stage and one tensor-parallel rank (see parallel/mesh.h).
-// For tp, pp, cp or ep > 1 it builds the process mesh over the world group, the model's
+// ModelParallel: the trainer's side of model parallelism. For a strategy with tp, pp, cp or
+// ep > 1 (resolved by resolve_run_layout, checked by plan::engine_supports) it builds the
+// process mesh over the world group, the model's
 // tensor- and context-parallel communicators over the mesh's tp and cp groups, this rank's
 // pipeline stage (layers balanced by cost with the planner's partition), the gradient norm
 // over the model-parallel shards, and the sum of the tied embedding's two copies (first and
@@ -20,6 +17,7 @@
 #include "model/param_table.h"
 #include "model/recompute.h"
 #include "model/tensor_parallel.h"
+#include "plan/strategy.h"
 
 namespace cann::comm {
 class Group;
@@ -29,9 +27,6 @@ class Model;
 struct ModelSpec;
 struct PipelineStage;
 }  // namespace cann::model
-namespace cann::plan {
-struct Strategy;
-}
 namespace cann::parallel {
 enum class PipelineSchedule;
 class ProcessMesh;
@@ -41,53 +36,12 @@ class GroupExpertParallelComm;
 
 namespace cann::train {
 
-struct ParallelLayout {
-  int dp = 1;
-  int tp = 1;
-  int pp = 1;
-  int ep = 1;   // expert groups carved out of dp (ep divides dp)
-  int vpp = 1;  // model chunks per pipeline stage (interleaved 1F1B when > 1)
-  int cp = 1;   // context parallelism: each sequence's positions split over cp ranks
-  bool sp = false;
-  model::Recompute recompute = model::Recompute::kNone;
-  bool model_parallel() const { return tp > 1 || pp > 1 || ep > 1 || cp > 1; }
-};
-
-// `text` is the strategy as the user wrote it (for messages); `world` the processes started.
-StatusOr<ParallelLayout> parallel_layout(const plan::Strategy& s, const std::string& text,
-                                         int world);
-
-// What the launcher checks before it starts `world` workers, so a strategy that cannot run is
-// reported once (not once per rank): the strategy's syntax, the layout, and for tp > 1 whether
-// the model splits that way. `model` is a shipped name or a spec path.
-// `batch`: the run's --batch-size, --grad-accum and --pipeline-schedule, for the pipeline
-// schedule's checks, and --seq-len, for context parallelism's chunks (0 / empty: not given).
-struct LaunchBatch {
-  int batch_size = 0;
-  int grad_accum = 0;
-  std::string pipeline_schedule;
-  int seq_len = 0;
-};
-Status check_strategy_for_launch(const std::string& strategy, const std::string& model, int world,
-                                 const LaunchBatch& batch = {});
-
-// The schedule a pipelined run uses: --pipeline-schedule as given ("" or "auto": 1f1b, or
-// interleaved with vpp > 1), checked against vpp and the M micro-batches per step (interleaved
-// needs vpp > 1 and M a multiple of pp; gpipe and 1f1b need vpp = 1). `where` prefixes errors.
-StatusOr<parallel::PipelineSchedule> resolve_pipeline_schedule(const std::string& flag,
-                                                               const ParallelLayout& layout,
-                                                               int micro_batches,
-                                                               const std::string& where);
-
-// Interleaved pipelining cuts the layers into pp*vpp equal chunks: they must divide.
-Status check_pipeline_chunks(const model::ModelSpec& spec, const ParallelLayout& layout,
-                             const std::string& where);
-
 class ModelParallel {
  public:
   // A collective over `world` (layout.tp > 1): builds the mesh and its groups.
+  // `s` fully resolved (dp set, mbs the micro-batch).
   static StatusOr<std::unique_ptr<ModelParallel>> create(comm::Group& world,
-                                                         const ParallelLayout& layout);
+                                                         const plan::Strategy& s);
   ~ModelParallel();
 
   model::TensorParallel tensor_parallel() const;
@@ -104,15 +58,16 @@ class ModelParallel {
   // Pipeline: this rank's stage, its neighbours (world ranks, -1 at the ends), the world ranks
   // of every stage of its pipeline, the pipeline group, and the stage's layers with one
   // activation slot per micro-batch (and chunk) in flight under `schedule`. Without
-  // interleaving the layers are balanced by cost over the stages (the planner's contiguous
-  // partition of per-layer FLOPs, the head counted with the last layer); interleaved, stage s
-  // holds chunks s, s+pp, ... of pp*vpp equal chunks (Megatron-LM's and the planner's split).
+  // interleaving the layers are balanced by cost over the stages: the planner's partition of
+  // its per-layer costs for this strategy at seq_len (plan::engine_stage_bounds), so the run
+  // trains the stages the planner prices; interleaved, stage s holds chunks s, s+pp, ... of
+  // pp*vpp equal chunks (Megatron-LM's and the planner's split).
   int stage() const;
   int pp_prev() const;
   int pp_next() const;
   std::vector<int> stage_ranks() const;
   comm::Group& pp_group();
-  model::PipelineStage pipeline_stage(const model::ModelSpec& spec, int micro_batches,
+  model::PipelineStage pipeline_stage(const model::ModelSpec& spec, int seq_len, int micro_batches,
                                       parallel::PipelineSchedule schedule) const;
   // Adds the wte gradient of the first and last stage (each holds a copy of the tied
   // embedding) so both copies take the same update. A collective over the pipeline group;
@@ -157,7 +112,7 @@ class ModelParallel {
  private:
   ModelParallel() = default;
 
-  ParallelLayout layout_;
+  plan::Strategy layout_;
   std::unique_ptr<parallel::ProcessMesh> mesh_;
   std::unique_ptr<parallel::GroupTensorParallelComm> tp_comm_;
   std::unique_ptr<parallel::GroupTensorParallelComm> cp_comm_;

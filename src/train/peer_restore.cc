@@ -24,7 +24,7 @@
 #include "ckpt/replicas.h"
 #include "core/fs.h"
 #include "core/log.h"
-#include "train/trainer.h"
+#include "train/state_keeper.h"
 
 namespace cann::train {
 namespace {
@@ -73,9 +73,11 @@ StatusOr<std::string> unpack_copy(const std::string& blob, const std::string& di
 
 }  // namespace
 
-Status Trainer::restore_from_peers() {
+StatusOr<int> StateKeeper::restore_from_peers() {
+  comm::Group* world = run_.world;
+  const int world_size = world ? world->size() : 1;
   // This node's newest copy that verifies: what this rank offers.
-  const std::vector<ckpt::SnapshotCopy> copies = ckpt::list_node_snapshots(env_->node_snapshots);
+  const std::vector<ckpt::SnapshotCopy> copies = ckpt::list_node_snapshots(node_snapshots_);
   int64_t newest = -1;
   std::optional<ckpt::LoadedCheckpoint> local;
   std::string local_dir;
@@ -90,13 +92,13 @@ Status Trainer::restore_from_peers() {
     log_warning("rank " + std::to_string(rank_) + ": snapshot " + c.path +
                 " unusable, trying an older copy: " + ck.status().message());
   }
-  auto allreduce_max = [this](int64_t* v, size_t n, const char* tag) -> Status {
-    if (!world_) return OkStatus();
+  auto allreduce_max = [this, world](int64_t* v, size_t n, const char* tag) -> Status {
+    if (world == nullptr) return OkStatus();
     comm::Options opts;
     opts.tag = tag;
     Status s =
-        world_->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
-    return s.ok() ? s : comm_failure(s);
+        world->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
+    return s.ok() ? s : run_.on_comm_failure(s);
   };
   // The step: the oldest of the ranks' newest (-newest maximized; ranks without any snapshot,
   // a node that just joined, offer nothing). Every rank finished it, and a node whose newest is
@@ -116,9 +118,9 @@ Status Trainer::restore_from_peers() {
   }
   const bool have = local.has_value();
   // [the lowest rank holding the step, as world - rank; whether some rank lacks it]
-  int64_t who[2] = {have ? world_size_ - rank_ : 0, have ? 0 : 1};
+  int64_t who[2] = {have ? world_size - rank_ : 0, have ? 0 : 1};
   CANN_RETURN_IF_ERROR(allreduce_max(who, 2, "restore_source"));
-  const int source = world_size_ - static_cast<int>(who[0]);
+  const int source = world_size - static_cast<int>(who[0]);
   std::string from = local_dir + " (this node's copy)";
   if (who[1] > 0) {
     std::string blob;
@@ -128,20 +130,20 @@ Status Trainer::restore_from_peers() {
     int64_t size = static_cast<int64_t>(blob.size());
     comm::Options opts;
     opts.tag = "restore_size";
-    Status s = world_->broadcast(&size, 1, comm::DataType::kInt64, source, opts)->wait(kWait);
-    if (!s.ok()) return comm_failure(s);
+    Status s = world->broadcast(&size, 1, comm::DataType::kInt64, source, opts)->wait(kWait);
+    if (!s.ok()) return run_.on_comm_failure(s);
     // Broadcast moves 4-byte elements: pad the blob to a whole number of them.
     std::vector<int32_t> words((static_cast<size_t>(size) + 3) / 4);
     std::memcpy(words.data(), blob.data(), blob.size());
     opts.tag = "restore_snapshot";
-    s = world_->broadcast(words.data(), words.size(), comm::DataType::kInt32, source, opts)
+    s = world->broadcast(words.data(), words.size(), comm::DataType::kInt32, source, opts)
             ->wait(kWait);
-    if (!s.ok()) return comm_failure(s);
+    if (!s.ok()) return run_.on_comm_failure(s);
     if (!have) {
       blob.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(size));
       char name[32];
       std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-      const std::string dir = join_path(env_->snapshot_dir, "rank" + std::to_string(rank_));
+      const std::string dir = join_path(snapshot_root_, "rank" + std::to_string(rank_));
       CANN_RETURN_IF_ERROR(make_dirs(dir));
       CANN_ASSIGN_OR_RETURN(const std::string path, unpack_copy(blob, dir, name));
       CANN_ASSIGN_OR_RETURN(ckpt::LoadedCheckpoint ck, ckpt::read_checkpoint(path));
@@ -153,10 +155,10 @@ Status Trainer::restore_from_peers() {
                std::to_string(size) + " bytes)");
     }
   }
-  CANN_RETURN_IF_ERROR(restore_state(*local));
-  keeper_->event("state_restored", "step " + std::to_string(start_step_) + " from " + from +
-                                       ", world size " + std::to_string(world_size_));
-  return OkStatus();
+  CANN_ASSIGN_OR_RETURN(const int restored, restore(*local));
+  event("state_restored", "step " + std::to_string(restored) + " from " + from + ", world size " +
+                              std::to_string(world_size));
+  return restored;
 }
 
 }  // namespace cann::train

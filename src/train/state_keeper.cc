@@ -33,6 +33,7 @@ std::string fixed(double v, int digits) {
 StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& config,
                                                            const DistEnv* env, bool leader) {
   std::unique_ptr<StateKeeper> k(new StateKeeper());
+  k->config_ = config;
   k->leader_ = leader;
   k->keep_checkpoints_ = config.keep_checkpoints;
   k->total_steps_ = config.steps;
@@ -41,6 +42,8 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
     k->generation_ = env->generation;
     k->snapshot_every_ = std::max(1, env->snapshot_every);
     k->restore_from_ = env->restore_from;
+    k->node_snapshots_ = env->node_snapshots;
+    k->snapshot_root_ = env->snapshot_dir;
     k->heartbeat_interval_s_ = env->heartbeat_interval_s;
     if (env->elastic() && !env->snapshot_dir.empty()) {
       k->snapshot_dir_ = join_path(env->snapshot_dir, "rank" + std::to_string(env->rank));

@@ -13,6 +13,10 @@
 //     or the newest disk checkpoint when no snapshot survived.
 //   - Fault-tolerance events (state_restored, training_resumed, checkpoint_saved) go into the
 //     JSONL step log (core/event_log.h); rank 0 writes them.
+//   - The glue between the run and its files (run_state.cc): once bound to the live state
+//     (model parts, optimizer, batch source), it takes checkpoints and snapshots of it and
+//     restores it: at the start (--resume, an elastic generation's committed step, or under
+//     multi-node elastic the step the ranks agree on, peer_restore.cc) and after a rejoin.
 //
 // Thread safety: every method is called from the training thread; the heartbeat thread and the
 // checkpoint thread touch only atomics and the EventLog (which is thread-safe).
@@ -23,10 +27,15 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "comm/group.h"
 #include "core/event_log.h"
 #include "core/status.h"
+#include "model/spec.h"
+#include "train/config.h"
+#include "train/model_parts.h"
 
 namespace cann::comm {
 class Store;
@@ -38,7 +47,16 @@ class AsyncCheckpointWriter;
 namespace cann::train {
 
 struct DistEnv;
-struct TrainConfig;
+
+// The live state a checkpoint is taken from and restored into.
+struct RunState {
+  const model::ModelSpec* spec = nullptr;
+  ModelParts* model = nullptr;
+  StepOptimizer* optimizer = nullptr;
+  BatchSource* batches = nullptr;
+  comm::Group* world = nullptr;  // null: one process
+  CommFailure on_comm_failure;   // wraps a collective's failure (model-parallel gathers)
+};
 
 class StateKeeper {
  public:
@@ -68,6 +86,24 @@ class StateKeeper {
 
   void event(const std::string& name, const std::string& detail);
 
+  // The glue (run_state.cc). bind() before any of the calls below; a new world group (an
+  // elastic rejoin) is bound again.
+  void bind(RunState state) { run_ = std::move(state); }
+  // The step the run continues from, its state loaded: an elastic generation's committed step
+  // (agreed over the ranks under multi-node elastic), else the --resume checkpoint, else 0.
+  StatusOr<int> restore_at_start();
+  // After a survivor rejoined a generation: the committed step loaded, or the run reset to
+  // step 0 when nothing was committed anywhere. Returns the step.
+  StatusOr<int> restore_after_rejoin();
+  // After completed step `done`: the heartbeat's progress and, when due, the in-memory
+  // snapshot (a collective in a data-parallel group).
+  Status keep(int done);
+  // The disk checkpoint of `step` (a collective: the optimizer state, and under model
+  // parallelism the whole model, is gathered first). With `wait` (the last step, a stop),
+  // returns once it is durable; the write shows in `profiler`'s trace when given. Returns
+  // rank 0's line for the log, else "".
+  StatusOr<std::string> save(int step, bool wait, StepProfiler* profiler);
+
   // A survivor's wait for the agent's next generation: polls the membership record until its
   // generation exceeds this keeper's, up to timeout_s. Then this keeper belongs to the new
   // generation (heartbeats carry it) and recovery_state() reads the copies the record names
@@ -78,7 +114,18 @@ class StateKeeper {
  private:
   StateKeeper() = default;
   void beat();
+  StatusOr<OptimizerSnapshot> optimizer_snapshot();
+  ResumeState resume_state(int step) const;
+  // Loads `ck` into the bound state; returns its step.
+  StatusOr<int> restore(const ckpt::LoadedCheckpoint& ck);
+  // Multi-node elastic (peer_restore.cc).
+  StatusOr<int> restore_from_peers();
 
+  TrainConfig config_;
+  RunState run_;
+  std::string node_snapshots_;     // multi-node elastic: the node's snapshot root
+  std::string snapshot_root_;      // the agent's snapshot directory (all ranks)
+  std::vector<float> full_state_;  // a model-parallel checkpoint's gathered whole model
   int rank_ = 0;
   std::atomic<int> generation_{-1};  // read by the heartbeat thread
   bool leader_ = false;

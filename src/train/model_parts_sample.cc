@@ -16,33 +16,35 @@
 
 #include "data/tokenizer.h"
 #include "parallel/pipeline_runner.h"
-#include "train/trainer.h"
+#include "train/model_parts.h"
 
 namespace cann::train {
 
-StatusOr<std::string> Trainer::generate_sample() {
-  const int T = seq_len_, V = spec_.vocab_size;
+StatusOr<std::string> ModelParts::generate_sample(const data::Dataset& data, uint64_t seed,
+                                                  int tokens) {
+  const plan::Strategy& layout = layout_.strategy;
+  const int T = layout_.seq_len, V = model_->spec().vocab_size;
   std::vector<int> ctx;
-  for (size_t i = 0; i < data_.val.size() && ctx.size() < 16; ++i) {
-    ctx.push_back(data_.val[i]);
-    if (data_.byte_level && data_.val[i] == '\n' && ctx.size() > 1) break;
+  for (size_t i = 0; i < data.val.size() && ctx.size() < 16; ++i) {
+    ctx.push_back(data.val[i]);
+    if (data.byte_level && data.val[i] == '\n' && ctx.size() > 1) break;
   }
   const size_t prompt_len = ctx.size();
-  const int tp = mp_ ? layout_.tp : 1, cp = layout_.cp;
+  const int tp = mp_ ? layout.tp : 1, cp = layout.cp;
   const int cp_rank = model_->context_parallel().rank;
   std::vector<int> window;
   const int vocab_rows = (V + tp - 1) / tp;  // logits per row on one tp rank (padded)
   std::vector<float> gathered(static_cast<size_t>(vocab_rows) * tp);
-  Rng rng(config_.seed ^ 0x9e4e7a7eULL);
+  Rng rng(seed ^ 0x9e4e7a7eULL);
   std::vector<float> probs(V);
-  for (int n = 0; n < config_.sample_tokens; ++n) {
+  for (int n = 0; n < tokens; ++n) {
     int len = std::min<int>(static_cast<int>(ctx.size()), T);
     int padded = len;  // the tokens the forward runs: the context, then padding
     if (cp > 1) {
-      const int unit = 2 * cp * (layout_.sp ? tp : 1);
+      const int unit = 2 * cp * (layout.sp ? tp : 1);
       padded = (len + unit - 1) / unit * unit;
       if (padded > T) padded = len -= len % unit;
-    } else if (layout_.sp) {
+    } else if (layout.sp) {
       len -= len % tp;
       padded = len;
     }
@@ -86,7 +88,7 @@ StatusOr<std::string> Trainer::generate_sample() {
         }
       }
     }
-    if (mp_ && (layout_.pp > 1 || cp > 1))  // token ids below 2^24 are exact in fp32
+    if (mp_ && (layout.pp > 1 || cp > 1))  // token ids below 2^24 are exact in fp32
       CANN_RETURN_IF_ERROR(
           world_->allreduce(&next, 1, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
     ctx.push_back(static_cast<int>(next));

@@ -1,11 +1,11 @@
 // Bucket planning.
-#include "parallel/buckets.h"
+#include "plan/buckets.h"
 
 #include <algorithm>
 #include <functional>
 #include <map>
 
-namespace cann::parallel {
+namespace cann::plan {
 
 namespace {
 
@@ -41,19 +41,30 @@ std::vector<size_t> ready_cuts(const model::ParamTable& table, size_t first_floa
 
 }  // namespace
 
+BucketCut cut_buckets(size_t total_floats, const EngineBuckets& sizes) {
+  BucketCut c;
+  c.first = std::min(total_floats,
+                     std::max<size_t>(1, static_cast<size_t>(sizes.first_bytes) / sizeof(float)));
+  c.size = std::max<size_t>(1, static_cast<size_t>(sizes.bytes) / sizeof(float));
+  const size_t left = total_floats - c.first;
+  c.full = left / c.size;
+  c.rest = left % c.size;
+  return c;
+}
+
 std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bucket_bytes,
                                  size_t bucket_bytes, const std::vector<size_t>& ready) {
   std::vector<Bucket> buckets;
   const size_t total = table.total_floats();
-  const size_t first = std::max<size_t>(1, first_bucket_bytes / sizeof(float));
-  const size_t rest = std::max<size_t>(1, bucket_bytes / sizeof(float));
+  const BucketCut plain = cut_buckets(
+      total, {static_cast<double>(first_bucket_bytes), static_cast<double>(bucket_bytes)});
   std::vector<size_t> cuts;
-  if (!ready.empty() && total > 0) cuts = ready_cuts(table, first, rest, ready);
+  if (!ready.empty() && total > 0) cuts = ready_cuts(table, plain.first, plain.size, ready);
   size_t end = total;
   for (size_t i = 0; end > 0; ++i) {
     Bucket b;
     b.end = end;
-    const size_t want = i == 0 ? first : rest;
+    const size_t want = i == 0 ? plain.first : plain.size;
     b.begin = !cuts.empty() ? cuts[i] : end > want ? end - want : 0;
     for (const auto& t : table.tensors()) {
       if (t.offset + t.numel <= b.begin || t.offset >= b.end) continue;
@@ -86,4 +97,4 @@ std::vector<Bucket> plan_layer_buckets(const model::ParamTable& table) {
   return buckets;
 }
 
-}  // namespace cann::parallel
+}  // namespace cann::plan

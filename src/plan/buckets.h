@@ -1,7 +1,9 @@
 // Gradient buckets: contiguous ranges of the flat gradient buffer taken from its end, so the
 // first bucket holds the last layers, whose gradients backward finishes first (PyTorch DDP's
 // reverse-order buckets). The first bucket is small (1 MiB) so communication starts early; the
-// rest are bucket_bytes each.
+// rest are bucket_bytes each. The engine's reducer and ZeRO shards are cut by these functions
+// and the planner prices the same cuts (engine_memory.h): one copy of the arithmetic, so that
+// the memory the planner predicts is the memory the engine allocates.
 //
 // Worked example: 10,000 floats, first bucket 1,024 floats, then 4,096: buckets are
 // [8976, 10000), [4880, 8976), [784, 4880), [0, 784).
@@ -12,7 +14,31 @@
 
 #include "model/param_table.h"
 
-namespace cann::parallel {
+namespace cann::plan {
+
+// The bucket sizes, named once: `run --bucket-size-mb` defaults to kBucketMiB, and the
+// planner's fp32 figures assume the same.
+inline constexpr double kFirstBucketBytes = 1048576.0;  // 1 MiB
+inline constexpr double kBucketMiB = 25.0;
+
+// Bucket sizes in bytes: the first bucket taken from the end of the flat buffer, then each of
+// the others.
+struct EngineBuckets {
+  double first_bytes = kFirstBucketBytes;
+  double bytes = kBucketMiB * 1048576.0;
+  static EngineBuckets of_mib(double bucket_mib) {
+    return {kFirstBucketBytes, bucket_mib * 1048576.0};
+  }
+};
+
+// The plain cut of a buffer of `total_floats`: the first bucket, then `full` buckets of
+// `size` floats, then a last partial one of `rest` floats (0: none). plan_buckets without
+// readiness points cuts exactly these; the planner prices them without building the list.
+// Worked example: 10,000 floats, first 1,024, size 4,096: first 1,024, full 2, rest 784.
+struct BucketCut {
+  size_t first = 0, size = 0, full = 0, rest = 0;
+};
+BucketCut cut_buckets(size_t total_floats, const EngineBuckets& sizes);
 
 struct Bucket {
   size_t begin = 0;  // float offsets in the flat buffer
@@ -43,4 +69,4 @@ std::vector<Bucket> plan_buckets(const model::ParamTable& table, size_t first_bu
 // contiguous in the flat buffer.
 std::vector<Bucket> plan_layer_buckets(const model::ParamTable& table);
 
-}  // namespace cann::parallel
+}  // namespace cann::plan

@@ -1,0 +1,186 @@
+// This rank's model, its mesh and pipeline, and the passes that run them (see model_parts.h).
+#include "train/model_parts.h"
+
+#include <cmath>
+
+#include "core/timer.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace cann::train {
+
+StatusOr<std::unique_ptr<ModelParts>> ModelParts::build(const model::ModelSpec& spec,
+                                                        const RunLayout& layout, comm::Group* world,
+                                                        CommFailure on_comm_failure) {
+  std::unique_ptr<ModelParts> p(new ModelParts(layout, world, std::move(on_comm_failure)));
+  const plan::Strategy& s = layout.strategy;
+  if (s.model_parallel()) {
+    CANN_ASSIGN_OR_RETURN(p->mp_, ModelParallel::create(*world, s));
+    p->full_table_ = std::make_unique<model::ParamTable>(model::build_param_table(spec));
+  }
+  ModelParallel* mp = p->mp_.get();
+  CANN_ASSIGN_OR_RETURN(
+      p->model_,
+      model::Model::create(
+          spec, layout.micro_batch(), layout.seq_len,
+          mp ? mp->tensor_parallel() : model::TensorParallel{},
+          s.pp > 1 ? mp->pipeline_stage(spec, layout.seq_len, layout.accum_steps, layout.schedule)
+                   : model::PipelineStage{},
+          mp ? mp->expert_parallel() : model::ExpertParallel{}, s.recompute,
+          mp ? mp->context_parallel() : model::ContextParallel{}));
+  if (s.pp > 1 && layout.schedule == parallel::PipelineSchedule::kInterleaved)
+    p->pipeline_ = std::make_unique<parallel::PipelineRunner>(*p->model_, *world, mp->pp_group(),
+                                                              mp->stage_ranks(), mp->stage());
+  else if (s.pp > 1)
+    p->pipeline_ = std::make_unique<parallel::PipelineRunner>(
+        *p->model_, *world, mp->pp_prev(), mp->pp_next(), layout.schedule, mp->stage(), s.pp);
+  return p;
+}
+
+ModelParts::~ModelParts() = default;
+
+double ModelParts::num_parameters() const {
+  return static_cast<double>(full_table_ ? full_table_->num_parameters()
+                                         : model_->table().num_parameters());
+}
+
+Status ModelParts::check_loss(double loss, int step) const {
+  if (std::isfinite(loss)) return OkStatus();
+  return FailedPrecondition("loss is " + std::to_string(loss) + " at step " +
+                            std::to_string(step + 1) + " on rank " + std::to_string(layout_.rank) +
+                            "; hint: lower --lr or --grad-clip");
+}
+
+// Micro-steps: each rank's share of the global batch in accum_steps forward/backward passes
+// whose gradients accumulate; the optimizer decides which backwards communicate.
+StatusOr<StepCompute> ModelParts::forward_backward(BatchSource& batches, StepOptimizer& opt,
+                                                   int step, StepProfiler* profiler) {
+  const int B = layout_.micro_batch(), T = layout_.seq_len, M = layout_.accum_steps;
+  StepCompute out;
+  if (model_->spec().is_moe()) out.expert_load.assign(model_->spec().num_local_experts, 0.0);
+  // Under cp the reduction averages over dp x cp ranks whose gradients are parts of one
+  // replica's: scaled by cp, the average is the data-parallel mean of their sums.
+  const float grad_scale = static_cast<float>(layout_.strategy.cp) / static_cast<float>(M);
+  const double t0 = now_seconds();
+  if (pipeline_) {
+    CANN_RETURN_IF_ERROR(pipeline_step(grad_scale, batches, opt, step, &out));
+    out.backward_s = now_seconds() - t0;
+    return out;
+  }
+  for (int k = 0; k < M; ++k) {
+    batches.next();
+    const double tf = now_seconds();
+    const model::ForwardStats micro = model_->forward(batches.inputs(), batches.targets(), B, T);
+    out.forward_s += now_seconds() - tf;
+    if (profiler) profiler->compute("forward", tf, now_seconds());
+    const double tb = now_seconds();
+    CANN_RETURN_IF_ERROR(check_loss(micro.loss, step));
+    out.stats.loss += micro.loss / M;
+    out.stats.lm_loss += micro.lm_loss / M;
+    out.stats.aux_loss += micro.aux_loss / M;
+    Status s = opt.backward(grad_scale, k == M - 1, &out.comm);
+    if (!s.ok()) return on_comm_failure_(s);
+    if (!model_->tp_status().ok()) return on_comm_failure_(model_->tp_status());
+    if (!opt.param_status().ok()) return on_comm_failure_(opt.param_status());
+    out.backward_s += now_seconds() - tb;
+    if (profiler) profiler->compute("backward", tb, now_seconds());
+    if (model_->spec().is_moe()) record_expert_load(&out);
+  }
+  return out;
+}
+
+Status ModelParts::pipeline_step(float grad_scale, BatchSource& batches, StepOptimizer& opt,
+                                 int step, StepCompute* out) {
+  auto batch = [&batches](int, const int** inputs, const int** targets) {
+    batches.next();
+    *inputs = batches.inputs();
+    *targets = batches.targets();
+  };
+  parallel::PipelineRunner::GradReduction reduction;
+  reduction.begin = [&opt] { opt.begin_reduction(); };
+  reduction.layer_done = [&opt](int layer) { opt.layer_done(layer); };
+  reduction.finish = [&opt, out] { return opt.finish_reduction(&out->comm); };
+  parallel::PipelineRunner::ForwardDone routed;
+  if (model_->spec().is_moe()) routed = [this, out] { record_expert_load(out); };
+  const int M = layout_.accum_steps;
+  auto stepped = pipeline_->step(M, layout_.micro_batch(), layout_.seq_len, grad_scale, batch,
+                                 reduction, routed);
+  if (!stepped.ok()) return on_comm_failure_(stepped.status());
+  const float frac = 1.0f / static_cast<float>(M);
+  out->stats.loss = stepped->loss * frac;
+  out->stats.lm_loss = stepped->lm_loss * frac;
+  out->stats.aux_loss = stepped->aux_loss * frac;
+  return check_loss(out->stats.loss, step);
+}
+
+// Adds the routing of the model's last forward (its current slot: this stage's MoE layers) to
+// the step's expert load and the dropped assignments. From the counts and shapes every
+// recomputation mode keeps (full recomputation keeps no per-token assignments).
+void ModelParts::record_expert_load(StepCompute* out) {
+  for (int i = 0; i < model_->num_moe_layers(); ++i) {
+    const auto counts = model_->expert_counts(i);
+    for (size_t e = 0; e < counts.size(); ++e) out->expert_load[e] += counts[e];
+  }
+  out->dropped += static_cast<double>(model_->dropped_assignments());
+}
+
+// The same windows (and for BERT the same masks) every time, so evaluations are comparable.
+StatusOr<float> ModelParts::evaluation_loss_sum(const BatchSource& batches,
+                                                const StepOptimizer& opt, int eval_batches) {
+  const int B = layout_.micro_batch(), T = layout_.seq_len;
+  std::vector<int> in(static_cast<size_t>(B) * T), tg(in.size());
+  float sum = 0.0f;
+  for (int b = 0; b < eval_batches; ++b) {
+    for (int k = 0; k < layout_.accum_steps; ++k) {
+      batches.eval_batch(b, k, in.data(), tg.data());
+      if (pipeline_) {
+        auto st = pipeline_->forward_only(in.data(), tg.data(), B, T);
+        if (!st.ok()) return on_comm_failure_(st.status());
+        sum += static_cast<float>(st->lm_loss);
+        continue;
+      }
+      sum += static_cast<float>(model_->forward(in.data(), tg.data(), B, T).lm_loss);
+      if (!model_->tp_status().ok()) return on_comm_failure_(model_->tp_status());
+      if (!opt.param_status().ok()) return on_comm_failure_(opt.param_status());
+    }
+  }
+  return sum;
+}
+
+Status ModelParts::sync_tied_embedding(StepOptimizer& opt) {
+  if (!mp_) return OkStatus();
+  Status tied = mp_->sync_tied_embedding(
+      *model_, [&opt](size_t offset, size_t count, const std::function<Status(float*)>& fn) {
+        return opt.with_grad_range(offset, count, fn);
+      });
+  return tied.ok() ? tied : on_comm_failure_(tied);
+}
+
+Status ModelParts::status() const {
+  if (mp_ && !mp_->status().ok()) return on_comm_failure_(mp_->status());
+  return OkStatus();
+}
+
+Status ModelParts::gather_full(const std::vector<const float*>& locals, float* out) {
+  Status s = mp_->gather_full(*world_, model_->table(), *full_table_, locals, out);
+  return s.ok() ? s : on_comm_failure_(s);
+}
+
+model::ShardPlace ModelParts::shard_place() const {
+  return mp_->shard_place();
+}
+
+std::string ModelParts::describe_mesh() const {
+  return mp_ ? "process mesh: " + mp_->describe() + "\n" + mp_->rank_table() : "";
+}
+
+std::string ModelParts::describe_pipeline() const {
+  if (!pipeline_) return "";
+  const plan::Strategy& s = layout_.strategy;
+  return "pipeline: " + std::to_string(s.pp) + " stages" +
+         (s.vpp > 1 ? " of " + std::to_string(s.vpp) + " chunks" : std::string()) + ", schedule " +
+         parallel::pipeline_schedule_name(pipeline_->schedule()) + ", " +
+         std::to_string(layout_.accum_steps) + " micro-batches of " +
+         std::to_string(layout_.micro_batch()) + " per step";
+}
+
+}  // namespace cann::train

@@ -1,0 +1,113 @@
+// ModelParts: this rank's part of the model and what runs it. One process holds the whole
+// model; under model parallelism (tp, pp, cp or ep > 1) the rank holds its shards and stage,
+// with the process mesh and the model's communicators (ModelParallel) and, with pp > 1, the
+// pipeline runner that drives the stage's micro-batches.
+//
+// A step's compute: accum_steps micro-batches from the BatchSource, forward and backward each
+// (the optimizer's backward reduces where it must), or one pipeline step of as many
+// micro-batches; the losses averaged over the micro-batches, the MoE routing of this rank
+// counted. Evaluation and the end-of-run sample run the forward alone (collectives too under
+// model parallelism, so every rank calls them). Checkpoints and gradient dumps of a
+// model-parallel run gather the whole model (gather_full) so they load under any strategy.
+//
+// Collective failures go through `on_comm_failure` (the trainer's: it names the rank, explains
+// the stall and marks the step for an elastic rejoin); other errors return as they are.
+//
+// Thread safety: one thread (the training loop).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/group.h"
+#include "core/status.h"
+#include "data/dataset.h"
+#include "model/model.h"
+#include "model/param_table.h"
+#include "parallel/pipeline_runner.h"
+#include "parallel/reducer.h"
+#include "train/batch_source.h"
+#include "train/model_parallel.h"
+#include "train/run_layout.h"
+#include "train/step_optimizer.h"
+#include "train/step_profiler.h"
+
+namespace cann::train {
+
+using CommFailure = std::function<Status(const Status&)>;
+
+// What one step's forward and backward passes measured on this rank.
+struct StepCompute {
+  model::ForwardStats stats;  // losses averaged over the micro-batches (this stage's share)
+  parallel::StepComm comm;
+  double forward_s = 0, backward_s = 0;
+  // MoE models: this rank's routing over the step's micro-batches and MoE layers (under a
+  // pipeline, this stage's), and the assignments dropped over capacity.
+  std::vector<double> expert_load;
+  double dropped = 0;
+};
+
+class ModelParts {
+ public:
+  // A collective over `world` under model parallelism (the mesh); `world` null: one process.
+  static StatusOr<std::unique_ptr<ModelParts>> build(const model::ModelSpec& spec,
+                                                     const RunLayout& layout, comm::Group* world,
+                                                     CommFailure on_comm_failure);
+  ~ModelParts();
+
+  model::Model& model() { return *model_; }
+  const model::Model& model() const { return *model_; }
+  ModelParallel* model_parallel() { return mp_.get(); }
+  bool pipelined() const { return pipeline_ != nullptr; }
+  // The world group after an elastic rejoin (data parallelism only: a generation never
+  // rebuilds a mesh or a pipeline).
+  void rebind_world(comm::Group* world) { world_ = world; }
+  // The whole model's parameter count (a tensor-parallel rank's table holds only its shards).
+  double num_parameters() const;
+
+  // The step's forward and backward passes; `step` is 0-based (for messages).
+  StatusOr<StepCompute> forward_backward(BatchSource& batches, StepOptimizer& opt, int step,
+                                         StepProfiler* profiler);
+  // The sum of eval_batches x accum_steps micro-batches' language-model losses on this rank
+  // (under a pipeline, the last stage's; the caller averages over the ranks).
+  StatusOr<float> evaluation_loss_sum(const BatchSource& batches, const StepOptimizer& opt,
+                                      int eval_batches);
+  // Adds the tied embedding's two gradients (first and last stage); a no-op without pp.
+  Status sync_tied_embedding(StepOptimizer& opt);
+  // The first failure of the model-parallel collectives outside the model (gradient norms).
+  Status status() const;
+
+  // A collective over the world: out <- the whole model's buffers, one per entry of `locals`
+  // (this rank's buffers in its own layout), laid out as full_table(). Model parallelism only.
+  Status gather_full(const std::vector<const float*>& locals, float* out);
+  const model::ParamTable& full_table() const { return *full_table_; }
+  model::ShardPlace shard_place() const;
+
+  // The end-of-run sample (sample.cc); a collective under model parallelism.
+  StatusOr<std::string> generate_sample(const data::Dataset& data, uint64_t seed, int tokens);
+
+  // The start-up lines: the mesh and rank table, the pipeline (empty without them).
+  std::string describe_mesh() const;
+  std::string describe_pipeline() const;
+
+ private:
+  ModelParts(const RunLayout& layout, comm::Group* world, CommFailure on_comm_failure)
+      : layout_(layout), world_(world), on_comm_failure_(std::move(on_comm_failure)) {}
+  Status pipeline_step(float grad_scale, BatchSource& batches, StepOptimizer& opt, int step,
+                       StepCompute* out);
+  void record_expert_load(StepCompute* out);
+  Status check_loss(double loss, int step) const;
+
+  RunLayout layout_;
+  comm::Group* world_;
+  CommFailure on_comm_failure_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<ModelParallel> mp_;
+  std::unique_ptr<parallel::PipelineRunner> pipeline_;
+  // Model parallelism: the whole model's layout, which checkpoints and dumps use.
+  std::unique_ptr<model::ParamTable> full_table_;
+};
+
+}  // namespace cann::train

@@ -1,0 +1,125 @@
+// The state keeper's glue between the live run and its checkpoints and snapshots (see
+// state_keeper.h): what a checkpoint holds is the model's parameters (under model parallelism
+// the whole model, gathered, so it loads under any strategy), the optimizer's full state, the
+// sampler's position and the run's RNG.
+#include <cstdio>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/state_keeper.h"
+
+namespace cann::train {
+
+ResumeState StateKeeper::resume_state(int step) const {
+  ResumeState st;
+  st.step = step;
+  st.sampler = run_.batches->sampler_state();
+  st.rng = run_.batches->rng_state();
+  return st;
+}
+
+StatusOr<OptimizerSnapshot> StateKeeper::optimizer_snapshot() {
+  StatusOr<OptimizerSnapshot> snap = run_.optimizer->snapshot();
+  if (!snap.ok() && run_.world != nullptr) return run_.on_comm_failure(snap.status());
+  return snap;
+}
+
+StatusOr<int> StateKeeper::restore(const ckpt::LoadedCheckpoint& ck) {
+  ResumeState st;
+  CANN_RETURN_IF_ERROR(run_.optimizer->restore(ck, &st));
+  run_.batches->restore(st.sampler, st.rng);
+  return st.step;
+}
+
+StatusOr<int> StateKeeper::restore_at_start() {
+  int step = 0;
+  if (generation() > 0 && !node_snapshots_.empty()) {
+    CANN_ASSIGN_OR_RETURN(step, restore_from_peers());
+  } else if (generation() > 0) {
+    // A restarted elastic generation: the committed step from memory, else from disk.
+    CANN_ASSIGN_OR_RETURN(auto ck, recovery_state(config_.checkpoint_dir));
+    if (ck) {
+      CANN_ASSIGN_OR_RETURN(step, restore(*ck));
+      event("state_restored", "step " + std::to_string(step) + " from " + ck->path);
+    }
+  } else if (config_.resume) {
+    if (config_.checkpoint_dir.empty())
+      return InvalidArgument("--resume needs --checkpoint-dir DIR to resume from");
+    auto ck = ckpt::read_latest_checkpoint(config_.checkpoint_dir);
+    if (ck.ok()) {
+      CANN_ASSIGN_OR_RETURN(step, restore(*ck));
+      log_info("resumed from " + ck->path + " at step " + std::to_string(step));
+    } else if (ck.status().code() == StatusCode::kNotFound) {
+      log_info("no checkpoint in " + config_.checkpoint_dir + " yet; starting from step 0");
+    } else {
+      return ck.status();
+    }
+  }
+  if (step > config_.steps)
+    return InvalidArgument("checkpoint is at step " + std::to_string(step) + ", beyond --steps " +
+                           std::to_string(config_.steps) +
+                           "; hint: raise --steps to continue training");
+  return step;
+}
+
+StatusOr<int> StateKeeper::restore_after_rejoin() {
+  CANN_ASSIGN_OR_RETURN(auto ck, recovery_state(config_.checkpoint_dir));
+  if (ck) {
+    CANN_ASSIGN_OR_RETURN(const int step, restore(*ck));
+    event("state_restored", "step " + std::to_string(step) + " from " + ck->path + " (rank " +
+                                std::to_string(rank_) + " kept its process)");
+    return step;
+  }
+  // Nothing committed anywhere: the run starts over, exactly as a fresh one would.
+  run_.model->model().init_params(config_.seed);
+  run_.batches->restart();
+  return 0;
+}
+
+Status StateKeeper::keep(int done) {
+  set_step(done);
+  if (!snapshot_due(done)) return OkStatus();
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
+  // more; training goes on.
+  Status s = snapshot(training_checkpoint(run_.model->model(), snap, resume_state(done), config_));
+  if (!s.ok()) log_warning(s.message());
+  return OkStatus();
+}
+
+// A collective under data parallelism (sharded or per-rank optimizer state is gathered first);
+// rank 0 copies the state and a background thread writes it.
+StatusOr<std::string> StateKeeper::save(int step, bool wait, StepProfiler* profiler) {
+  const ResumeState st = resume_state(step);
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  ModelParts& parts = *run_.model;
+  const bool whole = parts.model_parallel() != nullptr;
+  if (whole) {
+    // Every rank sends its part; the leader writes the whole model, loadable at any strategy.
+    const size_t n = parts.full_table().total_floats();
+    full_state_.resize(3 * n);
+    const float* params = snap.params != nullptr ? snap.params : parts.model().params();  // ZeRO-3
+    CANN_RETURN_IF_ERROR(parts.gather_full({params, snap.m, snap.v}, full_state_.data()));
+    snap.params = full_state_.data();
+    snap.m = full_state_.data() + n;
+    snap.v = full_state_.data() + 2 * n;
+  }
+  if (!leader_) return std::string();
+  Stopwatch sw;
+  const double t0 = now_seconds();
+  CANN_RETURN_IF_ERROR(
+      checkpoint(whole ? training_checkpoint(*run_.spec, parts.full_table(), snap, st, config_)
+                       : training_checkpoint(parts.model(), snap, st, config_),
+                 wait));
+  if (profiler) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "/step-%08d", step);
+    profiler->checkpoint(t0, now_seconds(), config_.checkpoint_dir + name);
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "checkpoint of step %d %s (%.2f s)", step,
+                wait ? "saved" : "queued", sw.elapsed());
+  return std::string(buf);
+}
+
+}  // namespace cann::train

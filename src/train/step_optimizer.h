@@ -1,0 +1,105 @@
+// StepOptimizer: the optimizer side of a training step, one interface whether the run is one
+// process or a data-parallel group, so the training loop never asks which. Per step: clear the
+// gradients, run each micro-step's backward (reducing over the ranks where the run has any),
+// then update the parameters; for checkpoints, the full optimizer state out and back in.
+//
+// Two implementations: LocalOptimizer (below: AdamW on this process's gradients) and
+// DataParallelEngine (data_parallel.h: the bucketed reduction overlapped with backward, and
+// replicated, compressed or ZeRO-sharded optimizer state).
+//
+// Thread safety: one thread (the training loop).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "core/status.h"
+#include "model/model.h"
+#include "optim/adamw.h"
+#include "parallel/reducer.h"
+#include "train/train_state.h"
+
+namespace cann::train {
+
+class StepOptimizer {
+ public:
+  virtual ~StepOptimizer() = default;
+
+  // Clears the gradients before a step.
+  virtual void zero_grads() = 0;
+  // One micro-step's backward; `last` is the step's last micro-step. The data-parallel engine
+  // reduces during the backwards that must (the last one's, or every one's under ZeRO-2) and
+  // adds the communication to `stats`.
+  virtual Status backward(float grad_scale, bool last, parallel::StepComm* stats) = 0;
+  // The same reduction in three parts, for a pipeline whose last micro-batch runs several
+  // backwards (one per model chunk): begin, layer_done from each of them, finish.
+  virtual void begin_reduction() = 0;
+  virtual void layer_done(int layer) = 0;
+  virtual Status finish_reduction(parallel::StepComm* stats) = 0;
+
+  // The model's flat parameters are complete and equal on every rank (after initialization
+  // or a restore): ZeRO-3 keeps its shard and releases the rest.
+  virtual Status adopt_params() = 0;
+  // Every parameter in place, so that one rank may run the model alone (sampling); a
+  // collective under ZeRO-3.
+  virtual Status materialize_params() = 0;
+  // The first failure of a parameter gather (check after each forward and backward).
+  virtual Status param_status() const = 0;
+
+  // The update on the reduced gradients; returns the gradient norm.
+  virtual StatusOr<double> step(float lr) = 0;
+  // After the reduction: `fn` gets the reduced gradient of [begin, begin + count) and may
+  // change it before step() takes it (a collective under ZeRO).
+  virtual Status with_grad_range(size_t begin, size_t count,
+                                 const std::function<Status(float*)>& fn) = 0;
+  // After the reduction: the whole reduced gradient in the model's layout (a collective under
+  // ZeRO).
+  virtual Status gather_grads(float* out) = 0;
+
+  // The state a checkpoint holds (a collective in a data-parallel group); the snapshot's
+  // buffers live until the next call.
+  virtual StatusOr<OptimizerSnapshot> snapshot() = 0;
+  // Loads parameters, moments and what else the checkpoint holds for this optimizer.
+  virtual Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) = 0;
+
+  // Bytes this rank holds at most: parameters, gradients, optimizer state.
+  virtual size_t parameter_bytes() const = 0;
+  virtual size_t gradient_bytes() const = 0;
+  virtual size_t optimizer_state_bytes() const = 0;
+  // "zero=1, 3 gradient buckets, compress none", for the start-up line.
+  virtual std::string describe() const = 0;
+};
+
+// One process: AdamW with global-norm clipping on the model's own gradients.
+class LocalOptimizer : public StepOptimizer {
+ public:
+  LocalOptimizer(model::Model& model, const optim::AdamWConfig& adam);
+
+  void zero_grads() override { model_.zero_grads(); }
+  Status backward(float grad_scale, bool last, parallel::StepComm* stats) override;
+  void begin_reduction() override {}
+  void layer_done(int) override {}
+  Status finish_reduction(parallel::StepComm*) override { return OkStatus(); }
+  Status adopt_params() override { return OkStatus(); }
+  Status materialize_params() override { return OkStatus(); }
+  Status param_status() const override { return OkStatus(); }
+  StatusOr<double> step(float lr) override;
+  Status with_grad_range(size_t begin, size_t count,
+                         const std::function<Status(float*)>& fn) override;
+  Status gather_grads(float* out) override;
+  StatusOr<OptimizerSnapshot> snapshot() override;
+  Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) override;
+  size_t parameter_bytes() const override;
+  size_t gradient_bytes() const override { return parameter_bytes(); }
+  size_t optimizer_state_bytes() const override { return 2 * parameter_bytes(); }
+  std::string describe() const override { return "AdamW on one process"; }
+
+ private:
+  model::Model& model_;
+  optim::AdamW adam_;
+};
+
+}  // namespace cann::train
