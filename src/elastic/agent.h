@@ -20,7 +20,8 @@
 // cann/<job>/membership (with the snapshot copies each rank loads, ckpt/replicas.h) and starts
 // a replacement. Survivors keep their processes: they rejoin the new generation themselves
 // (train/trainer_rejoin.cc). After `max_restarts` restarts the next failure ends the job as
-// above. Several nodes (max_nodes > 1) are run_node_agent's (node_agent.cc).
+// above. LocalAgent (local_agent.h) is this agent; several elastic nodes (max_nodes > 1) are
+// NodeAgent's (node_agent.h).
 // See docs/elastic.md.
 #pragma once
 

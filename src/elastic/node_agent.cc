@@ -89,11 +89,7 @@ Status NodeAgent::setup() {
 }
 
 void NodeAgent::kill_workers(int sig) {
-  for (auto& w : workers_) {
-    if (!w.running) continue;
-    kill(w.pid, sig);
-    w.stopped_by_agent = true;
-  }
+  signal_workers(workers_, sig);
 }
 
 bool NodeAgent::any_running() const {

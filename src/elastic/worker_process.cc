@@ -162,4 +162,12 @@ bool process_stopped(pid_t pid) {
   return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
 }
 
+void signal_workers(std::vector<Worker>& workers, int sig) {
+  for (auto& w : workers) {
+    if (!w.running) continue;
+    kill(w.pid, sig);
+    w.stopped_by_agent = true;
+  }
+}
+
 }  // namespace cann::elastic

@@ -51,6 +51,8 @@ bool pump(int fd, OutputForwarder& fwd);
 void drain(Worker& w);
 // One poll() round over every open pipe of `workers` (up to timeout_ms), forwarding output.
 void pump_all(std::vector<Worker>& workers, int timeout_ms);
+// Sends `sig` to every running worker and marks it stopped by the agent.
+void signal_workers(std::vector<Worker>& workers, int sig);
 
 // A directory for the workers' in-memory snapshots: in /dev/shm (memory) when it exists.
 StatusOr<std::string> make_snapshot_root(const std::string& job);

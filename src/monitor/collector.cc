@@ -7,6 +7,14 @@
 
 namespace cann::monitor {
 
+StoreGet store_get(StoreTryGet try_get) {
+  return [try_get = std::move(try_get)](const std::string& key) -> StatusOr<std::string> {
+    CANN_ASSIGN_OR_RETURN(std::optional<std::string> v, try_get(key));
+    if (!v) return NotFound(key);
+    return *v;
+  };
+}
+
 SnapshotPublisher::SnapshotPublisher(StoreSet set, std::string prefix, double min_interval_s)
     : set_(std::move(set)), prefix_(std::move(prefix)), min_interval_s_(min_interval_s) {}
 

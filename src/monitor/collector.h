@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -21,6 +22,10 @@ namespace cann::monitor {
 using StoreSet = std::function<Status(const std::string& key, const std::string& value)>;
 using StoreGet =
     std::function<StatusOr<std::string>(const std::string& key)>;  // NotFound if absent
+// A store's try_get (the value, or nullopt when absent).
+using StoreTryGet = std::function<StatusOr<std::optional<std::string>>(const std::string& key)>;
+// The StoreGet of a store reached through its try_get: an absent key is NotFound.
+StoreGet store_get(StoreTryGet try_get);
 
 class SnapshotPublisher {
  public:

@@ -58,11 +58,7 @@ Status StepReporter::start_monitoring() {
     if (!agent_monitors.empty() || place_.rank != 0) return OkStatus();
     mc.job = place_.job_id;
     mc.world_size = place_.world_size;
-    mc.get = [store](const std::string& key) -> StatusOr<std::string> {
-      CANN_ASSIGN_OR_RETURN(auto v, store->try_get(key));
-      if (!v) return NotFound(key);
-      return *v;
-    };
+    mc.get = monitor::store_get([store](const std::string& key) { return store->try_get(key); });
     mc.snapshot_prefix = prefix;
   }
   CANN_ASSIGN_OR_RETURN(monitor_, monitor::JobMonitor::start(std::move(mc)));
