@@ -23,6 +23,7 @@
 #include "parallel/mesh.h"
 #include "parallel/tp_comm.h"
 #include "plan/strategy.h"
+#include "run_args.h"
 #include "strategy_checks.h"
 #include "test_util.h"
 #include "train/model_parallel.h"
@@ -141,17 +142,12 @@ std::vector<nlohmann::json> read_log(const std::string& path) {
 class MultiProcContextParallelTest : public ::testing::Test {
  protected:
   std::vector<nlohmann::json> train(const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"run",        "--model",
-                                     "gpt_tiny",   "--seq-len",
-                                     "64",         "--steps",
-                                     "20",         "--batch-size",
-                                     "8",          "--eval-every",
-                                     "0",          "--sample-tokens",
-                                     "0",          "--monitor",
-                                     "off",        "--quiet",
-                                     "--log-json", dir_.file(name + ".jsonl")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = test::run_cann(args, 240);
+    const auto r = test::run_cann(test::RunArgs().comparison_run("gpt_tiny", 20)
+                                      .sample_tokens(0)
+                                      .quiet()
+                                      .log_json(dir_.file(name + ".jsonl"))
+                                      .flags(extra),
+                                  240);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
     return read_log(dir_.file(name + ".jsonl"));
   }
@@ -192,12 +188,10 @@ TEST_F(MultiProcContextParallelTest, FollowsTheSingleProcessLoss) {
 // tokens, so most contexts need padding): the single process's text.
 TEST_F(MultiProcContextParallelTest, SamplesTheSingleProcessText) {
   auto sample = [&](std::vector<std::string> flags) {
-    std::vector<std::string> args = {"run", "--model",         "gpt_tiny", "--seq-len",
-                                     "64",  "--steps",         "10",       "--batch-size",
-                                     "8",   "--eval-every",    "0",        "--monitor",
-                                     "off", "--sample-tokens", "32"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    const auto r = test::run_cann(args, 120);
+    const auto r = test::run_cann(test::RunArgs().comparison_run("gpt_tiny", 10)
+                                      .sample_tokens(32)
+                                      .flags(flags),
+                                  120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::string text;
     const size_t at = r.output.find("sample:\n");

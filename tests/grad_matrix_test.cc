@@ -30,6 +30,7 @@
 
 #include "ckpt/safetensors.h"
 #include "debug/grad_compare.h"
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann {
@@ -49,28 +50,18 @@ class MultiProcGradientMatrixTest : public ::testing::Test {
   std::string dump(const std::string& model, const std::string& name,
                    std::vector<std::string> flags) {
     const std::string path = dir_.file(name + ".safetensors");
-    std::vector<std::string> args = {"run",
-                                     "--model",
-                                     model,
-                                     "--seq-len",
-                                     "64",
-                                     "--steps",
-                                     "1",
-                                     "--batch-size",
-                                     "8",
-                                     "--eval-every",
-                                     "0",
-                                     "--eval-batches",
-                                     "1",
-                                     "--sample-tokens",
-                                     "0",
-                                     "--monitor",
-                                     "off",
-                                     "--quiet",
-                                     "--dump-grads",
-                                     path};
-    args.insert(args.end(), flags.begin(), flags.end());
-    const auto r = test::run_cann(args, 240);
+    const auto r = test::run_cann(test::RunArgs()
+                                      .model(model)
+                                      .seq_len(64)
+                                      .steps(1)
+                                      .batch_size(8)
+                                      .eval_every(0)
+                                      .flag("--eval-batches", 1)
+                                      .sample_tokens(0)
+                                      .quiet()
+                                      .flag("--dump-grads", path)
+                                      .flags(flags),
+                                  240);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
     return path;
   }
@@ -243,9 +234,11 @@ TEST(GradientDumpTest, CompareExitsOneOverTheToleranceAndTwoOnMalformedFiles) {
   EXPECT_NE(other.exit_code, 0) << other.output;
 
   // --dump-grads where the full gradient does not exist is refused before training.
-  auto topk = test::run_cann({"run", "--steps", "1", "--nproc-per-node", "2", "--compress",
-                              "topk:0.1", "--monitor", "off", "--dump-grads",
-                              dir.file("z.safetensors")});
+  auto topk = test::run_cann(test::RunArgs()
+                                 .steps(1)
+                                 .nproc(2)
+                                 .flag("--compress", "topk:0.1")
+                                 .flag("--dump-grads", dir.file("z.safetensors")));
   EXPECT_EQ(topk.exit_code, 2) << topk.output;
   EXPECT_NE(topk.output.find("--compress topk:0.1 replaces"), std::string::npos) << topk.output;
 }

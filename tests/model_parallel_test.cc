@@ -31,6 +31,7 @@
 #include "optim/adamw.h"
 #include "parallel/reducer.h"
 #include "plan/strategy.h"
+#include "run_args.h"
 #include "strategy_checks.h"
 #include "test_util.h"
 #include "train/data_parallel.h"
@@ -235,12 +236,12 @@ class MultiProcModelParallelTest : public ::testing::Test {
  protected:
   std::vector<nlohmann::json> train(const std::string& model, const std::string& name,
                                     std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        "run", "--model",      model, "--seq-len",    "64",         "--steps",
-        "20",  "--batch-size", "8",   "--eval-every", "0",          "--sample-tokens",
-        "0",   "--monitor",    "off", "--quiet",      "--log-json", dir_.file(name + ".jsonl")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = test::run_cann(args, 240);
+    const auto r = test::run_cann(test::RunArgs().comparison_run(model, 20)
+                                      .sample_tokens(0)
+                                      .quiet()
+                                      .log_json(dir_.file(name + ".jsonl"))
+                                      .flags(extra),
+                                  240);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
     return read_log(dir_.file(name + ".jsonl"));
   }
@@ -404,11 +405,10 @@ TEST_F(MultiProcModelParallelTest, FollowsTheSingleProcessLoss) {
 // with pp or tp the same text as its data-parallel run.
 TEST_F(MultiProcModelParallelTest, SplitModelsSampleTheSameText) {
   auto sample = [&](std::vector<std::string> flags, const std::string& model = "gpt_tiny") {
-    std::vector<std::string> args = {
-        "run", "--model",      model, "--seq-len", "64",  "--steps",         "10", "--batch-size",
-        "8",   "--eval-every", "0",   "--monitor", "off", "--sample-tokens", "32"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    const auto r = test::run_cann(args, 120);
+    const auto r = test::run_cann(test::RunArgs().comparison_run(model, 10)
+                                      .sample_tokens(32)
+                                      .flags(flags),
+                                  120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::string text;  // the sample's lines, without the rank prefix
     const size_t at = r.output.find("sample:\n");

@@ -21,6 +21,7 @@
 #include "plan/engine_memory.h"
 #include "plan/predict.h"
 #include "plan/search.h"
+#include "run_args.h"
 #include "test_util.h"
 #include "train/data_parallel.h"
 
@@ -441,10 +442,15 @@ TEST(MultiProcEngineMemoryTest, PlannerMatchesTheRunUnderModelParallelism) {
                                  {"gpt_tiny", "cp=2,mbs=4,gbs=16", "2"},
                                  {"gpt_tiny", "cp=2,tp=2,sp=on,mbs=8,gbs=16", "4"}};
   for (const auto& [model, strategy, nproc] : runs) {
-    auto r = test::run_cann(
-        {"run", "--model", model, "--nproc-per-node", nproc, "--threads", "1", "--strategy",
-         strategy, "--steps", "1", "--monitor", "off", "--eval-every", "0", "--eval-batches", "1"},
-        240);
+    auto r = test::run_cann(test::RunArgs()
+                                .model(model)
+                                .flag("--nproc-per-node", nproc)
+                                .threads(1)
+                                .strategy(strategy)
+                                .steps(1)
+                                .eval_every(0)
+                                .flag("--eval-batches", 1),
+                            240);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const size_t at = r.output.find("planner predicts");
     ASSERT_NE(at, std::string::npos) << r.output;

@@ -29,6 +29,7 @@
 #include "parallel/reducer.h"
 #include "parallel/tp_comm.h"
 #include "plan/engine_memory.h"
+#include "run_args.h"
 #include "test_util.h"
 #include "train/data_parallel.h"
 
@@ -381,25 +382,11 @@ class MultiProcRecomputeTest : public ::testing::Test {
   std::vector<nlohmann::json> train(const std::string& name, std::vector<std::string> extra,
                                     std::string* output = nullptr,
                                     const std::string& model = "gpt_tiny") {
-    std::vector<std::string> args = {"run",
-                                     "--model",
-                                     model,
-                                     "--seq-len",
-                                     "64",
-                                     "--steps",
-                                     "20",
-                                     "--batch-size",
-                                     "8",
-                                     "--eval-every",
-                                     "0",
-                                     "--sample-tokens",
-                                     "0",
-                                     "--monitor",
-                                     "off",
-                                     "--log-json",
-                                     dir_.file(name + ".jsonl")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = test::run_cann(args, 240);
+    const auto r = test::run_cann(test::RunArgs().comparison_run(model, 20)
+                                      .sample_tokens(0)
+                                      .log_json(dir_.file(name + ".jsonl"))
+                                      .flags(extra),
+                                  240);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
     if (output != nullptr) *output = r.output;
     std::vector<nlohmann::json> rows;

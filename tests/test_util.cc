@@ -1,6 +1,8 @@
 // Test helpers: fork/exec with a pipe and a deadline.
 #include "test_util.h"
 
+#include "run_args.h"
+
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -119,9 +121,7 @@ RandomBatches random_batches(const model::ModelSpec& s, int count, int tokens, u
 
 void expect_run_usage_errors(const std::vector<std::vector<std::string>>& flag_lists) {
   for (const auto& flags : flag_lists) {
-    std::vector<std::string> args = {"run", "--steps", "2", "--monitor", "off", "--quiet"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    const auto r = run_cann(args, 60);
+    const auto r = run_cann(RunArgs().steps(2).quiet().flags(flags), 60);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
     EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
