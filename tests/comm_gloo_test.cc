@@ -1,12 +1,8 @@
-// Tests of the gloo backend. Every collective (allgatherv and alltoallv with uneven and zero
-// counts, point to point around the ring, barrier) x dtype x world size 1..8 x element count
-// {0, 1, 7, 2^20+3} against a naive reference, with ranks as threads over a memory store (the
-// large count runs allreduce, broadcast and send/recv at every world size with rotating dtypes,
-// the collectives whose buffers grow with the world size at sizes 2 and 3); then avg/max, tags,
-// subgroups, the debug-mode mismatch check, bf16 accuracy, the parallel-context path, the
-// ibverbs code path (bound buffers) run over TCP, timeouts that name the silent rank, and real
-// processes: forked ranks over a file store, one of them killed with SIGKILL in the middle of a
-// loop of collectives.
+// Tests of the gloo backend beyond the collective conformance suite (comm_conformance_test.cc):
+// avg/max, tags, subgroups, the debug-mode mismatch check, bf16 accuracy, the parallel-context
+// path, the ibverbs code path (bound buffers) run over TCP, timeouts that name the silent rank,
+// and real processes: forked ranks over a file store, one of them killed with SIGKILL in the
+// middle of a loop of collectives.
 //
 // Data are small integers ((29r + 13i + 7s) mod 25 - 12), so sums of up to 8 ranks are exact in
 // every dtype (bf16 holds integers up to 256) and results must match the reference bit for bit.
@@ -21,6 +17,7 @@
 #include <fstream>
 #include <latch>
 
+#include "collective_checks.h"
 #include "comm/gloo_group.h"
 #include "comm_test_util.h"
 #include "test_util.h"
@@ -30,40 +27,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using Bytes = std::vector<std::byte>;
-constexpr size_t kBig = (size_t{1} << 20) + 3;
 constexpr DataType kTypes[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kInt32,
                                DataType::kInt64};
 
-void put(DataType t, std::byte* p, size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DataType::kBFloat16:
-      reinterpret_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
-      break;
-    case DataType::kInt32:
-      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
-  }
-}
-
-double get(DataType t, const std::byte* p, size_t i) {
-  switch (t) {
-    case DataType::kFloat32:
-      return reinterpret_cast<const float*>(p)[i];
-    case DataType::kBFloat16:
-      return bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DataType::kInt32:
-      return reinterpret_cast<const int32_t*>(p)[i];
-    case DataType::kInt64:
-      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-  }
-  return 0;
-}
+using conformance::get;  // dtype-aware element access (collective_checks.h)
+using conformance::put;
 
 double value(int r, size_t i, int salt) {
   return static_cast<double>((r * 29 + i * 13 + salt * 7) % 25) - 12;
@@ -180,83 +148,6 @@ void check_blockwise(Group& g, DataType t, size_t n, int salt) {
     expect_same(t, out, want, label(rank, t, n, "alltoall"));
   }
 }
-
-// allgatherv and alltoallv with uneven and zero counts derived from n: rank j contributes
-// (3j mod 4) * n / 3 elements; rank r sends rank j ((r + 2j) mod 3) * n / 2 (n = 7: 0, 3 or 7;
-// n = 1: 0 or 1), so rank r expects ((j + 2r) mod 3) * n / 2 from rank j.
-void check_vectored(Group& g, DataType t, size_t n, int salt) {
-  const int rank = g.rank(), world = g.size();
-  {
-    std::vector<size_t> counts(world);
-    Bytes want;
-    for (int j = 0; j < world; ++j) {
-      counts[j] = (3 * j) % 4 * n / 3;
-      Bytes part = pattern(t, counts[j], j, salt);
-      want.insert(want.end(), part.begin(), part.end());
-    }
-    Bytes in = pattern(t, counts[rank], rank, salt), out(want.size());
-    expect_ok(g.allgatherv(out.data(), in.data(), counts, t), label(rank, t, n, "allgatherv"));
-    expect_same(t, out, want, label(rank, t, n, "allgatherv"));
-  }
-  auto c = [&](int from, int to) { return (from + 2 * to) % 3 * n / 2; };
-  std::vector<size_t> send(world), recv(world);
-  Bytes in, want;
-  for (int j = 0; j < world; ++j) {
-    send[j] = c(rank, j);
-    recv[j] = c(j, rank);
-    // Rank r's block for rank j starts at element n * j of r's sequence.
-    Bytes mine = pattern(t, send[j], rank, salt, n * j);
-    Bytes theirs = pattern(t, recv[j], j, salt, n * rank);
-    in.insert(in.end(), mine.begin(), mine.end());
-    want.insert(want.end(), theirs.begin(), theirs.end());
-  }
-  Bytes out(want.size());
-  expect_ok(g.alltoallv(out.data(), recv, in.data(), send, t), label(rank, t, n, "alltoallv"));
-  expect_same(t, out, want, label(rank, t, n, "alltoallv"));
-}
-
-// Point to point around the ring (send to the next rank, then receive from the previous), and
-// a barrier.
-void check_p2p_and_barrier(Group& g, DataType t, size_t n, int salt) {
-  const int rank = g.rank(), world = g.size();
-  expect_ok(g.barrier(), label(rank, t, n, "barrier"));
-  if (world == 1) return;
-  Bytes out = pattern(t, n, rank, salt), in(out.size());
-  auto s = g.send(out.data(), n, t, (rank + 1) % world, static_cast<uint32_t>(salt));
-  auto r = g.recv(in.data(), n, t, (rank + world - 1) % world, static_cast<uint32_t>(salt));
-  expect_ok(s, label(rank, t, n, "send"));
-  expect_ok(r, label(rank, t, n, "recv"));
-  expect_same(t, in, pattern(t, n, (rank + world - 1) % world, salt), label(rank, t, n, "recv"));
-}
-
-class GlooMatrix : public ::testing::TestWithParam<int> {};
-
-TEST_P(GlooMatrix, EveryCollectiveDtypeAndCount) {
-  const int world = GetParam();
-  run_gloo(world, [&](int, Group& g) {
-    int salt = 0;
-    for (DataType t : kTypes)
-      for (size_t n : {size_t{0}, size_t{1}, size_t{7}}) {
-        check_allreduce_broadcast(g, t, n, ++salt);
-        check_blockwise(g, t, n, ++salt);
-        check_vectored(g, t, n, ++salt);
-        check_p2p_and_barrier(g, t, n, ++salt);
-      }
-    // The large count: two dtypes per world size, so every dtype meets it at four sizes (at two
-    // for the collectives whose buffers grow with the world size).
-    for (int k = 0; k < 2; ++k) {
-      check_allreduce_broadcast(g, kTypes[(world + k) % 4], kBig, ++salt);
-      check_p2p_and_barrier(g, kTypes[(world + k) % 4], kBig, ++salt);
-    }
-    if (world == 2 || world == 3)
-      for (int k = 0; k < 2; ++k) {
-        check_blockwise(g, kTypes[(2 * world + k) % 4], kBig, ++salt);
-        check_vectored(g, kTypes[(2 * world + k) % 4], kBig, ++salt);
-      }
-  });
-}
-
-INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooMatrix, ::testing::Range(1, 9));
 
 TEST(GlooCollectives, AvgAndMax) {
   for (int world : {1, 3, 4, 7}) {
