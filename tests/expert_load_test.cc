@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "model/spec.h"
+#include "run_args.h"
 #include "test_util.h"
 #include "train/expert_load.h"
 
@@ -39,12 +40,17 @@ std::vector<nlohmann::json> step_lines(const std::string& path) {
 std::vector<nlohmann::json> train_moe(const test::TempDir& dir, const std::string& strategy,
                                       const std::string& nproc = "2") {
   const std::string log = dir.file(strategy + ".jsonl");
-  auto r = test::run_cann(
-      {"run",        "--model",    "moe_bert_tiny", "--nproc-per-node", nproc, "--threads",
-       "1",          "--strategy", strategy,        "--steps",          "3",   "--seed",
-       "7",          "--monitor",  "off",           "--eval-every",     "0",   "--quiet",
-       "--log-json", log},
-      240);
+  auto r = test::run_cann(test::RunArgs()
+                              .model("moe_bert_tiny")
+                              .flag("--nproc-per-node", nproc)
+                              .threads(1)
+                              .strategy(strategy)
+                              .steps(3)
+                              .flag("--seed", 7)
+                              .eval_every(0)
+                              .quiet()
+                              .log_json(log),
+                          240);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return step_lines(log);
 }

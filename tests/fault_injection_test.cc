@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann {
@@ -40,33 +41,20 @@ const char kModel[] =
 constexpr int kSteps = 200;
 
 std::vector<std::string> job_args(const std::string& dir, int steps = kSteps) {
-  return {"run",
-          "--model",
-          dir + "/m.yaml",
-          "--steps",
-          std::to_string(steps),
-          "--batch-size",
-          "8",
-          "--seq-len",
-          "32",
-          "--sample-tokens",
-          "0",
-          "--eval-every",
-          "0",
-          "--eval-batches",
-          "1",
-          "--monitor",
-          "off",
-          "--threads",
-          "1",
-          "--nproc-per-node",
-          "2",
-          "--checkpoint-dir",
-          dir + "/ck",
-          "--checkpoint-every",
-          "50",
-          "--log-json",
-          dir + "/log.jsonl"};
+  return test::RunArgs()
+      .model(dir + "/m.yaml")
+      .steps(steps)
+      .batch_size(8)
+      .seq_len(32)
+      .sample_tokens(0)
+      .eval_every(0)
+      .flag("--eval-batches", 1)
+      .threads(1)
+      .nproc(2)
+      .flag("--checkpoint-dir", dir + "/ck")
+      .flag("--checkpoint-every", 50)
+      .log_json(dir + "/log.jsonl")
+      .args();
 }
 
 double now_s() {

@@ -13,6 +13,7 @@
 #include "ckpt/checkpoint.h"
 #include "model/param_table.h"
 #include "model/spec.h"
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann {
@@ -80,14 +81,13 @@ class MultiProcModelParallelCheckpointTest : public ::testing::Test {
  protected:
   void train(const std::string& model, const std::string& ckpt, std::vector<std::string> extra,
              int steps = 8) {
-    std::vector<std::string> args = {"run",           "--model",      model,
-                                     "--seq-len",     "64",           "--steps",
-                                     std::to_string(steps), "--batch-size", "8",
-                                     "--eval-every",  "0",            "--sample-tokens",
-                                     "0",             "--monitor",    "off",
-                                     "--quiet",       "--checkpoint-dir", dir_.file(ckpt)};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = test::run_cann(args, 240);
+    const auto r = test::run_cann(test::RunArgs()
+                                      .comparison_run(model, steps)
+                                      .sample_tokens(0)
+                                      .quiet()
+                                      .flag("--checkpoint-dir", dir_.file(ckpt))
+                                      .flags(extra),
+                                  240);
     ASSERT_EQ(r.exit_code, 0) << ckpt << ": " << r.output;
   }
   ckpt::LoadedCheckpoint read(const std::string& ckpt, int step) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "monitor/chrome_trace.h"
+#include "run_args.h"
 #include "test_util.h"
 #include "train/step_profiler.h"
 
@@ -97,31 +98,18 @@ void expect_nested(const std::vector<nlohmann::json>& events, const std::string&
 TEST(MultiProcProfileTest, TwoRanksWriteTracesAndOneMergedTrace) {
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), kTinyGpt);
-  const auto r = test::run_cann({"run",
-                                 "--model",
-                                 dir.file("m.yaml"),
-                                 "--steps",
-                                 "8",
-                                 "--batch-size",
-                                 "8",
-                                 "--seq-len",
-                                 "16",
-                                 "--sample-tokens",
-                                 "0",
-                                 "--eval-every",
-                                 "0",
-                                 "--nproc-per-node",
-                                 "2",
-                                 "--monitor",
-                                 "off",
-                                 "--checkpoint-dir",
-                                 dir.file("ck"),
-                                 "--checkpoint-every",
-                                 "4",
-                                 "--profile",
-                                 "wait=2,warmup=1,active=3",
-                                 "--profile-dir",
-                                 dir.file("prof")},
+  const auto r = test::run_cann(test::RunArgs()
+                                    .model(dir.file("m.yaml"))
+                                    .steps(8)
+                                    .batch_size(8)
+                                    .seq_len(16)
+                                    .sample_tokens(0)
+                                    .eval_every(0)
+                                    .nproc(2)
+                                    .flag("--checkpoint-dir", dir.file("ck"))
+                                    .flag("--checkpoint-every", 4)
+                                    .flag("--profile", "wait=2,warmup=1,active=3")
+                                    .flag("--profile-dir", dir.file("prof")),
                                 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("profile: " + dir.file("prof/trace.json")), std::string::npos)

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "debug/trace_replay.h"
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann {
@@ -79,27 +80,16 @@ TEST(MultiProcReplayTest, ReplaysARecordedRunInOrder) {
   test::write_text(dir.file("m.yaml"),
                    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 2\n"
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
-  const auto run = test::run_cann({"run",
-                                   "--model",
-                                   dir.file("m.yaml"),
-                                   "--steps",
-                                   "6",
-                                   "--batch-size",
-                                   "8",
-                                   "--seq-len",
-                                   "16",
-                                   "--sample-tokens",
-                                   "0",
-                                   "--eval-every",
-                                   "0",
-                                   "--nproc-per-node",
-                                   "2",
-                                   "--monitor",
-                                   "off",
-                                   "--profile",
-                                   "wait=1,warmup=1,active=3",
-                                   "--profile-dir",
-                                   dir.file("prof")},
+  const auto run = test::run_cann(test::RunArgs()
+                                      .model(dir.file("m.yaml"))
+                                      .steps(6)
+                                      .batch_size(8)
+                                      .seq_len(16)
+                                      .sample_tokens(0)
+                                      .eval_every(0)
+                                      .nproc(2)
+                                      .flag("--profile", "wait=1,warmup=1,active=3")
+                                      .flag("--profile-dir", dir.file("prof")),
                                   120);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   // The recorded sequence of rank 0, by sequence number.
