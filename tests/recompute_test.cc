@@ -209,8 +209,8 @@ TEST(RecomputeTest, PipelineStagesWithSlotsEqualNone) {
     const Batch mb[2] = {make_batch(s, B, T, 31), make_batch(s, B, T, 32)};
     std::vector<float> want[2];
     for (int mode = 0; mode < 3; ++mode) {
-      auto first = Model::create(s, B, T, {}, {0, 2, 2}, {}, kModes[mode]);
-      auto last = Model::create(s, B, T, {}, {2, -1, 2}, {}, kModes[mode]);
+      auto first = Model::create(s, B, T, {}, {0, 2, 2, {}}, {}, kModes[mode]);
+      auto last = Model::create(s, B, T, {}, {2, -1, 2, {}}, {}, kModes[mode]);
       ASSERT_TRUE(first.ok() && last.ok());
       Model* st[2] = {first->get(), last->get()};
       for (Model* m : st) {

@@ -145,6 +145,17 @@ std::string_view precision_name(Precision p) {
   return p == Precision::kFp32 ? "fp32" : "bf16";
 }
 
+std::string_view attention_kernel_name(AttentionKernel a) {
+  return a == AttentionKernel::kFused ? "fused" : "materialized";
+}
+
+StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name) {
+  if (name == "fused") return AttentionKernel::kFused;
+  if (name == "materialized") return AttentionKernel::kMaterialized;
+  return InvalidArgument("unknown attention kernel '" + std::string(name) +
+                         "'; hint: fused (FlashAttention) or materialized (scores in memory)");
+}
+
 StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::string& source) {
   YAML::Node root;
   try {
@@ -161,7 +172,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   c.source = source;
   c.name = std::filesystem::path(source).stem().string();
   std::string description;
-  bool has_device = false, has_intra = false, has_inter = false;
+  bool has_device = false, has_intra = false, has_inter = false, has_attention = false;
   std::map<std::string, Handler> top = {
       {"name", text(&c.name)},
       {"description", text(&description)},
@@ -192,7 +203,14 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"compute_units", number(&units, source)},
                        {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
-                       {"precision", precision(&d.precision, source)}}));
+                       {"precision", precision(&d.precision, source)},
+                       {"attention", [&](const YAML::Node& a, const std::string& k) -> Status {
+                          auto kind = parse_attention_kernel(a.IsScalar() ? a.Scalar() : "");
+                          if (!kind.ok()) return key_error(source, k, kind.status().message());
+                          d.attention = *kind;
+                          has_attention = true;
+                          return OkStatus();
+                        }}}));
          d.compute_units = static_cast<int>(units);
          for (auto [k, val] : {std::pair<const char*, double>{"peak_tflops", d.peak_tflops},
                                {"memory_gb", d.memory_gb},
@@ -231,6 +249,9 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   if (!has_inter && c.nodes > 1)
     return key_error(source, "inter_node", "missing; hint: the network between nodes");
   if (!has_inter) c.inter_node = c.intra_node;
+  if (!has_attention)
+    c.device.attention = c.device.precision == Precision::kFp32 ? AttentionKernel::kMaterialized
+                                                                : AttentionKernel::kFused;
   return c;
 }
 

@@ -14,6 +14,11 @@
 //   allow_cross_node_tp         whether tensor parallelism may span nodes (default no)
 //   device.precision            bf16 (default: mixed precision as Megatron-LM trains) or fp32
 //                               (cann-train's own engine: plain fp32, see engine_memory.h)
+//   device.attention            fused (FlashAttention: no s x s tensor kept, recomputed in
+//                               backward; the default for bf16 devices) or materialized (the
+//                               scores and probabilities in memory, as Megatron-LM ran before
+//                               fused kernels and as cann-train's CPU engine does; the default
+//                               for fp32 devices)
 #pragma once
 
 #include <string>
@@ -37,6 +42,11 @@ inline double element_bytes(Precision p) {
   return p == Precision::kFp32 ? 4.0 : 2.0;
 }
 
+// How attention is computed (layer_cost.h prices both).
+enum class AttentionKernel { kFused, kMaterialized };
+std::string_view attention_kernel_name(AttentionKernel a);
+StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name);
+
 struct DeviceSpec {
   std::string name;
   double peak_tflops = 0;  // dense bf16/fp16 matrix peak
@@ -48,6 +58,7 @@ struct DeviceSpec {
   double gemm_efficiency = 0.80;  // see cluster.cc for the default's source
   double memory_efficiency = 0.90;
   Precision precision = Precision::kBf16;
+  AttentionKernel attention = AttentionKernel::kFused;  // see the file comment for the default
 
   double memory_bytes() const { return memory_gb * 1073741824.0; }
 };

@@ -33,19 +33,24 @@ struct LayerFloor {
   double state = 0, activation = 0;
 };
 
-// Bytes per parameter of weights, gradients and optimizer state: bf16 mixed precision 2, 2, 12;
-// the fp32 engine 4, 4, 8 (its ZeRO-1 gradient shard and bucket padding only add to that).
+// Bytes per parameter of weights, gradients and optimizer state: state_bytes (predict.h); the
+// fp32 engine's ZeRO-1 gradient shard and bucket padding only add to that.
 LayerFloor layer_floor(const model::ModelSpec& m, const BlockCosts& b, const Strategy& s,
                        Precision p) {
-  const bool fp32 = p == Precision::kFp32;
-  const double bw = fp32 ? 4 : 2, bg = fp32 ? 4 : 2, bo = fp32 ? 8 : 12;
+  const StateBytes sb = state_bytes(p);
+  const double bw = sb.weights, bg = sb.grads, bo = sb.optimizer;
   const double D = static_cast<double>(s.dp) * s.cp, De = D / s.ep;
   const double w = s.zero >= 3 ? D : 1, g = s.zero >= 2 ? D : 1, o = s.zero >= 1 ? D : 1;
   const double we = s.zero >= 3 ? De : 1, ge = s.zero >= 2 ? De : 1, oe = s.zero >= 1 ? De : 1;
   LayerFloor f{INFINITY, INFINITY};
-  for (const BlockCost* c : {&b.dense, &b.moe}) {
-    if (c == &b.moe && !m.is_moe()) continue;
-    if (c == &b.dense && m.num_moe_layers() == m.num_hidden_layers) continue;
+  bool windowed = false;
+  for (int l = 0; l < m.num_hidden_layers; ++l) windowed = windowed || m.window(l) > 0;
+  for (const BlockCost* c : {&b.dense, &b.moe, &b.dense_window, &b.moe_window}) {
+    const bool moe = c == &b.moe || c == &b.moe_window;
+    const bool window = c == &b.dense_window || c == &b.moe_window;
+    if (moe && !m.is_moe()) continue;
+    if (!moe && m.num_moe_layers() == m.num_hidden_layers) continue;
+    if (window && !windowed) continue;
     const double P = c->params, Pe = c->expert_params;
     f.state = std::min(
         f.state, bw * P / w + bg * P / g + bo * P / o + bw * Pe / we + bg * Pe / ge + bo * Pe / oe);

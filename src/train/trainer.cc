@@ -15,6 +15,7 @@
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "debug/hang_analysis.h"
+#include "model/engine_support.h"
 #include "model/flops.h"
 #include "model/param_table.h"
 #include "parallel/pipeline_runner.h"
@@ -73,6 +74,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                            "' is a vit: the trainer runs gpt and bert models, vit specs are for "
                            "planning; hint: use `cann-train search --model " +
                            spec_.name + "`");
+  CANN_RETURN_IF_ERROR(model::engine_builds(spec_));
+  if (const std::string notice = model::engine_notice(spec_); !notice.empty() && rank_ == 0)
+    log_info(notice);
   seq_len_ = config_.seq_len > 0 ? config_.seq_len : spec_.seq_length;
   CANN_RETURN_IF_ERROR(check_fits_in_memory());
   CANN_ASSIGN_OR_RETURN(data_, data::load_dataset(config_.data));
