@@ -14,7 +14,9 @@
 #include "core/threads.h"
 #include "kernel_check.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/swiglu.h"
 #include "kernels/reference/rmsnorm.h"
+#include "kernels/reference/swiglu.h"
 
 namespace cann {
 namespace {
@@ -96,6 +98,52 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
                          ::testing::Values(NormCase{"odd_C", 11, 29}, NormCase{"one_row", 1, 7},
                                            NormCase{"channel_one", 5, 1},
                                            NormCase{"qk_norm", 24, 16}));
+
+// ------------------------------------------------------------------------------------ SiLU, SwiGLU
+
+TEST_F(FamilyKernelTest, Silu) {
+  const size_t n = 1001;
+  D x = float_exact(randn(n, rng_, 3.0)), dy = float_exact(randn(n, rng_));
+  x[0] = 0.0;
+  x[1] = 12.0;
+  x[2] = -12.0;
+  x[3] = -95.0;  // past fast_exp's clamp: both sides are ~0
+  auto loss = [&] {
+    D y(n);
+    ref::silu_forward(y.data(), x.data(), n);
+    return dot(y, dy);
+  };
+  D y(n), dx(n);
+  ref::silu_forward(y.data(), x.data(), n);
+  ref::silu_backward(dx.data(), x.data(), dy.data(), n);
+  expect_below(fd_check(x, dx, loss), kFdTol, "silu ref dx vs finite differences");
+  Fv xf = to_float(x), dyf = to_float(dy), yf(n), dxf(n);
+  kernels::silu_forward(yf.data(), xf.data(), n);
+  kernels::silu_backward(dxf.data(), xf.data(), dyf.data(), n);
+  expect_below(max_rel_diff(yf, y), kFp32Tol, "silu fp32 y");
+  expect_below(max_rel_diff(dxf, dx), kFp32Tol, "silu fp32 dx");
+}
+
+TEST_F(FamilyKernelTest, SwiGlu) {
+  for (auto [N, F] : {std::pair{7, 13}, std::pair{1, 1}, std::pair{3, 64}}) {
+    D gu = float_exact(randn(N * 2 * F, rng_, 2.0)), dy = float_exact(randn(N * F, rng_));
+    auto loss = [&] {
+      D y(N * F);
+      ref::swiglu_forward(y.data(), gu.data(), N, F);
+      return dot(y, dy);
+    };
+    D y(N * F), dgu(N * 2 * F);
+    ref::swiglu_forward(y.data(), gu.data(), N, F);
+    ref::swiglu_backward(dgu.data(), dy.data(), gu.data(), N, F);
+    const std::string tag = "swiglu N" + std::to_string(N) + " F" + std::to_string(F) + " ";
+    expect_below(fd_check(gu, dgu, loss), kFdTol, tag + "ref d[gate|up] vs fd");
+    Fv guf = to_float(gu), dyf = to_float(dy), yf(N * F), dguf(N * 2 * F, 9.0f);
+    kernels::swiglu_forward(yf.data(), guf.data(), N, F);
+    kernels::swiglu_backward(dguf.data(), dyf.data(), guf.data(), N, F);
+    expect_below(max_rel_diff(yf, y), kFp32Tol, tag + "fp32 y");
+    expect_below(max_rel_diff(dguf, dgu), kFp32Tol, tag + "fp32 d[gate|up]");
+  }
+}
 
 }  // namespace
 }  // namespace cann
