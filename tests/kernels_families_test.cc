@@ -8,12 +8,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "core/threads.h"
 #include "kernel_check.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope_scaling.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/reference/rmsnorm.h"
 #include "kernels/reference/swiglu.h"
@@ -21,6 +23,7 @@
 namespace cann {
 namespace {
 
+using kernels::RopeScaling;
 using test::D;
 using test::dot;
 using test::fd_check;
@@ -143,6 +146,152 @@ TEST_F(FamilyKernelTest, SwiGlu) {
     expect_below(max_rel_diff(yf, y), kFp32Tol, tag + "fp32 y");
     expect_below(max_rel_diff(dguf, dgu), kFp32Tol, tag + "fp32 d[gate|up]");
   }
+}
+
+// -------------------------------------------------------------------------------- rope frequencies
+
+kernels::RopeFrequencies frequencies(const kernels::RopeConfig& c) {
+  auto f = kernels::rope_frequencies(c);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  return f.ok() ? *f : kernels::RopeFrequencies{};
+}
+
+struct FreqAt {
+  int pair;
+  double want;
+};
+
+void expect_freqs(const kernels::RopeFrequencies& f, std::initializer_list<FreqAt> points,
+                  const char* what) {
+  for (const FreqAt& p : points) {
+    ASSERT_LT(p.pair, static_cast<int>(f.inv_freq.size()));
+    // One float rounding of the exact value: 6e-8 relative; 2e-7 leaves room.
+    EXPECT_NEAR(f.inv_freq[p.pair] / p.want, 1.0, 2e-7) << what << " pair " << p.pair;
+  }
+}
+
+TEST(RopeFrequencies, DefaultAndLinear) {
+  kernels::RopeConfig c;
+  c.theta = 10000.0;
+  c.rotary_dim = 8;  // theta^(-2i/8) = 10000^(-i/4) = 10^(-i)
+  auto f = frequencies(c);
+  expect_freqs(f, {{0, 1.0}, {1, 0.1}, {2, 0.01}, {3, 0.001}}, "default");
+  EXPECT_EQ(f.attention_factor, 1.0f);
+  EXPECT_EQ(f.softmax_scale_factor, 1.0f);
+  c.scaling = RopeScaling::kLinear;
+  c.factor = 4.0;
+  f = frequencies(c);
+  expect_freqs(f, {{0, 0.25}, {1, 0.025}, {2, 0.0025}, {3, 0.00025}}, "linear");
+}
+
+// Llama 3.1 (theta 500000, dim 128, factor 8, low 1, high 4, original 8192). Wavelengths
+// 2 pi 500000^(i/64): pair 28 is at 1956 (< 8192/4 = 2048: kept); 29 at 2402 and 34 at 6695
+// are blended with s = (8192/wavelength - 1)/3 = 0.803621 and 0.074527; 35 at 8219 (> 8192)
+// and 63 are divided by 8.
+TEST(RopeFrequencies, Llama3WorkedExample) {
+  const auto f = frequencies({.theta = 500000.0,
+                              .rotary_dim = 128,
+                              .scaling = RopeScaling::kLlama3,
+                              .factor = 8.0,
+                              .low_freq_factor = 1.0,
+                              .high_freq_factor = 4.0,
+                              .original_max_position_embeddings = 8192});
+  ASSERT_EQ(f.inv_freq.size(), 64u);
+  // Pair 28 kept; 29, 32, 34 blended; 35 and 63 divided by 8.
+  expect_freqs(f,
+               {{0, 1.0},
+                {28, 0.0032114459947525909},
+                {29, 0.0021665707635033591},
+                {32, 0.00052484616099295468},
+                {34, 0.00017850781276799641},
+                {35, 9.5562123539646833e-05},
+                {63, 3.0689259889145111e-07}},
+               "llama3");
+  EXPECT_EQ(f.attention_factor, 1.0f);
+}
+
+// DeepSeek-V3: qk_rope_head_dim 64, theta 10000, yarn factor 40, mscale = mscale_all_dim = 1,
+// beta 32/1, original 4096. Correction range [floor(10.47), ceil(22.51)] = [10, 23]: pairs up
+// to 10 keep 10000^(-i/32), pair 16 has ramp 6/13 (f (6/13/40 + 7/13) = 0.0055 for f = 0.01),
+// pairs from 23 are divided by 40. attention_factor = mscale(40,1)/mscale(40,1) = 1; softmax
+// factor (0.1 ln 40 + 1)^2 = 1.8738542070926265.
+TEST(RopeFrequencies, YarnDeepSeekV3WorkedExample) {
+  const auto f = frequencies({.theta = 10000.0,
+                              .rotary_dim = 64,
+                              .scaling = RopeScaling::kYarn,
+                              .factor = 40.0,
+                              .original_max_position_embeddings = 4096,
+                              .beta_fast = 32.0,
+                              .beta_slow = 1.0,
+                              .mscale = 1.0,
+                              .mscale_all_dim = 1.0});
+  // Pairs 0 and 10 kept; 11, 16, 22 on the ramp; 23 and 31 divided by 40.
+  expect_freqs(f,
+               {{0, 1.0},
+                {10, 0.056234132519034911},
+                {11, 0.039006926567143857},
+                {16, 0.0055},
+                {22, 0.00017782794100389203},
+                {23, 3.3338035804082984e-05},
+                {31, 3.3338035804082979e-06}},
+               "yarn");
+  EXPECT_FLOAT_EQ(f.attention_factor, 1.0f);
+  EXPECT_NEAR(f.softmax_scale_factor, 1.8738542070926265, 1e-6);
+}
+
+TEST(RopeFrequencies, YarnAttentionFactors) {
+  kernels::RopeConfig c{.theta = 1000000.0,
+                        .rotary_dim = 128,
+                        .scaling = RopeScaling::kYarn,
+                        .factor = 4.0,
+                        .original_max_position_embeddings = 32768};
+  // No mscales (Qwen's long-context configs): 0.1 ln 4 + 1; softmax scale untouched.
+  auto f = frequencies(c);
+  EXPECT_NEAR(f.attention_factor, 1.1386294361119891, 1e-6);
+  EXPECT_EQ(f.softmax_scale_factor, 1.0f);
+  // mscale 1, mscale_all_dim 0.707 at factor 40: (0.1 ln 40 + 1) / (0.0707 ln 40 + 1) =
+  // 1.0857263992561355; softmax factor (0.0707 ln 40 + 1)^2 = 1.5896261651208736.
+  c.factor = 40.0;
+  c.mscale = 1.0;
+  c.mscale_all_dim = 0.707;
+  f = frequencies(c);
+  EXPECT_NEAR(f.attention_factor, 1.0857263992561355, 1e-6);
+  EXPECT_NEAR(f.softmax_scale_factor, 1.5896261651208736, 1e-6);
+  // An explicit attention_factor wins.
+  c.attention_factor = 0.5;
+  EXPECT_EQ(frequencies(c).attention_factor, 0.5f);
+  // A factor of 1 or less has no magnitude correction.
+  EXPECT_EQ(kernels::yarn_get_mscale(1.0, 1.0), 1.0);
+  EXPECT_EQ(kernels::yarn_get_mscale(0.5, 1.0), 1.0);
+}
+
+TEST(RopeFrequencies, BadConfigsSayWhatToDo) {
+  auto refused = [](kernels::RopeConfig c) {
+    auto f = kernels::rope_frequencies(c);
+    EXPECT_FALSE(f.ok());
+    if (!f.ok()) {
+      EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(f.status().message().find("hint:"), std::string::npos) << f.status().message();
+    }
+  };
+  kernels::RopeConfig c;
+  c.rotary_dim = 7;
+  refused(c);
+  c.rotary_dim = 0;
+  refused(c);
+  c.rotary_dim = 8;
+  c.scaling = RopeScaling::kLinear;
+  c.factor = 0.0;
+  refused(c);
+  c.factor = 8.0;
+  c.scaling = RopeScaling::kLlama3;
+  refused(c);  // no original_max_position_embeddings
+  c.original_max_position_embeddings = 8192;
+  c.low_freq_factor = c.high_freq_factor = 2.0;
+  refused(c);
+  c.scaling = RopeScaling::kYarn;
+  c.original_max_position_embeddings = 0;
+  refused(c);
 }
 
 }  // namespace
