@@ -15,14 +15,17 @@
 #include "core/threads.h"
 #include "kernel_check.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/rope_scaling.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/reference/rmsnorm.h"
+#include "kernels/reference/rope.h"
 #include "kernels/reference/swiglu.h"
 
 namespace cann {
 namespace {
 
+using kernels::RopeLayout;
 using kernels::RopeScaling;
 using test::D;
 using test::dot;
@@ -292,6 +295,140 @@ TEST(RopeFrequencies, BadConfigsSayWhatToDo) {
   c.scaling = RopeScaling::kYarn;
   c.original_max_position_embeddings = 0;
   refused(c);
+}
+
+// ----------------------------------------------------------------------------------- rope rotation
+
+struct RopeCase {
+  const char* name;
+  int N, heads, head_size, row_stride, rot_offset, rotary_dim;
+  RopeLayout layout;
+};
+void PrintTo(const RopeCase& c, std::ostream* os) {
+  *os << c.name;
+}
+class RopeTest : public FamilyKernelTest, public ::testing::WithParamInterface<RopeCase> {};
+
+// Yarn frequencies with attention factor 1.1386 (factor 4), so the scaling is exercised too.
+kernels::RopeFrequencies test_frequencies(int rotary_dim) {
+  return frequencies({.rotary_dim = rotary_dim,
+                      .scaling = RopeScaling::kYarn,
+                      .factor = 4.0,
+                      .original_max_position_embeddings = 16});
+}
+
+TEST_P(RopeTest, MatchesReferenceAndFiniteDifferences) {
+  const RopeCase p = GetParam();
+  const kernels::RopeShape s{p.N, p.heads, p.head_size, p.row_stride, p.rot_offset, p.layout};
+  const auto freq = test_frequencies(p.rotary_dim);
+  const int max_pos = 64;
+  const auto table = kernels::rope_table(freq, max_pos);
+  const D inv(freq.inv_freq.begin(), freq.inv_freq.end());
+  const double af = freq.attention_factor;
+  std::vector<int> pos(p.N);
+  for (auto& v : pos) v = static_cast<int>(rng_.below(max_pos));
+  pos[0] = max_pos - 1;
+
+  const size_t n = static_cast<size_t>(p.N) * p.row_stride;
+  D x = float_exact(randn(n, rng_)), dy = float_exact(randn(n, rng_));
+  auto loss = [&] {
+    D y = x;
+    ref::rope_rotate(y.data(), pos.data(), inv, af, s, 1);
+    return dot(y, dy);
+  };
+  D y = x, dx = dy;
+  ref::rope_rotate(y.data(), pos.data(), inv, af, s, 1);
+  ref::rope_rotate(dx.data(), pos.data(), inv, af, s, -1);
+  const std::string tag = std::string(p.name) + " ";
+  expect_below(fd_check(x, dx, loss), kFdTol, tag + "ref dx vs finite differences");
+
+  Fv xf = to_float(x), dxf = to_float(dy);
+  kernels::rope_forward(xf.data(), pos.data(), table, s);
+  kernels::rope_backward(dxf.data(), pos.data(), table, s);
+  expect_below(max_rel_diff(xf, y), kFp32Tol, tag + "fp32 rotated x");
+  expect_below(max_rel_diff(dxf, dx), kFp32Tol, tag + "fp32 dx");
+  // Columns outside the rotary ones pass through bit for bit, in both directions.
+  for (int r = 0; r < p.N; ++r)
+    for (int col = 0; col < p.row_stride; ++col) {
+      const int h = col / p.head_size, j = col % p.head_size;
+      const bool rotated = h < p.heads && j >= p.rot_offset && j < p.rot_offset + p.rotary_dim;
+      const size_t i = static_cast<size_t>(r) * p.row_stride + col;
+      if (!rotated) {
+        ASSERT_EQ(xf[i], static_cast<float>(x[i])) << "row " << r << " column " << col;
+        ASSERT_EQ(dxf[i], static_cast<float>(dy[i])) << "row " << r << " column " << col;
+      }
+    }
+}
+
+// llama_fused_qkv: q and k heads (4 + 2) of a (4 + 2*2)*8-wide qkv row; v is left alone.
+// partial_rotary: the first 4 of 10 columns rotate. deepseek_q: the last 4 of 6 + 4, pairs
+// interleaved. deepseek_k_pe: one shared head at the end of a kv_lora_rank 5 + 4 row.
+// one_row: a single token, rotary_dim 6 (an odd number of pairs).
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, RopeTest,
+    ::testing::Values(RopeCase{"llama_fused_qkv", 6, 6, 8, 64, 0, 8, RopeLayout::kHalves},
+                      RopeCase{"partial_rotary", 5, 3, 10, 30, 0, 4, RopeLayout::kHalves},
+                      RopeCase{"deepseek_q", 4, 3, 10, 30, 6, 4, RopeLayout::kInterleaved},
+                      RopeCase{"deepseek_k_pe", 5, 1, 9, 9, 5, 4, RopeLayout::kInterleaved},
+                      RopeCase{"one_row", 1, 2, 6, 12, 0, 6, RopeLayout::kHalves}));
+
+TEST_F(FamilyKernelTest, RopeTableIsTheDirectValue) {
+  const auto freq = test_frequencies(16);
+  const auto t = kernels::rope_table(freq, 300);
+  double worst = 0.0;
+  for (int p : {0, 1, 17, 299})
+    for (int i = 0; i < 8; ++i) {
+      const double angle = double(p) * double(freq.inv_freq[i]);
+      worst = std::max(worst, std::abs(t.cos[p * 8 + i] - freq.attention_factor * std::cos(angle)));
+      worst = std::max(worst, std::abs(t.sin[p * 8 + i] - freq.attention_factor * std::sin(angle)));
+    }
+  expect_below(worst, 2e-7, "rope table vs direct cos/sin");
+}
+
+// Scores depend on positions only through their difference, in both layouts (attention factor
+// 1 here: otherwise the scores carry its square).
+TEST_F(FamilyKernelTest, RopeScoresDependOnRelativePosition) {
+  const auto t = kernels::rope_table(frequencies({.rotary_dim = 8}), 64);
+  for (RopeLayout layout : {RopeLayout::kHalves, RopeLayout::kInterleaved}) {
+    const kernels::RopeShape s{2, 1, 8, 8, 0, layout};
+    Fv qk(16);
+    test::fill_normal(qk, rng_);
+    auto score = [&](int pq, int pk) {
+      Fv v = qk;
+      const int pos[2] = {pq, pk};
+      kernels::rope_forward(v.data(), pos, t, s);
+      double d = 0.0;
+      for (int j = 0; j < 8; ++j) d += double(v[j]) * v[8 + j];
+      return d;
+    };
+    EXPECT_NEAR(score(5, 2), score(45, 42), 1e-5);
+    EXPECT_NEAR(score(0, 9), score(20, 29), 1e-5);
+  }
+}
+
+// Hugging Face's deepseek_v3 with rope_interleave de-interleaves the rotary columns
+// (x[2i] -> i, x[2i+1] -> half + i) and rotates in halves; DeepSeek's code rotates the pairs
+// where they are. The outputs are the same numbers in those two orders, bit for bit, so every
+// q.k score agrees.
+TEST_F(FamilyKernelTest, RopeInterleavedIsHuggingFacesDeinterleavedHalves) {
+  const int R = 8, half = 4, N = 3;
+  const auto t = kernels::rope_table(test_frequencies(R), 32);
+  Fv x(N * R);
+  test::fill_normal(x, rng_);
+  const int pos[N] = {0, 7, 31};
+  Fv deint(N * R);
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < half; ++i) {
+      deint[n * R + i] = x[n * R + 2 * i];
+      deint[n * R + half + i] = x[n * R + 2 * i + 1];
+    }
+  kernels::rope_forward(x.data(), pos, t, {N, 1, R, R, 0, RopeLayout::kInterleaved});
+  kernels::rope_forward(deint.data(), pos, t, {N, 1, R, R, 0, RopeLayout::kHalves});
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < half; ++i) {
+      EXPECT_EQ(x[n * R + 2 * i], deint[n * R + i]);
+      EXPECT_EQ(x[n * R + 2 * i + 1], deint[n * R + half + i]);
+    }
 }
 
 }  // namespace
