@@ -21,6 +21,9 @@ inline void add_plan_input_options(CLI::App* cmd, plan::PlanOverrides* o) {
   cmd->add_option("--attention", o->attention,
                   "Attention kernel: fused (FlashAttention; default on bf16 clusters) or "
                   "materialized (scores in memory; default on fp32 ones)");
+  cmd->add_option("--precision", o->precision,
+                  "Training precision on an accelerator cluster: bf16 (default) or fp8 "
+                  "(DeepSeek-V3's recipe; needs a device with an fp8 peak)");
 }
 
 }  // namespace cann::cli

@@ -36,14 +36,37 @@ PassCost& PassCost::operator+=(const PassCost& o) {
 
 namespace cost {
 
+namespace {
+
+// `batch` GEMMs (m x k) * (k x n) on device d, forward or (backward) the two GEMMs of its
+// input and weight gradients.
+void add_gemm(PassCost& cost, const DeviceSpec& d, double m, double n, double k, double batch,
+              bool backward) {
+  const double shapes[2][3] = {{m, k, n}, {k, n, m}};
+  for (const auto& g : shapes) {
+    const double gm = backward ? g[0] : m, gn = backward ? g[1] : n, gk = backward ? g[2] : k;
+    cost.gemm_s += gemm_seconds(d, gm, gn, gk, batch);
+    cost.flops += 2 * gm * gn * gk * batch;
+    if (!backward) return;
+  }
+}
+
+}  // namespace
+
 void Pass::gemm(double m, double n, double k, double batch) {
-  cost.gemm_s += gemm_seconds(dev, m, n, k, batch);
-  cost.flops += 2 * m * n * k * batch;
+  add_gemm(cost, dev, m, n, k, batch, false);
 }
 
 void Pass::gemm_bwd(double m, double n, double k, double batch) {
-  gemm(m, k, n, batch);
-  gemm(k, n, m, batch);
+  add_gemm(cost, dev, m, n, k, batch, true);
+}
+
+void Pass::linear(double m, double n, double k, double batch) {
+  add_gemm(cost, linear_dev, m, n, k, batch, false);
+}
+
+void Pass::linear_bwd(double m, double n, double k, double batch) {
+  add_gemm(cost, linear_dev, m, n, k, batch, true);
 }
 
 void Pass::stream(double bf16_bytes) {
@@ -55,8 +78,8 @@ void Pass::fused_attention(double flops, double fraction) {
   cost.flops += flops;
 }
 
-Pass pass(const DeviceSpec& dev, const Dims& x) {
-  return Pass{dev, {}, x.e / 2};
+Pass pass(const CostContext& c, const Dims& x) {
+  return Pass{c.cluster->device, c.linear_device, {}, x.e / 2};
 }
 
 Comm tp_comm(const CostContext& c, double bytes) {
@@ -96,6 +119,12 @@ Dims dims(const CostContext& c, int window) {
   x.ep = st.ep;
   const Precision p = c.cluster->device.precision;
   x.e = element_bytes(p);
+  x.dispatch_e = x.e;
+  if (p == Precision::kFp8) {
+    x.lin = 0.5;
+    x.attn_out = 0.75;
+    x.dispatch_e = 1;
+  }
   x.engine = c.engine;
   x.glu = m.mlp == model::MlpKind::kSwiGlu;
   x.fused = !x.engine && c.cluster->device.attention == AttentionKernel::kFused;
@@ -148,8 +177,7 @@ void set_activation(BlockCost* b, Recompute r, double full, double selective_dro
 }
 
 BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlocks* eng) {
-  const DeviceSpec& dev = c.cluster->device;
-  Pass fwd = cost::pass(dev, x), bwd = cost::pass(dev, x), rc = cost::pass(dev, x);
+  Pass fwd = cost::pass(c, x), bwd = cost::pass(c, x), rc = cost::pass(c, x);
   const cost::Stored a = cost::attention(c, x, fwd, bwd, rc);
   const cost::Stored f =
       moe ? cost::moe_mlp(c, x, fwd, bwd, rc) : cost::dense_mlp(c, x, fwd, bwd, rc);
@@ -198,7 +226,7 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlock
 
 BlockCost embedding(const CostContext& c, const Dims& x, const EngineBlocks* eng) {
   const model::ModelSpec& m = *c.model;
-  Pass fwd = cost::pass(c.cluster->device, x), bwd = cost::pass(c.cluster->device, x);
+  Pass fwd = cost::pass(c, x), bwd = cost::pass(c, x);
   BlockCost b;
   if (m.architecture == model::Architecture::kVit) {
     // Patch projection on the patches (not the class token), replicated over the tensor group.
@@ -242,7 +270,7 @@ BlockCost embedding(const CostContext& c, const Dims& x, const EngineBlocks* eng
 // forward, 6 backward), two tiny all-reduces of the per-token max and sum.
 BlockCost head(const CostContext& c, const Dims& x, const EngineBlocks* eng) {
   const model::ModelSpec& m = *c.model;
-  Pass fwd = cost::pass(c.cluster->device, x), bwd = cost::pass(c.cluster->device, x);
+  Pass fwd = cost::pass(c, x), bwd = cost::pass(c, x);
   BlockCost b;
   fwd.stream(4 * x.Tsp * x.h);  // final norm
   bwd.stream(6 * x.Tsp * x.h);
@@ -284,11 +312,11 @@ BlockCost head(const CostContext& c, const Dims& x, const EngineBlocks* eng) {
 // embedding lookup and head weights are the main model's.
 BlockCost mtp(const CostContext& c, const Dims& x, const BlockCost& block, const BlockCost& hd) {
   const model::ModelSpec& m = *c.model;
-  Pass fwd = cost::pass(c.cluster->device, x), bwd = cost::pass(c.cluster->device, x);
+  Pass fwd = cost::pass(c, x), bwd = cost::pass(c, x);
   fwd.stream(2 * 4 * x.Tsp * x.h + 6 * x.T * x.h);  // two norms, the embedding lookup
   bwd.stream(2 * 6 * x.Tsp * x.h);
-  fwd.gemm(x.T, x.h / x.tp, 2 * x.h);
-  bwd.gemm_bwd(x.T, x.h / x.tp, 2 * x.h);
+  fwd.linear(x.T, x.h / x.tp, 2 * x.h);
+  bwd.linear_bwd(x.T, x.h / x.tp, 2 * x.h);
   BlockCost one;
   one.fwd = fwd.cost;
   one.bwd = bwd.cost;
@@ -330,6 +358,9 @@ CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
   ctx.ep_group = {s.ep, s.tp * s.cp};
   ctx.seq_len = seq_len;
   ctx.engine = c.device.precision == Precision::kFp32 && model::engine_builds(m).ok();
+  ctx.linear_device = c.device;
+  if (c.device.precision == Precision::kFp8)
+    ctx.linear_device.peak_tflops = c.device.fp8_peak_tflops;
   if (m.architecture != model::Architecture::kVit) {
     int dense = -1, moe = -1;  // the first layer of each kind
     for (int l = 0; l < m.num_hidden_layers; ++l) {

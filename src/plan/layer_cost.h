@@ -66,6 +66,8 @@ struct CostContext {
   bool engine = false;
   // Parameters one device holds of a dense and of an MoE layer (model_shape.h).
   LayerParams dense_params, moe_params;
+  // The device as the linear layers' GEMMs see it: at its fp8 peak under fp8 precision.
+  DeviceSpec linear_device;
 };
 
 CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,

@@ -22,6 +22,9 @@
 //                so a query visits `keys` keys on average. Stores q, k, v, the output and the
 //                softmax statistics (4 bytes per query and head).
 //
+// Under fp8 precision (cluster.h) a linear layer's input is cached in fp8 (half of bf16's
+// bytes) and the attention output in a 12-bit format (DeepSeek-AI 2024, section 3.3.3).
+//
 // Stored bytes without recomputation: the norm's input 2*Tsp*h, the projection input 2*Tsp*h
 // (Megatron keeps the sequence-parallel shard and gathers it again in backward), q, k, v as
 // the core reads them, the core's output (the output projection's input) and, with dropout,
@@ -56,7 +59,8 @@ double core(const Dims& x, double dqk, double dv, double q_heads, Pass& fwd, Pas
     const double pairs = heads * x.sq * x.keys;
     fwd.fused_attention(2 * pairs * (dqk + dv), kFusedAttentionForward);
     bwd.fused_attention(2 * pairs * (3 * dqk + 2 * dv), kFusedAttentionBackward);
-    return 2 * x.T * q_heads * dv + 2 * heads * x.sq;  // output, softmax statistics (fp32)
+    // The output (the output projection's input) and the softmax statistics (fp32).
+    return 2 * x.T * q_heads * dv * x.attn_out + 2 * heads * x.sq;
   }
   const double scores = heads * x.sq * x.s;
   auto forward = [&](Pass& p) {
@@ -71,7 +75,7 @@ double core(const Dims& x, double dqk, double dv, double q_heads, Pass& fwd, Pas
   if (x.attn_dropout) bwd.stream(5 * scores);
   bwd.stream(6 * scores);
   bwd.gemm_bwd(x.sq, x.s, dqk, heads);
-  return (x.attn_dropout ? 5 : 2) * scores + 2 * x.T * q_heads * dv;
+  return (x.attn_dropout ? 5 : 2) * scores + 2 * x.T * q_heads * dv * x.attn_out;
 }
 
 double scores_bytes(const Dims& x, double q_heads) {
@@ -93,11 +97,12 @@ Stored attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
   Stored st;
   fwd.stream(4 * x.Tsp * x.h);  // norm
   bwd.stream(6 * x.Tsp * x.h);
-  const double norm_io = 2 * x.Tsp * x.h + 2 * x.Tsp * x.h;  // its input and output
+  const double norm_out = 2 * x.Tsp * x.h * x.lin;  // the projections' input
+  const double norm_io = 2 * x.Tsp * x.h + norm_out;
   double kept = norm_io;
   double dropped = 0;  // what selective recomputation does not keep
   if (x.fused) {
-    dropped += 2 * x.Tsp * x.h;  // the norm's output
+    dropped += norm_out;
     rc.stream(4 * x.Tsp * x.h);
   }
 
@@ -111,39 +116,39 @@ Stored attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
     auto up = [&](Pass& p) {  // what selective recomputation repeats, beyond the norm
       if (qlr > 0) {
         p.stream(4 * x.T * qlr);
-        p.gemm(x.T, x.q * qk, qlr);
+        p.linear(x.T, x.q * qk, qlr);
       }
       p.stream(4 * x.T * kvlr);
-      p.gemm(x.T, kv_up, kvlr);
+      p.linear(x.T, kv_up, kvlr);
       p.stream(4 * x.T * (x.q + 1) * rope);  // rotary on q_pe and the shared k_pe
       p.stream(4 * x.T * x.q * qk);          // q and k assembled per head
     };
     if (qlr > 0) {
-      fwd.gemm(x.T, qlr, x.h);
-      bwd.gemm_bwd(x.T, qlr, x.h);
+      fwd.linear(x.T, qlr, x.h);
+      bwd.linear_bwd(x.T, qlr, x.h);
       bwd.stream(6 * x.T * qlr);
-      bwd.gemm_bwd(x.T, x.q * qk, qlr);
+      bwd.linear_bwd(x.T, x.q * qk, qlr);
     } else {
-      fwd.gemm(x.T, x.q * qk, x.h);
-      bwd.gemm_bwd(x.T, x.q * qk, x.h);
+      fwd.linear(x.T, x.q * qk, x.h);
+      bwd.linear_bwd(x.T, x.q * qk, x.h);
     }
-    fwd.gemm(x.T, kvlr + rope, x.h);
+    fwd.linear(x.T, kvlr + rope, x.h);
     up(fwd);
-    bwd.gemm_bwd(x.T, kvlr + rope, x.h);
+    bwd.linear_bwd(x.T, kvlr + rope, x.h);
     bwd.stream(6 * x.T * kvlr);
-    bwd.gemm_bwd(x.T, kv_up, kvlr);
+    bwd.linear_bwd(x.T, kv_up, kvlr);
     bwd.stream(4 * x.T * (x.q + 1) * rope + 4 * x.T * x.q * qk);
     if (x.fused) up(rc);
     // q_a and kv_a outputs (their norms' inputs), the normed latents, q, k, v.
     const double latents = 2 * x.T * (qlr + kvlr + rope);
-    const double normed = 2 * x.T * (qlr + kvlr);
+    const double normed = 2 * x.T * (qlr + kvlr) * x.lin;  // q_b's and kv_b's inputs
     const double qkv = 2 * x.T * x.q * (2 * qk + dv);
     kept += latents + normed + qkv;
     if (x.fused) dropped += normed + qkv;
   } else {
     const double qkv_n = (x.q + 2 * x.kvl) * x.d;
-    fwd.gemm(x.T, qkv_n, x.h);
-    bwd.gemm_bwd(x.T, qkv_n, x.h);
+    fwd.linear(x.T, qkv_n, x.h);
+    bwd.linear_bwd(x.T, qkv_n, x.h);
     if (x.qk_norm) {
       fwd.stream(4 * x.T * (x.q + x.kvl) * x.d);
       bwd.stream(6 * x.T * (x.q + x.kvl) * x.d);
@@ -160,8 +165,8 @@ Stored attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
   kept += core_kept;
   if (!x.fused) dropped += scores_bytes(x, core_out_heads);
   const double o_in = x.q * dv;
-  fwd.gemm(x.T, x.h, o_in);
-  bwd.gemm_bwd(x.T, x.h, o_in);
+  fwd.linear(x.T, x.h, o_in);
+  bwd.linear_bwd(x.T, x.h, o_in);
   kept += residual(x, fwd, bwd);
 
   const double t = tp_sublayer(tp_comm(c, x.T * x.h * x.e), x.sp);

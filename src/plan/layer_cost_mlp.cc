@@ -52,15 +52,17 @@ double mlp_body(const Dims& x, double rows, double width, double batch, Pass& fw
                 Pass& rc, double* act) {
   const double fc1 = x.glu ? 2 * width : width;
   const double per = batch > 1 ? rows / batch : rows;
-  fwd.gemm(per, fc1, x.h, batch);
+  fwd.linear(per, fc1, x.h, batch);
   fwd.stream((x.glu ? 6 : 4) * rows * width);
-  fwd.gemm(per, x.h, width, batch);
-  bwd.gemm_bwd(per, x.h, width, batch);
+  fwd.linear(per, x.h, width, batch);
+  bwd.linear_bwd(per, x.h, width, batch);
   bwd.stream((x.glu ? 10 : 6) * rows * width);
-  bwd.gemm_bwd(per, fc1, x.h, batch);
+  bwd.linear_bwd(per, fc1, x.h, batch);
   if (x.fused) rc.stream((x.glu ? 6 : 4) * rows * width);
-  *act = 2 * rows * width;
-  return 2 * rows * fc1 + *act;
+  // Under fp8 both are cached in fp8: fc2's input as a linear layer's, fc1's output as
+  // DeepSeek-V3 caches the SwiGLU operator's inputs (section 3.3.3).
+  *act = 2 * rows * width * x.lin;
+  return 2 * rows * fc1 * x.lin + *act;
 }
 
 // Distinct nodes a token's K experts live on, of the nodes it may use (`reachable`), when
@@ -101,11 +103,12 @@ Stored dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
   const double body = mlp_body(x, x.T, fl, 1, fwd, bwd, rc, &act);
   fwd.stream((x.hidden_dropout ? 7 : 6) * x.Tsp * x.h);
   if (x.hidden_dropout) bwd.stream(5 * x.Tsp * x.h);
-  st.none = 4 * x.Tsp * x.h + body + (x.hidden_dropout ? x.Tsp * x.h : 0);
+  const double norm_out = 2 * x.Tsp * x.h * x.lin;  // fc1's input
+  st.none = 2 * x.Tsp * x.h + norm_out + body + (x.hidden_dropout ? x.Tsp * x.h : 0);
   st.selective = st.none;
   if (x.fused) {
     rc.stream(4 * x.Tsp * x.h);
-    st.selective -= 2 * x.Tsp * x.h + act;
+    st.selective -= norm_out + act;
   }
   const double t = tp_sublayer(tp_comm(c, x.T * x.h * x.e), x.sp);
   fwd.cost.tp_comm_s += t;
@@ -129,7 +132,9 @@ Stored moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass& 
   const double rows = (x.engine ? x.Tsp : x.T) * x.topk * pad;
   const double busiest = rows * x.imbalance;
   const double local_experts = x.E / x.ep;
-  const double a2a = dispatch_seconds(c, x, x.Tsp, slots, x.h * x.e);
+  // Dispatch in fp8 under that precision; the combine and both backward passes in bf16.
+  const double dispatch = dispatch_seconds(c, x, x.Tsp, slots, x.h * x.dispatch_e);
+  const double combine = dispatch_seconds(c, x, x.Tsp, slots, x.h * x.e);
 
   fwd.stream(4 * x.Tsp * x.h);
   bwd.stream(6 * x.Tsp * x.h);
@@ -148,8 +153,8 @@ Stored moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass& 
     const double fs = x.engine ? x.fs : x.fs / x.tp;
     shared = mlp_body(x, x.T, fs, 1, fwd, bwd, rc, &shared_act);
     if (m.shared_expert_gate) {
-      fwd.gemm(x.T, 1, x.h);
-      bwd.gemm_bwd(x.T, 1, x.h);
+      fwd.linear(x.T, 1, x.h);
+      bwd.linear_bwd(x.T, 1, x.h);
       fwd.stream(4 * x.T * x.h);
       bwd.stream(6 * x.T * x.h);
     }
@@ -160,16 +165,17 @@ Stored moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass& 
   // Stored: the norm's input and output, the router's fp32 scores, the experts' inputs, their
   // fc1 and activation outputs (for the busiest rank: dropless buffers are sized by the load
   // they get), the experts' outputs for the combine, the shared experts', the mask.
-  st.none = 4 * x.Tsp * x.h + 4 * x.Tsp * x.E + 2 * busiest * x.h + experts + 2 * slots * x.h +
-            shared + (x.hidden_dropout ? x.Tsp * x.h : 0);
+  const double norm_out = 2 * x.Tsp * x.h * x.lin;
+  st.none = 2 * x.Tsp * x.h + norm_out + 4 * x.Tsp * x.E + 2 * busiest * x.h * x.lin + experts +
+            2 * slots * x.h + shared + (x.hidden_dropout ? x.Tsp * x.h : 0);
   st.selective = st.none;
   if (x.fused) {
     rc.stream(4 * x.Tsp * x.h);
-    st.selective -= 2 * x.Tsp * x.h + act + shared_act;
+    st.selective -= norm_out + act + shared_act;
   }
 
-  fwd.cost.ep_comm_s += 2 * a2a;
-  bwd.cost.ep_comm_s += 2 * a2a;
+  fwd.cost.ep_comm_s += dispatch + combine;
+  bwd.cost.ep_comm_s += 2 * combine;
   const Comm t = tp_comm(c, rows * x.h * x.e);
   if (x.tp > 1 && !x.engine) {
     fwd.cost.tp_comm_s += tp_sublayer(t, x.sp);

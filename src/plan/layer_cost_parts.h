@@ -12,11 +12,16 @@ namespace cann::plan::cost {
 // Accumulates one pass's kernels.
 struct Pass {
   const DeviceSpec& dev;
+  const DeviceSpec& linear_dev;  // the linear layers' GEMMs: dev, or dev at its fp8 peak
   PassCost cost;
   double stream_scale = 1;  // element bytes / 2: every stream below is written in bf16 bytes
   void gemm(double m, double n, double k, double batch = 1);
   // Backward of C(m,n) = A(m,k) B(k,n): dA = dC B^T is (m,n,k)->(m,k,n); dB = A^T dC is (k,n,m).
   void gemm_bwd(double m, double n, double k, double batch = 1);
+  // A linear layer's GEMM (in fp8 under that precision; attention scores, the router and the
+  // head stay in bf16).
+  void linear(double m, double n, double k, double batch = 1);
+  void linear_bwd(double m, double n, double k, double batch = 1);
   void stream(double bf16_bytes);
   // A fused attention kernel doing `flops` at `fraction` of the device's GEMM ceiling.
   void fused_attention(double flops, double fraction);
@@ -28,7 +33,10 @@ struct Dims {
   double rot;   // rotary dimensions per query/key head (0: learned positions)
   double imbalance = 1;  // dropless routing: the busiest rank's expert rows over the mean
   double e;              // bytes per activation element
-  bool engine;           // fp32 gpt/bert: the engine's buffers
+  // Stored bytes of a linear layer's input relative to bf16 (fp8: 0.5), of the attention
+  // output (fp8: a 12-bit format, 0.75), and bytes per element of the dispatch all-to-all.
+  double lin = 1, attn_out = 1, dispatch_e = 2;
+  bool engine;  // fp32 gpt/bert: the engine's buffers
   bool sp, glu, fused, qk_norm, mla, attn_dropout, hidden_dropout, dropless;
 };
 
@@ -36,7 +44,7 @@ struct Dims {
 // window is `window` tokens (0: full).
 Dims dims(const CostContext& c, int window);
 
-Pass pass(const DeviceSpec& dev, const Dims& x);
+Pass pass(const CostContext& c, const Dims& x);
 
 struct Comm {
   double ag = 0, rs = 0, ar = 0;  // one tensor-parallel collective on `bytes`

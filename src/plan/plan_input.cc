@@ -46,6 +46,19 @@ StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string&
     if (!kind.ok()) return InvalidArgument("--attention: " + kind.status().message());
     c.device.attention = *kind;
   }
+  if (!o.precision.empty()) {
+    auto p = parse_precision(o.precision);
+    if (!p.ok() || *p == Precision::kFp32)
+      return InvalidArgument("--precision: '" + o.precision +
+                             "'; hint: bf16 or fp8 (fp32 is the CPU engine's, from `cann-train "
+                             "bench calibrate`)");
+    if (c.device.precision == Precision::kFp32)
+      return InvalidArgument("--precision " + o.precision + " on cluster " + c.name +
+                             ", which describes cann-train's fp32 CPU engine; hint: plan bf16 or "
+                             "fp8 on an accelerator cluster");
+    c.device.precision = *p;
+    CANN_RETURN_IF_ERROR(check_precision(c));
+  }
   return make_plan_input(m, c, limit);
 }
 

@@ -80,6 +80,7 @@ double reserved_bytes(Precision p) {
 
 StateBytes state_bytes(Precision p) {
   if (p == Precision::kFp32) return {4, 4, 8};
+  if (p == Precision::kFp8) return {2, 4, 8};  // AdamW moments in bf16
   return {2, 4, 12};
 }
 
@@ -393,7 +394,10 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     // master, m, v and the bf16 weight (14); zeroing the gradient writes it (4). The fp32
     // engine streams 36: the norm pass reads the gradient (4), AdamW reads gradient, weight, m
     // and v (16) and writes weight, m and v (12), zeroing writes the gradient (4).
-    const double opt_bytes = dev.precision == Precision::kFp32 ? 36 : 38;
+    // Under fp8 (bf16 moments): 4 + 12 read + 10 written + 4 = 30.
+    const double opt_bytes = dev.precision == Precision::kFp32  ? 36
+                             : dev.precision == Precision::kFp8 ? 30
+                                                                : 38;
     st.optimizer_s = stream_seconds(dev, opt_bytes * (P / sh.o + Pe / sh.oe));
     stage_memory(in, s, lay, i, &st);
     tail[i] = st.dp_comm_s + st.optimizer_s;

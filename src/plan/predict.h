@@ -13,6 +13,8 @@
 // gradients too, ZeRO-3 the weights too. Expert parameters shard over their own, ep times
 // smaller, data-parallel group. Checkpoints hold the 12 optimizer bytes.
 //
+// Under fp8 (DeepSeek-V3's recipe) the AdamW moments are bf16: 2 + 4 + 4 + 2 + 2 = 14 bytes.
+//
 // On an fp32 device (cluster.h) the figures are cann-train's engine's own allocation
 // (engine_memory.h): 4-byte weights and gradients, 8 bytes of AdamW moments, ZeRO-1's gradient
 // shard and staging, the engine's activation arena, and nothing reserved.

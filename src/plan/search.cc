@@ -133,6 +133,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
   const int experts = m.is_moe() ? m.num_local_experts : 1;
   const double limit = in.memory_limit_bytes;
   const Precision prec = c.device.precision;
+  const bool engine_only = opt.engine_only.value_or(prec == Precision::kFp32);
 
   // What the explanation needs when nothing qualifies.
   Strategy closest_mem_s, closest_comm_s;
@@ -146,14 +147,14 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
       // Megatron's context parallelism splits the sequence into 2*cp chunks (load balance).
       // MoE routing depends on which tokens share a micro-batch, so `run` trains MoE models
       // without cp (each context rank would route only its positions).
-      if (cp > 1 && (m.seq_length % (2 * cp) != 0 || m.is_moe())) continue;
+      if (cp > 1 && (m.seq_length % (2 * cp) != 0 || (engine_only && m.is_moe()))) continue;
       const int rest = N / (tp * cp);
       for (int ep : divisors(experts, rest)) {
         if (rest % ep != 0) continue;
         for (int sp : {0, 1}) {
           // sp shards a micro-batch's tokens over tp; ep's all-to-all exchanges every routed
           // row and `run` does not train the two together.
-          if (sp && (tp == 1 || ep > 1)) continue;
+          if (sp && (tp == 1 || (engine_only && ep > 1))) continue;
           for (int mbs : divisors(gbs, opt.max_micro_batch)) {
             for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
               Strategy s;
@@ -179,9 +180,10 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                   if (v == 1 || (pp > 1 && mb % pp == 0 && L % (pp * v) == 0)) vpps.push_back(v);
                 // ZeRO stages 2 and 3 reduce (and gather) every micro-batch: with pipeline
                 // parallelism only stage 1, as DeepSpeed allows and `run` trains. Expert
-                // parallelism runs without ZeRO (`run` does not shard experts' optimizer state
-                // over their expert-data-parallel groups).
-                const int zeros = dp * cp == 1 || ep > 1 ? 1 : pp > 1 ? 2 : 4;
+                // parallelism runs without ZeRO in `run` (it does not shard experts' optimizer
+                // state over their expert-data-parallel groups); Megatron's distributed
+                // optimizer does.
+                const int zeros = dp * cp == 1 || (engine_only && ep > 1) ? 1 : pp > 1 ? 2 : 4;
                 r.space += static_cast<long long>(vpps.size()) * zeros;
                 if (!have_blocks) {
                   blocks = block_costs(make_cost_context(m, c, in.shape, s, in.seq_len));

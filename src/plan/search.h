@@ -18,6 +18,7 @@
 // re-priced with the event simulation and the exact partition, and re-ranked.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct SearchOptions {
   int exact_rerank = 16;        // fast-ranked candidates re-priced exactly
   bool prune = true;            // false: price every leaf (the tests compare the two)
   int max_micro_batch = 64;     // micro-batch sizes tried: divisors of gbs/dp up to this
+  // Only layouts cann-train's engine trains (`run`): no sp with ep, no cp with MoE layers, no
+  // ZeRO with ep. Unset: on for an fp32 cluster (which describes the engine), off on bf16 and
+  // fp8 clusters, whose plans are for Megatron-style trainers that run those layouts.
+  std::optional<bool> engine_only;
 };
 
 // One feasible candidate, as the scatter plot and the Pareto front see it.
