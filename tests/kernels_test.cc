@@ -2,7 +2,8 @@
 //  1. the naive reference's backward against central finite differences of its own forward,
 //     all in double precision;
 //  2. the optimized fp32 kernel's forward and backward against the double reference.
-// Check 1 proves the math; check 2 proves the fast code computes that math.
+// Check 1 proves the math; check 2 proves the fast code computes that math. The helpers are in
+// kernel_check.h.
 //
 // Tolerances. In double, a central difference with step h has truncation error ~h^2 f''' and
 // rounding error ~1e-16 |f| / h; with h = 1e-5 both are below 1e-9, so 1e-6 relative error
@@ -19,6 +20,7 @@
 
 #include "core/rng.h"
 #include "core/threads.h"
+#include "kernel_check.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -42,50 +44,15 @@
 namespace cann {
 namespace {
 
-using D = std::vector<double>;
-using Fv = std::vector<float>;
-
-D randn(size_t n, Rng& rng, double scale = 1.0) {
-  D v(n);
-  test::fill_normal(v, rng, scale);
-  return v;
-}
-Fv to_float(const D& v) {
-  return Fv(v.begin(), v.end());
-}
-
-// Checks analytic gradient `grad` of scalar function `loss` at `x` by central differences on
-// every element (or every `stride`-th). Returns the max relative error.
-double fd_check(D& x, const D& grad, const std::function<double()>& loss, size_t stride = 1) {
-  const double h = 1e-5;
-  double worst = 0.0;
-  for (size_t i = 0; i < x.size(); i += stride) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double lp = loss();
-    x[i] = keep - h;
-    const double lm = loss();
-    x[i] = keep;
-    const double fd = (lp - lm) / (2 * h);
-    worst = std::max(worst, std::abs(fd - grad[i]) / std::max(1.0, std::abs(grad[i])));
-  }
-  return worst;
-}
-
-// Max |a - b| / scale, where scale = max(1e-3, max |b|).
-double max_rel_diff(const Fv& a, const D& b) {
-  double scale = 1e-3, worst = 0.0;
-  for (double v : b) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst / scale;
-}
-
-double dot(const D& a, const D& b) {
-  return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
-}
-
-constexpr double kFdTol = 1e-6;
-constexpr double kFp32Tol = 2e-4;
+using test::D;
+using test::dot;
+using test::fd_check;
+using test::Fv;
+using test::kFdTol;
+using test::kFp32Tol;
+using test::max_rel_diff;
+using test::randn;
+using test::to_float;
 
 class KernelTest : public ::testing::Test {
  protected:
@@ -360,18 +327,7 @@ TEST_F(KernelTest, MoeRouterTopKCapacityAndAux) {
   kernels::moe_router_backward(dlf.data(), wf.data(), probs.data(), idx.data(), slot.data(),
                                load.data(), static_cast<float>(c), s);
   // Finite differences of the double reference give the ground truth for the fp32 kernel.
-  D fd(N * E);
-  const double h = 1e-5;
-  for (int i = 0; i < N * E; ++i) {
-    const double keep = logits[i];
-    logits[i] = keep + h;
-    const double lp = loss();
-    logits[i] = keep - h;
-    const double lm = loss();
-    logits[i] = keep;
-    fd[i] = (lp - lm) / (2 * h);
-  }
-  EXPECT_LT(max_rel_diff(dlf, fd), kFp32Tol);
+  EXPECT_LT(max_rel_diff(dlf, test::fd_gradient(logits, loss)), kFp32Tol);
 }
 
 TEST_F(KernelTest, MoeDispatchCombine) {

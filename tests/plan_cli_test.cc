@@ -29,7 +29,7 @@ void expect_failure(const std::vector<std::string>& args, const std::vector<std:
 
 TEST(PlanCliTest, UnknownNamesListTheAvailableOnes) {
   expect_failure({"search", "--model", "gpt_9t", "--cluster", "1024_ascend910b"},
-                 {"unknown model 'gpt_9t'", "moe_bert", "gpt_175b", "llama_405b", "hint:"});
+                 {"unknown model 'gpt_9t'", "moe_bert", "gpt_175b", "llama3_405b", "hint:"});
   expect_failure(
       {"search", "--model", "moe_bert", "--cluster", "1024_tpu"},
       {"unknown cluster '1024_tpu'", "1024_ascend910b", "3072_a100", "16384_h100", "2048_h800"});

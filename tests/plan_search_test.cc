@@ -49,6 +49,7 @@ void expect_pruning_is_safe(const model::ModelSpec& m, const ClusterSpec& c, int
   SearchOptions opt;
   opt.global_batch = gbs;
   opt.top_k = 3;
+  opt.engine_only = true;  // every candidate must then be a layout `run` trains (below)
   auto pruned = search(*in, opt);
   opt.prune = false;
   auto brute = search(*in, opt);

@@ -1,6 +1,6 @@
 // planner_bench: how fast `cann-train search` answers for three planning problems the issue
-// names (moe_bert on 1024 Ascend 910B, a 1T GPT on 3072 A100s, a 405B dense model on 16,384
-// H100s), with the target of under one second each on one core.
+// names (moe_bert on 1024 Ascend 910B, a 1T GPT on 3072 A100s, Llama 3 405B on 16,384
+// H100s, and DeepSeek-V3 on 2048 H800s), with the target of under one second each on one core.
 //
 // Validate first, then time: each search's winner must be a valid strategy that fits its
 // device memory, and the peer, the same search with pruning turned off (every leaf priced),
@@ -35,7 +35,8 @@ struct Case {
 const Case kCases[] = {
     {"moe_bert x 1024_ascend910b", "moe_bert", "1024_ascend910b", 0, 0},
     {"gpt_1t x 3072 A100", "gpt_1t", "3072_a100", 0, 0},
-    {"llama_405b x 16384 H100", "llama_405b", "16384_h100", 0, 2048},
+    {"llama3_405b x 16384 H100", "llama3_405b", "16384_h100", 0, 2048},
+    {"deepseek_v3 x 2048 H800", "deepseek_v3", "2048_h800", 0, 0},
 };
 
 struct Timed {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/plan_flags.h"
 #include "cli/validators.h"
 #include "core/fs.h"
 #include "plan/launch.h"
@@ -22,9 +23,9 @@ namespace cann::cli {
 namespace {
 
 struct SearchFlags {
-  std::string model, cluster, max_memory;
-  int nodes = 0;
+  std::string model, cluster;
   int global_batch = 0;
+  plan::PlanOverrides input;
   int top = 5;
   double max_comm = 1.0;
   bool json = false;
@@ -44,13 +45,13 @@ std::string with_commas(long long v) {
 }
 
 int run_search(const SearchFlags& f) {
-  auto in = plan::load_plan_input(f.model, f.cluster, f.nodes, f.max_memory);
+  auto in = plan::load_plan_input(f.model, f.cluster, f.input);
   if (!in.ok()) return fail(in.status());
   plan::SearchOptions opt;
   opt.global_batch = f.global_batch;
   opt.max_comm_ratio = f.max_comm;
   opt.top_k = f.top;
-  opt.engine_only = f.engine_only;
+  if (f.engine_only) opt.engine_only = true;
   auto r = plan::search(*in, opt);
   if (!r.ok()) return fail(r.status());
   if (r->top.empty())
@@ -85,6 +86,7 @@ int run_search(const SearchFlags& f) {
                       : "M",
       in->cluster.name.c_str(), in->cluster.num_devices(), in->cluster.device.name.c_str(),
       r->global_batch, tokens / 1e6);
+  std::printf("%s\n", plan::model_summary(*in).c_str());
   std::printf(
       "searched %s strategies: %s priced, %s cut early by the memory bound, in %.3f s "
       "(%s candidates/s); %s feasible, %d on the Pareto front\n\n",
@@ -107,20 +109,17 @@ CommandMain add_search_command(CLI::App& app) {
       "Search every way to split a model over a cluster (dp, tp, pp, ep, cp, sp, micro-batch, "
       "ZeRO, recomputation, vpp); rank by predicted throughput and explain the winner.");
   cmd->add_option("--model", f->model,
-                  "Model: a shipped name (moe_bert, gpt_175b, gpt_1t, llama_405b, mixtral_8x7b, "
+                  "Model: a shipped name (moe_bert, gpt_175b, gpt_1t, llama3_405b, mixtral_8x7b, "
                   "vit_g, ...) or a YAML/config.json path")
       ->required();
   cmd->add_option("--cluster", f->cluster,
                   "Cluster: a preset (1024_ascend910b, 3072_a100, 16384_h100, 2048_h800) or a "
                   "YAML path")
       ->required();
-  cmd->add_option("--nodes", f->nodes, "Use this many nodes of the cluster (default: its own)")
-      ->check(kPositive);
   cmd->add_option("--global-batch", f->global_batch,
                   "Sequences per optimizer step (default: about 4M tokens)")
       ->check(kPositive);
-  cmd->add_option("--max-memory-per-device", f->max_memory,
-                  "Memory a device may use, e.g. 32GB (default: its capacity)");
+  add_plan_input_options(cmd, &f->input);
   cmd->add_option("--top", f->top, "Strategies to list")->check(kPositive)->capture_default_str();
   cmd->add_option("--max-comm-overhead", f->max_comm,
                   "Largest exposed-communication share of a step to accept (0..1)")

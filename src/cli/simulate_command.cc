@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/plan_flags.h"
 #include "cli/validators.h"
 #include "core/fs.h"
 #include "plan/plan_input.h"
@@ -20,9 +21,9 @@ namespace cann::cli {
 namespace {
 
 struct SimulateFlags {
-  std::string model, cluster, strategy, max_memory, trace;
-  int nodes = 0;
+  std::string model, cluster, strategy, trace;
   int global_batch = 0;
+  plan::PlanOverrides input;
   bool json = false;
 };
 
@@ -32,8 +33,8 @@ int fail(const Status& s) {
 }
 
 void print_text(const plan::PlanInput& in, const plan::Prediction& p) {
-  std::printf("cann-train simulate: %s on %s (%d devices)\n\n", in.model.name.c_str(),
-              in.cluster.name.c_str(), in.cluster.num_devices());
+  std::printf("cann-train simulate: %s on %s (%d devices)\n%s\n\n", in.model.name.c_str(),
+              in.cluster.name.c_str(), in.cluster.num_devices(), plan::model_summary(in).c_str());
   std::printf("%s\n", plan::strategy_table({p}).c_str());
   std::printf("step %.4f s: %s\n", p.step_time_s, plan::time_shares(p).c_str());
   std::printf("memory peak %s of %s per device: %s\n",
@@ -76,7 +77,7 @@ void print_text(const plan::PlanInput& in, const plan::Prediction& p) {
 }
 
 int run_simulate(const SimulateFlags& f) {
-  auto in = plan::load_plan_input(f.model, f.cluster, f.nodes, f.max_memory);
+  auto in = plan::load_plan_input(f.model, f.cluster, f.input);
   if (!in.ok()) return fail(in.status());
   auto parsed = plan::parse_strategy(f.strategy);
   if (!parsed.ok()) return fail(parsed.status());
@@ -114,13 +115,10 @@ CommandMain add_simulate_command(CLI::App& app) {
                   "e.g. dp=8,tp=4,pp=2,ep=1,cp=1,sp=on,mbs=1,gbs=512,zero=1,"
                   "recompute=selective,vpp=1 (omitted keys take defaults; dp is derived)")
       ->required();
-  cmd->add_option("--nodes", f->nodes, "Use this many nodes of the cluster (default: its own)")
-      ->check(kPositive);
   cmd->add_option("--global-batch", f->global_batch,
                   "Sequences per step when the strategy has no gbs (default: about 4M tokens)")
       ->check(kPositive);
-  cmd->add_option("--max-memory-per-device", f->max_memory,
-                  "Memory a device may use, e.g. 32GB (default: its capacity)");
+  add_plan_input_options(cmd, &f->input);
   cmd->add_flag("--json", f->json, "Print the prediction as JSON (see docs/planner.md)");
   cmd->add_option("--trace", f->trace, "Write the simulated schedule as a Chrome trace JSON");
   return [f]() { return run_simulate(*f); };

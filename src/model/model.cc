@@ -17,6 +17,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/vocab_parallel_ce.h"
+#include "model/engine_support.h"
 
 namespace cann::model {
 
@@ -60,16 +61,13 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                                                const TensorParallel& tp, const PipelineStage& stage,
                                                const ExpertParallel& ep, Recompute recompute,
                                                const ContextParallel& cp) {
-  if (spec.architecture == Architecture::kVit)
-    return InvalidArgument(spec.source +
-                           ": the trainer runs gpt and bert models; vit specs are for planning "
-                           "(cann-train search/simulate); hint: pick a gpt or bert config");
+  CANN_RETURN_IF_ERROR(engine_builds(spec));
   if (max_batch <= 0 || max_seq <= 0)
     return InvalidArgument("batch size and sequence length must be positive");
-  if (max_seq > spec.seq_length)
+  if (max_seq > spec.position_rows())
     return InvalidArgument("sequence length " + std::to_string(max_seq) + " exceeds the model's " +
-                           "seq_length " + std::to_string(spec.seq_length) + " (" + spec.source +
-                           "); hint: lower --seq-len");
+                           "position table of " + std::to_string(spec.position_rows()) + " (" +
+                           spec.source + "); hint: lower --seq-len");
   if (tp.size > 1) {
     CANN_RETURN_IF_ERROR(check_tp_divides(spec, tp.size));
     if (tp.comm == nullptr || tp.rank < 0 || tp.rank >= tp.size)

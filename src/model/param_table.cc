@@ -90,6 +90,8 @@ Status check_tp_divides(const ModelSpec& s, int tp) {
   if (s.num_key_value_heads % tp != 0) return refuse("num_key_value_heads", s.num_key_value_heads);
   if (s.hidden_size % tp != 0) return refuse("hidden_size", s.hidden_size);
   if (s.intermediate_size % tp != 0) return refuse("intermediate_size", s.intermediate_size);
+  if (s.has_shared_experts() && s.shared_expert_intermediate_size % tp != 0)
+    return refuse("the shared experts' width", s.shared_expert_intermediate_size);
   return OkStatus();
 }
 
@@ -181,6 +183,86 @@ ParamTable build_stage_param_table(const ModelSpec& s, int tp, int first_layer, 
   return build_chunked_param_table(s, tp, {{first_layer, end_layer}}, ep);
 }
 
+namespace {
+
+// A norm's parameters: weight, and bias for LayerNorm.
+void add_norm(ParamTable& t, const std::string& name, int64_t C, int layer, NormKind kind) {
+  t.add(name + ".w", {C}, layer, TpSplit::kReplicated, false);
+  if (kind == NormKind::kLayerNorm) t.add(name + ".b", {C}, layer, TpSplit::kReplicated, false);
+}
+
+// The attention block of layer l. Multi-head (with grouped KV heads): one fused QKV projection
+// whose three parts are split by heads over tp, and a row-split output projection. Latent
+// attention (MLA): the down projections (q_a, kv_a) are replicated over tp, as Megatron-Core
+// does, the up projections (q_b, kv_b) are split by heads, and the output projection by rows.
+void add_attention(ParamTable& t, const ModelSpec& s, const std::string& p, int l, int tp) {
+  const int64_t C = s.hidden_size, H = s.num_attention_heads;
+  if (s.mla_enabled) {
+    const MlaSpec& m = s.mla;
+    const int64_t qk = m.qk_head_dim();
+    if (m.q_lora_rank > 0) {
+      t.add(p + "attn.q_a.w", {m.q_lora_rank, C}, l, TpSplit::kReplicated, true);
+      if (s.qkv_bias) t.add(p + "attn.q_a.b", {m.q_lora_rank}, l, TpSplit::kReplicated, false);
+      t.add(p + "attn.q_a_norm.w", {m.q_lora_rank}, l, TpSplit::kReplicated, false);
+      t.add_sharded(p + "attn.q_b.w", {H * qk, m.q_lora_rank}, l, TpSplit::kColumn, true, tp);
+    } else {
+      t.add_sharded(p + "attn.q.w", {H * qk, C}, l, TpSplit::kColumn, true, tp);
+    }
+    const int64_t kv_a = m.kv_lora_rank + m.qk_rope_head_dim;
+    t.add(p + "attn.kv_a.w", {kv_a, C}, l, TpSplit::kReplicated, true);
+    if (s.qkv_bias) t.add(p + "attn.kv_a.b", {kv_a}, l, TpSplit::kReplicated, false);
+    t.add(p + "attn.kv_a_norm.w", {m.kv_lora_rank}, l, TpSplit::kReplicated, false);
+    t.add_sharded(p + "attn.kv_b.w", {H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, l,
+                  TpSplit::kColumn, true, tp);
+  } else {
+    const int64_t QKV = s.qkv_size();
+    const int64_t Q = H * s.head_size();
+    const int64_t KV = static_cast<int64_t>(s.num_key_value_heads) * s.head_size();
+    t.add_sharded(p + "attn.qkv.w", {QKV, C}, l, TpSplit::kColumn, true, tp, {Q, KV, KV});
+    if (s.qkv_bias)
+      t.add_sharded(p + "attn.qkv.b", {QKV}, l, TpSplit::kColumn, false, tp, {Q, KV, KV});
+    if (s.qk_norm) {
+      t.add(p + "attn.q_norm.w", {s.head_size()}, l, TpSplit::kReplicated, false);
+      t.add(p + "attn.k_norm.w", {s.head_size()}, l, TpSplit::kReplicated, false);
+    }
+  }
+  const int64_t O = s.attention_out_size();
+  t.add_sharded(p + "attn.proj.w", {C, O}, l, TpSplit::kRow, true, tp);
+  if (s.o_bias) t.add(p + "attn.proj.b", {C}, l, TpSplit::kReplicated, false);
+}
+
+// A dense MLP of width F under `name`: fc (C -> F, or C -> 2F holding SwiGLU's gate and up
+// rows, each part split over tp) and proj (F -> C, split by rows).
+void add_mlp(ParamTable& t, const ModelSpec& s, const std::string& name, int64_t F, int l, int tp) {
+  const int64_t C = s.hidden_size;
+  const bool glu = s.mlp == MlpKind::kSwiGlu;
+  std::vector<int64_t> parts = glu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
+  const int64_t FC = glu ? 2 * F : F;
+  t.add_sharded(name + ".fc.w", {FC, C}, l, TpSplit::kColumn, true, tp, parts);
+  if (s.mlp_bias) t.add_sharded(name + ".fc.b", {FC}, l, TpSplit::kColumn, false, tp, parts);
+  t.add_sharded(name + ".proj.w", {C, F}, l, TpSplit::kRow, true, tp);
+  if (s.mlp_bias) t.add(name + ".proj.b", {C}, l, TpSplit::kReplicated, false);
+}
+
+// An MoE feed-forward: the router, this rank's E/ep routed experts (whole on every
+// tensor-parallel rank: experts are sharded by expert parallelism, not by tp), and the shared
+// experts (one MLP of their summed width, split over tp as a dense MLP) with Qwen2-MoE's gate.
+void add_moe(ParamTable& t, const ModelSpec& s, const std::string& p, int l, int tp, int ep) {
+  const int64_t C = s.hidden_size, E = s.num_local_experts / ep, FM = s.moe_intermediate_size;
+  const int64_t FC = s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM;
+  t.add(p + "moe.router.w", {s.num_local_experts, C}, l, TpSplit::kReplicated, true);
+  t.add(p + "moe.fc.w", {E, FC, C}, l, TpSplit::kReplicated, true, true);
+  if (s.mlp_bias) t.add(p + "moe.fc.b", {E, FC}, l, TpSplit::kReplicated, false, true);
+  t.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kReplicated, true, true);
+  if (s.mlp_bias) t.add(p + "moe.proj.b", {E, C}, l, TpSplit::kReplicated, false, true);
+  if (s.has_shared_experts()) {
+    add_mlp(t, s, p + "moe.shared", s.shared_expert_intermediate_size, l, tp);
+    if (s.shared_expert_gate) t.add(p + "moe.shared_gate.w", {1, C}, l, TpSplit::kReplicated, true);
+  }
+}
+
+}  // namespace
+
 ParamTable build_chunked_param_table(const ModelSpec& s, int tp,
                                      const std::vector<LayerRange>& chunks, int ep) {
   ParamTable table;
@@ -189,46 +271,32 @@ ParamTable build_chunked_param_table(const ModelSpec& s, int tp,
     embed = embed || c.first == 0;
     head = head || c.end == s.num_hidden_layers;
   }
-  const int64_t C = s.hidden_size, V = s.vocab_size, T = s.seq_length;
-  const int64_t QKV = s.qkv_size(), F = s.intermediate_size;
-  const int64_t Q = static_cast<int64_t>(s.num_attention_heads) * s.head_size();
-  const int64_t KV = static_cast<int64_t>(s.num_key_value_heads) * s.head_size();
+  const int64_t C = s.hidden_size, V = s.vocab_size;
   if (embed) {
     table.add_sharded("wte", {V, C}, -1, TpSplit::kVocab, true, tp);
-    table.add("wpe", {T, C}, -1, TpSplit::kReplicated, false);
+    if (s.positions == PositionKind::kLearned)
+      table.add("wpe", {s.position_rows(), C}, -1, TpSplit::kReplicated, false);
   }
   for (const LayerRange& chunk : chunks)
     for (int l = chunk.first; l < chunk.end; ++l) {
       const std::string p = "h." + std::to_string(l) + ".";
-      table.add(p + "ln1.w", {C}, l, TpSplit::kReplicated, false);
-      table.add(p + "ln1.b", {C}, l, TpSplit::kReplicated, false);
-      table.add_sharded(p + "attn.qkv.w", {QKV, C}, l, TpSplit::kColumn, true, tp, {Q, KV, KV});
-      table.add_sharded(p + "attn.qkv.b", {QKV}, l, TpSplit::kColumn, false, tp, {Q, KV, KV});
-      table.add_sharded(p + "attn.proj.w", {C, Q}, l, TpSplit::kRow, true, tp);
-      table.add(p + "attn.proj.b", {C}, l, TpSplit::kReplicated, false);
-      table.add(p + "ln2.w", {C}, l, TpSplit::kReplicated, false);
-      table.add(p + "ln2.b", {C}, l, TpSplit::kReplicated, false);
+      add_norm(table, p + "ln1", C, l, s.norm);
+      add_attention(table, s, p, l, tp);
+      add_norm(table, p + "ln2", C, l, s.norm);
       if (s.is_moe_layer(l)) {
-        const int64_t E = s.num_local_experts / ep, FM = s.moe_intermediate_size;
-        const int64_t router_e = s.num_local_experts;
-        // Experts are sharded by expert parallelism, not by tp: every tensor-parallel rank holds
-        // them whole and computes the MoE block on the full (all-reduced) input.
-        table.add(p + "moe.router.w", {router_e, C}, l, TpSplit::kReplicated, true);
-        table.add(p + "moe.fc.w", {E, FM, C}, l, TpSplit::kReplicated, true, true);
-        table.add(p + "moe.fc.b", {E, FM}, l, TpSplit::kReplicated, false, true);
-        table.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kReplicated, true, true);
-        table.add(p + "moe.proj.b", {E, C}, l, TpSplit::kReplicated, false, true);
+        add_moe(table, s, p, l, tp, ep);
       } else {
-        table.add_sharded(p + "mlp.fc.w", {F, C}, l, TpSplit::kColumn, true, tp);
-        table.add_sharded(p + "mlp.fc.b", {F}, l, TpSplit::kColumn, false, tp);
-        table.add_sharded(p + "mlp.proj.w", {C, F}, l, TpSplit::kRow, true, tp);
-        table.add(p + "mlp.proj.b", {C}, l, TpSplit::kReplicated, false);
+        add_mlp(table, s, p + "mlp", s.intermediate_size, l, tp);
       }
     }
   if (head) {
-    table.add("lnf.w", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);
-    table.add("lnf.b", {C}, s.num_hidden_layers, TpSplit::kReplicated, false);
-    if (!embed) table.add_sharded("wte", {V, C}, s.num_hidden_layers, TpSplit::kVocab, true, tp);
+    const int L = s.num_hidden_layers;
+    add_norm(table, "lnf", C, L, s.norm);
+    if (!s.tie_word_embeddings) {
+      table.add_sharded("lm_head", {V, C}, L, TpSplit::kVocab, true, tp);
+    } else if (!embed) {
+      table.add_sharded("wte", {V, C}, L, TpSplit::kVocab, true, tp);
+    }
   }
   return table;
 }

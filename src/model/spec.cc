@@ -1,192 +1,90 @@
-// Model spec parsing and validation. yaml-cpp reads both YAML and JSON (JSON is a subset of
-// YAML 1.2 for these files). Every error names the file and the key, and says what to do.
+// Model spec reading: the family from `architecture` or `model_type`, that family's defaults,
+// every key through the key table (spec_keys.cc), the keys that depend on each other
+// (spec_finish.cc), then validation of shapes that contradict each other. Every error is one
+// line naming the file and the key, and says what to do.
 #include "model/spec.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <map>
-#include <set>
 
 #include "core/embedded.h"
 #include "core/fs.h"
+#include "model/spec_keys.h"
+#include "model/spec_values.h"
 
 namespace cann::model {
 namespace {
 
-// Canonical key -> aliases (GPT-2 and Hugging Face spellings).
-const std::map<std::string, std::vector<std::string>>& key_aliases() {
-  static const std::map<std::string, std::vector<std::string>> kAliases = {
-      {"architecture", {}},
-      {"hidden_size", {"n_embd", "d_model"}},
-      {"num_hidden_layers", {"n_layer"}},
-      {"num_attention_heads", {"n_head"}},
-      {"num_key_value_heads", {}},
-      {"intermediate_size", {"n_inner"}},
-      {"vocab_size", {}},
-      {"seq_length", {"max_position_embeddings", "n_positions"}},
-      {"num_local_experts", {}},
-      {"num_experts_per_tok", {}},
-      {"moe_intermediate_size", {}},
-      {"moe_layer_freq", {}},
-      {"capacity_factor", {}},
-      {"router_aux_loss_coef", {}},
-      {"image_size", {}},
-      {"patch_size", {}},
-      {"num_channels", {}},
-      {"num_classes", {}},
-  };
-  return kAliases;
+using spec_keys::spec_error;
+
+struct FamilyName {
+  Family family;
+  const char* name;
+  Architecture architecture;
+};
+
+constexpr FamilyName kFamilies[] = {
+    {Family::kGpt2, "gpt2", Architecture::kGpt},
+    {Family::kBert, "bert", Architecture::kBert},
+    {Family::kVit, "vit", Architecture::kVit},
+    {Family::kLlama, "llama", Architecture::kGpt},
+    {Family::kMistral, "mistral", Architecture::kGpt},
+    {Family::kMixtral, "mixtral", Architecture::kGpt},
+    {Family::kQwen2, "qwen2", Architecture::kGpt},
+    {Family::kQwen2Moe, "qwen2_moe", Architecture::kGpt},
+    {Family::kQwen3, "qwen3", Architecture::kGpt},
+    {Family::kQwen3Moe, "qwen3_moe", Architecture::kGpt},
+    {Family::kDeepseekV2, "deepseek_v2", Architecture::kGpt},
+    {Family::kDeepseekV3, "deepseek_v3", Architecture::kGpt},
+};
+
+Status check_positive(const ModelSpec& s, const char* key, long long v) {
+  if (v <= 0) return spec_error(s.source, key, "must be positive, got " + std::to_string(v));
+  return OkStatus();
 }
 
-// Keys that Hugging Face config.json files carry for bookkeeping or for features that do not
-// change the shapes or FLOPs cann-train computes (dropout rates, token ids, dtype). They are
-// accepted and ignored so an unmodified config.json loads; anything else unknown is an error.
-const std::set<std::string>& ignored_keys() {
-  static const std::set<std::string> kIgnored = {"name",
-                                                 "description",
-                                                 "architectures",
-                                                 "model_type",
-                                                 "torch_dtype",
-                                                 "transformers_version",
-                                                 "_name_or_path",
-                                                 "bos_token_id",
-                                                 "eos_token_id",
-                                                 "pad_token_id",
-                                                 "use_cache",
-                                                 "initializer_range",
-                                                 "layer_norm_epsilon",
-                                                 "layer_norm_eps",
-                                                 "n_ctx",
-                                                 "activation_function",
-                                                 "hidden_act",
-                                                 "resid_pdrop",
-                                                 "embd_pdrop",
-                                                 "attn_pdrop",
-                                                 "hidden_dropout_prob",
-                                                 "attention_probs_dropout_prob",
-                                                 "attention_dropout",
-                                                 "summary_activation",
-                                                 "summary_first_dropout",
-                                                 "summary_proj_to_labels",
-                                                 "summary_type",
-                                                 "summary_use_proj",
-                                                 "task_specific_params",
-                                                 "type_vocab_size",
-                                                 "classifier_dropout",
-                                                 "position_embedding_type",
-                                                 "gradient_checkpointing",
-                                                 "tie_word_embeddings",
-                                                 "rms_norm_eps",
-                                                 "rope_theta",
-                                                 "rope_scaling",
-                                                 "sliding_window",
-                                                 "output_router_logits",
-                                                 "router_jitter_noise",
-                                                 "hidden_dropout",
-                                                 "qkv_bias",
-                                                 "encoder_stride",
-                                                 "label2id",
-                                                 "id2label",
-                                                 "problem_type",
-                                                 "pretraining_tp",
-                                                 "mlp_bias",
-                                                 "attention_bias",
-                                                 "head_dim"};
-  return kIgnored;
-}
-
-Status spec_error(const std::string& source, const std::string& key, const std::string& what) {
-  return InvalidArgument(source + ": key '" + key + "': " + what);
-}
-
-StatusOr<Architecture> parse_architecture(const std::string& v, const std::string& source,
-                                          const std::string& key) {
-  if (v == "gpt" || v == "gpt2" || v == "llama" || v == "mixtral" || v == "mistral")
-    return Architecture::kGpt;
-  if (v == "bert") return Architecture::kBert;
-  if (v == "vit") return Architecture::kVit;
-  return spec_error(source, key,
-                    "unknown architecture '" + v + "'; hint: use one of gpt, bert, vit");
-}
-
-StatusOr<long long> read_int(const YAML::Node& node, const std::string& source,
-                             const std::string& key) {
-  try {
-    return node.as<long long>();
-  } catch (const YAML::Exception&) {
-    return spec_error(source, key,
-                      "expected an integer, got '" +
-                          (node.IsScalar() ? node.Scalar() : std::string("<non-scalar>")) + "'");
-  }
-}
-
-StatusOr<double> read_double(const YAML::Node& node, const std::string& source,
-                             const std::string& key) {
-  try {
-    return node.as<double>();
-  } catch (const YAML::Exception&) {
-    return spec_error(source, key,
-                      "expected a number, got '" +
-                          (node.IsScalar() ? node.Scalar() : std::string("<non-scalar>")) + "'");
-  }
-}
-
-Status validate(const ModelSpec& s, const std::set<std::string>& present) {
+Status validate_moe(const ModelSpec& s) {
   const std::string& src = s.source;
-  auto positive = [&](const char* key, long long v) -> Status {
-    if (v <= 0) return spec_error(src, key, "must be positive, got " + std::to_string(v));
-    return OkStatus();
-  };
-  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads"})
-    if (!present.count(key)) return spec_error(src, key, "missing; hint: every model needs it");
-  CANN_RETURN_IF_ERROR(positive("hidden_size", s.hidden_size));
-  CANN_RETURN_IF_ERROR(positive("num_hidden_layers", s.num_hidden_layers));
-  CANN_RETURN_IF_ERROR(positive("num_attention_heads", s.num_attention_heads));
-  CANN_RETURN_IF_ERROR(positive("num_key_value_heads", s.num_key_value_heads));
-  CANN_RETURN_IF_ERROR(positive("intermediate_size", s.intermediate_size));
-  if (s.hidden_size % s.num_attention_heads != 0)
-    return spec_error(src, "num_attention_heads",
-                      std::to_string(s.num_attention_heads) + " heads do not divide hidden_size " +
-                          std::to_string(s.hidden_size) +
-                          "; hint: pick a head count that divides it");
-  if (s.num_attention_heads % s.num_key_value_heads != 0)
-    return spec_error(src, "num_key_value_heads",
-                      std::to_string(s.num_key_value_heads) +
-                          " kv heads do not divide num_attention_heads " +
-                          std::to_string(s.num_attention_heads));
-  if (s.architecture == Architecture::kVit) {
-    for (const char* key : {"image_size", "patch_size", "num_classes"})
-      if (!present.count(key)) return spec_error(src, key, "missing; hint: a vit model needs it");
-    CANN_RETURN_IF_ERROR(positive("image_size", s.image_size));
-    CANN_RETURN_IF_ERROR(positive("patch_size", s.patch_size));
-    CANN_RETURN_IF_ERROR(positive("num_channels", s.num_channels));
-    CANN_RETURN_IF_ERROR(positive("num_classes", s.num_classes));
-    if (s.image_size % s.patch_size != 0)
-      return spec_error(src, "patch_size",
-                        "does not divide image_size " + std::to_string(s.image_size));
-  } else {
-    for (const char* key : {"vocab_size", "seq_length"})
-      if (!present.count(key))
-        return spec_error(src, key, "missing; hint: a language model needs it");
-    CANN_RETURN_IF_ERROR(positive("vocab_size", s.vocab_size));
-    CANN_RETURN_IF_ERROR(positive("seq_length", s.seq_length));
-  }
-  if (s.num_local_experts < 0)
+  CANN_RETURN_IF_ERROR(check_positive(s, "num_experts_per_tok", s.num_experts_per_tok));
+  CANN_RETURN_IF_ERROR(check_positive(s, "moe_intermediate_size", s.moe_intermediate_size));
+  const int E = s.num_local_experts, K = s.num_experts_per_tok;
+  if (K > E)
+    return spec_error(src, "num_experts_per_tok",
+                      std::to_string(K) + " experts per token exceed the " + std::to_string(E) +
+                          " routed experts (num_local_experts / num_experts / n_routed_experts); "
+                          "hint: lower it");
+  if (s.num_moe_layers() == 0)
     return spec_error(src, "num_local_experts",
-                      "must be 0 (dense) or positive, got " + std::to_string(s.num_local_experts));
-  if (s.is_moe()) {
-    CANN_RETURN_IF_ERROR(positive("num_experts_per_tok", s.num_experts_per_tok));
-    CANN_RETURN_IF_ERROR(positive("moe_intermediate_size", s.moe_intermediate_size));
-    CANN_RETURN_IF_ERROR(positive("moe_layer_freq", s.moe_layer_freq));
-    if (s.num_experts_per_tok > s.num_local_experts)
+                      std::to_string(E) +
+                          " experts but no layer is an MoE layer (moe_layer_freq, "
+                          "first_k_dense_replace, decoder_sparse_step or "
+                          "mlp_only_layers); hint: set num_experts to 0 for a "
+                          "dense model");
+  if (s.topk_method != TopkMethod::kGreedy) {
+    if (s.topk_group > s.n_group)
+      return spec_error(src, "topk_group",
+                        std::to_string(s.topk_group) + " groups to keep exceed n_group " +
+                            std::to_string(s.n_group) + "; hint: lower topk_group");
+    if (E % s.n_group != 0)
+      return spec_error(src, "n_group",
+                        std::to_string(s.n_group) + " groups do not divide the " +
+                            std::to_string(E) + " routed experts");
+    if (K > s.topk_group * (E / s.n_group))
       return spec_error(src, "num_experts_per_tok",
-                        std::to_string(s.num_experts_per_tok) + " experts per token exceed the " +
-                            std::to_string(s.num_local_experts) +
-                            " experts (num_local_experts); hint: lower it");
-    if (!(s.capacity_factor > 0)) return spec_error(src, "capacity_factor", "must be positive");
-    if (!(s.router_aux_loss_coef >= 0))
-      return spec_error(src, "router_aux_loss_coef", "must be zero or positive");
+                        std::to_string(K) + " experts per token exceed the " +
+                            std::to_string(s.topk_group * (E / s.n_group)) +
+                            " experts of the topk_group groups a token may use");
+    if (s.topk_method == TopkMethod::kNoAuxTc && E / s.n_group < 2)
+      return spec_error(src, "n_group",
+                        "noaux_tc ranks groups by their two best experts; each of the " +
+                            std::to_string(s.n_group) + " groups has fewer than two");
+  }
+  if (s.routing == MoeRouting::kCapacity && !(s.capacity_factor > 0))
+    return spec_error(src, "capacity_factor", "must be positive");
+  if (!(s.router_aux_loss_coef >= 0))
+    return spec_error(src, "router_aux_loss_coef", "must be zero or positive");
+  if (s.family == Family::kGpt2 || s.family == Family::kBert || s.family == Family::kVit) {
     if (s.moe_layer_freq > s.num_hidden_layers)
       return spec_error(src, "moe_layer_freq",
                         "exceeds num_hidden_layers, so no layer would be an MoE layer");
@@ -194,7 +92,105 @@ Status validate(const ModelSpec& s, const std::set<std::string>& present) {
   return OkStatus();
 }
 
+Status validate_attention(const ModelSpec& s) {
+  const std::string& src = s.source;
+  if (s.mla_enabled) {
+    const MlaSpec& m = s.mla;
+    for (auto [key, v] : {std::pair{"kv_lora_rank", m.kv_lora_rank},
+                          {"qk_nope_head_dim", m.qk_nope_head_dim},
+                          {"qk_rope_head_dim", m.qk_rope_head_dim},
+                          {"v_head_dim", m.v_head_dim}})
+      CANN_RETURN_IF_ERROR(check_positive(s, key, v));
+    if (m.qk_rope_head_dim % 2 != 0)
+      return spec_error(src, "qk_rope_head_dim", "rotary dimensions come in pairs: must be even");
+    return OkStatus();
+  }
+  if (s.head_dim == 0 && s.hidden_size % s.num_attention_heads != 0)
+    return spec_error(src, "num_attention_heads",
+                      std::to_string(s.num_attention_heads) + " heads do not divide hidden_size " +
+                          std::to_string(s.hidden_size) +
+                          " and no head_dim is given; hint: pick a head count that divides it, "
+                          "or set head_dim");
+  if (s.num_attention_heads % s.num_key_value_heads != 0)
+    return spec_error(src, "num_key_value_heads",
+                      std::to_string(s.num_key_value_heads) +
+                          " kv heads do not divide num_attention_heads " +
+                          std::to_string(s.num_attention_heads));
+  if (s.positions == PositionKind::kRotary) {
+    const double rotary = s.head_size() * s.rope.partial_rotary_factor;
+    if (rotary != static_cast<double>(static_cast<long long>(rotary)) ||
+        static_cast<long long>(rotary) % 2 != 0 || rotary < 2)
+      return spec_error(src, "partial_rotary_factor",
+                        "head_dim " + std::to_string(s.head_size()) + " x " +
+                            std::to_string(s.rope.partial_rotary_factor) +
+                            " is not an even number of rotary dimensions");
+  }
+  return OkStatus();
+}
+
+Status validate(const ModelSpec& s, const std::set<std::string>& present) {
+  const std::string& src = s.source;
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads"})
+    if (!present.count(key)) return spec_error(src, key, "missing; hint: every model needs it");
+  CANN_RETURN_IF_ERROR(check_positive(s, "num_key_value_heads", s.num_key_value_heads));
+  CANN_RETURN_IF_ERROR(check_positive(s, "intermediate_size", s.intermediate_size));
+  CANN_RETURN_IF_ERROR(validate_attention(s));
+  if (s.architecture == Architecture::kVit) {
+    for (const char* key : {"image_size", "patch_size", "num_classes"})
+      if (!present.count(key)) return spec_error(src, key, "missing; hint: a vit model needs it");
+    if (s.image_size % s.patch_size != 0)
+      return spec_error(src, "patch_size",
+                        "does not divide image_size " + std::to_string(s.image_size));
+  } else {
+    if (!present.count("vocab_size"))
+      return spec_error(src, "vocab_size", "missing; hint: a language model needs it");
+    if (s.seq_length <= 0)
+      return spec_error(src, "seq_length",
+                        "missing; hint: a language model needs it (or max_position_embeddings)");
+    if (s.positions == PositionKind::kLearned && s.seq_length > s.position_rows())
+      return spec_error(src, "seq_length",
+                        std::to_string(s.seq_length) + " exceeds the learned position table of " +
+                            std::to_string(s.max_position_embeddings) +
+                            " (max_position_embeddings)");
+  }
+  if (s.num_local_experts < 0)
+    return spec_error(src, "num_local_experts",
+                      "must be 0 (dense) or positive, got " + std::to_string(s.num_local_experts));
+  if (s.is_moe()) CANN_RETURN_IF_ERROR(validate_moe(s));
+  return OkStatus();
+}
+
+// The family named by `architecture` and/or `model_type` (they must agree when both are given).
+StatusOr<Family> read_family(const YAML::Node& root, const std::string& source) {
+  std::optional<Family> family;
+  std::string from;
+  for (const char* key : {"architecture", "model_type"}) {
+    const YAML::Node v = root[key];
+    if (!v || v.IsNull()) continue;
+    const std::string k = key;
+    CANN_ASSIGN_OR_RETURN(std::string name, spec_keys::read_string(v, {k, source}));
+    auto f = parse_family(name);
+    if (!f.ok()) return spec_error(source, key, f.status().message());
+    if (family && *family != *f)
+      return spec_error(source, key,
+                        "'" + name + "' contradicts " + from + "; hint: keep one of them");
+    family = *f;
+    from = k + " '" + name + "'";
+  }
+  if (!family)
+    return spec_error(source, "architecture",
+                      "missing; hint: set architecture (gpt, bert, vit) or model_type (llama, "
+                      "mixtral, qwen3, deepseek_v3, ...)");
+  return *family;
+}
+
 }  // namespace
+
+int ModelSpec::num_moe_layers() const {
+  int n = 0;
+  for (int l = 0; l < num_hidden_layers; ++l) n += is_moe_layer(l);
+  return n;
+}
 
 std::string_view architecture_name(Architecture a) {
   switch (a) {
@@ -206,6 +202,22 @@ std::string_view architecture_name(Architecture a) {
       return "vit";
   }
   return "?";
+}
+
+std::string_view family_name(Family f) {
+  for (const auto& n : kFamilies)
+    if (n.family == f) return n.name;
+  return "?";
+}
+
+StatusOr<Family> parse_family(std::string_view name) {
+  if (name == "gpt") return Family::kGpt2;
+  for (const auto& n : kFamilies)
+    if (name == n.name) return n.family;
+  std::string names = "gpt";
+  for (const auto& n : kFamilies) names += std::string(", ") + n.name;
+  return InvalidArgument("unknown architecture '" + std::string(name) + "'; hint: use one of " +
+                         names);
 }
 
 StatusOr<ModelSpec> parse_model_spec(std::string_view text, const std::string& source) {
@@ -222,94 +234,21 @@ StatusOr<ModelSpec> parse_model_spec(std::string_view text, const std::string& s
                            ": expected a mapping of keys to values at the top level; hint: see "
                            "configs/models/gpt_tiny.yaml");
 
-  // Map every alias to its canonical key.
-  std::map<std::string, std::string> canonical;
-  for (const auto& [key, aliases] : key_aliases()) {
-    canonical[key] = key;
-    for (const auto& a : aliases) canonical[a] = key;
-  }
-
-  ModelSpec s;
-  s.source = source;
-  s.name = std::filesystem::path(source).stem().string();
-  std::set<std::string> present;
-  std::string model_type;
+  spec_keys::SpecDraft d;
+  d.spec.source = source;
+  d.spec.name = std::filesystem::path(source).stem().string();
+  CANN_ASSIGN_OR_RETURN(Family family, read_family(root, source));
+  spec_keys::apply_family_defaults(family, &d.spec);
+  for (const auto& n : kFamilies)
+    if (n.family == family) d.spec.architecture = n.architecture;
   for (const auto& item : root) {
     const std::string key = item.first.as<std::string>();
-    const YAML::Node& v = item.second;
-    if (key == "model_type" && v.IsScalar()) model_type = v.Scalar();
-    if (key == "name" && v.IsScalar()) s.name = v.Scalar();
-    auto it = canonical.find(key);
-    if (it == canonical.end()) {
-      if (ignored_keys().count(key)) continue;
-      return spec_error(source, key,
-                        "unknown key; hint: see DESIGN.md \"Specs\" for the accepted keys");
-    }
-    const std::string& k = it->second;
-    if (present.count(k))
-      return spec_error(source, key, "given twice (directly or through an alias of '" + k + "')");
-    present.insert(k);
-    if (v.IsNull()) {
-      present.erase(k);  // JSON null: treat as absent
-      continue;
-    }
-    if (k == "architecture") {
-      CANN_ASSIGN_OR_RETURN(s.architecture, parse_architecture(v.Scalar(), source, key));
-      continue;
-    }
-    if (k == "capacity_factor" || k == "router_aux_loss_coef") {
-      CANN_ASSIGN_OR_RETURN(double d, read_double(v, source, key));
-      (k == "capacity_factor" ? s.capacity_factor : s.router_aux_loss_coef) = d;
-      continue;
-    }
-    CANN_ASSIGN_OR_RETURN(long long n, read_int(v, source, key));
-    if (n > (1LL << 31) - 1 || n < -(1LL << 31))
-      return spec_error(source, key, "value " + std::to_string(n) + " is out of range");
-    const int iv = static_cast<int>(n);
-    if (k == "hidden_size")
-      s.hidden_size = iv;
-    else if (k == "num_hidden_layers")
-      s.num_hidden_layers = iv;
-    else if (k == "num_attention_heads")
-      s.num_attention_heads = iv;
-    else if (k == "num_key_value_heads")
-      s.num_key_value_heads = iv;
-    else if (k == "intermediate_size")
-      s.intermediate_size = iv;
-    else if (k == "vocab_size")
-      s.vocab_size = iv;
-    else if (k == "seq_length")
-      s.seq_length = iv;
-    else if (k == "num_local_experts")
-      s.num_local_experts = iv;
-    else if (k == "num_experts_per_tok")
-      s.num_experts_per_tok = iv;
-    else if (k == "moe_intermediate_size")
-      s.moe_intermediate_size = iv;
-    else if (k == "moe_layer_freq")
-      s.moe_layer_freq = iv;
-    else if (k == "image_size")
-      s.image_size = iv;
-    else if (k == "patch_size")
-      s.patch_size = iv;
-    else if (k == "num_channels")
-      s.num_channels = iv;
-    else if (k == "num_classes")
-      s.num_classes = iv;
+    if (spec_keys::is_family_key(key)) continue;
+    CANN_RETURN_IF_ERROR(spec_keys::read_key(key, item.second, &d));
   }
-  if (!present.count("architecture")) {
-    if (model_type.empty())
-      return spec_error(source, "architecture", "missing; hint: set it to gpt, bert or vit");
-    CANN_ASSIGN_OR_RETURN(s.architecture, parse_architecture(model_type, source, "model_type"));
-  }
-  // Defaults that depend on other keys.
-  if (!present.count("num_key_value_heads")) s.num_key_value_heads = s.num_attention_heads;
-  if (!present.count("intermediate_size")) s.intermediate_size = 4 * s.hidden_size;
-  if (!present.count("moe_intermediate_size")) s.moe_intermediate_size = s.intermediate_size;
-  if (s.architecture == Architecture::kVit && !present.count("seq_length") && s.patch_size > 0)
-    s.seq_length = (s.image_size / s.patch_size) * (s.image_size / s.patch_size) + 1;
-  CANN_RETURN_IF_ERROR(validate(s, present));
-  return s;
+  CANN_RETURN_IF_ERROR(spec_keys::finish_draft(&d));
+  CANN_RETURN_IF_ERROR(validate(d.spec, d.present));
+  return std::move(d.spec);
 }
 
 std::vector<std::string> shipped_model_names() {
@@ -317,21 +256,28 @@ std::vector<std::string> shipped_model_names() {
 }
 
 StatusOr<ModelSpec> load_model_spec(const std::string& name_or_path) {
-  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
-                               name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml") ||
-                               name_or_path.ends_with(".json");
-  if (path_exists(name_or_path) || looks_like_path) {
+  if (path_exists(name_or_path)) {
     CANN_ASSIGN_OR_RETURN(std::string text, read_file(name_or_path));
     return parse_model_spec(text, name_or_path);
   }
-  const std::string rel = "configs/models/" + name_or_path + ".yaml";
-  if (auto text = embedded_file(rel)) {
-    CANN_ASSIGN_OR_RETURN(ModelSpec s, parse_model_spec(*text, rel));
-    s.name = name_or_path;
-    return s;
+  // A shipped name, bare or as its file name ("moe_bert.yaml"), from any directory.
+  std::string stem = name_or_path;
+  for (const char* ext : {".yaml", ".yml", ".json"})
+    if (stem.ends_with(ext)) stem.resize(stem.size() - std::string_view(ext).size());
+  if (stem.find('/') == std::string::npos) {
+    const std::string rel = "configs/models/" + stem + ".yaml";
+    if (auto text = embedded_file(rel)) {
+      CANN_ASSIGN_OR_RETURN(ModelSpec s, parse_model_spec(*text, rel));
+      s.name = stem;
+      return s;
+    }
   }
   std::string names;
   for (const auto& n : shipped_model_names()) names += (names.empty() ? "" : ", ") + n;
+  if (name_or_path.find('/') != std::string::npos)
+    return InvalidArgument("cannot read model file '" + name_or_path +
+                           "': no such file; hint: check the path, or use a shipped name (" +
+                           names + ")");
   return NotFound("unknown model '" + name_or_path + "'; hint: use one of " + names +
                   ", or a path to a YAML or config.json file");
 }

@@ -94,17 +94,9 @@ Handler fraction(double* out, const std::string& source) {
 
 Handler precision(Precision* out, const std::string& source) {
   return [=](const YAML::Node& v, const std::string& key) -> Status {
-    const std::string p = v.IsScalar() ? v.Scalar() : "";
-    if (p == "bf16") {
-      *out = Precision::kBf16;
-    } else if (p == "fp32") {
-      *out = Precision::kFp32;
-    } else {
-      return key_error(source, key,
-                       "unknown precision '" + p +
-                           "'; hint: bf16 (mixed precision, the default) or fp32 (the CPU "
-                           "engine, as `cann-train bench calibrate` writes)");
-    }
+    auto p = parse_precision(v.IsScalar() ? v.Scalar() : "");
+    if (!p.ok()) return key_error(source, key, p.status().message());
+    *out = *p;
     return OkStatus();
   };
 }
@@ -142,7 +134,36 @@ Status read_link(const YAML::Node& node, const std::string& source, const std::s
 }  // namespace
 
 std::string_view precision_name(Precision p) {
-  return p == Precision::kFp32 ? "fp32" : "bf16";
+  return p == Precision::kFp32 ? "fp32" : p == Precision::kFp8 ? "fp8" : "bf16";
+}
+
+StatusOr<Precision> parse_precision(std::string_view name) {
+  if (name == "bf16") return Precision::kBf16;
+  if (name == "fp8") return Precision::kFp8;
+  if (name == "fp32") return Precision::kFp32;
+  return InvalidArgument("unknown precision '" + std::string(name) +
+                         "'; hint: bf16 (mixed precision, the default), fp8 (DeepSeek-V3's "
+                         "recipe, on devices with fp8 units) or fp32 (the CPU engine, as "
+                         "`cann-train bench calibrate` writes)");
+}
+
+Status check_precision(const ClusterSpec& c) {
+  if (c.device.precision == Precision::kFp8 && !(c.device.fp8_peak_tflops > 0))
+    return InvalidArgument(c.source + ": precision fp8 on device " + c.device.name +
+                           ", which has no fp8 peak; hint: set device.fp8_peak_tflops or use "
+                           "bf16");
+  return OkStatus();
+}
+
+std::string_view attention_kernel_name(AttentionKernel a) {
+  return a == AttentionKernel::kFused ? "fused" : "materialized";
+}
+
+StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name) {
+  if (name == "fused") return AttentionKernel::kFused;
+  if (name == "materialized") return AttentionKernel::kMaterialized;
+  return InvalidArgument("unknown attention kernel '" + std::string(name) +
+                         "'; hint: fused (FlashAttention) or materialized (scores in memory)");
 }
 
 StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::string& source) {
@@ -161,7 +182,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   c.source = source;
   c.name = std::filesystem::path(source).stem().string();
   std::string description;
-  bool has_device = false, has_intra = false, has_inter = false;
+  bool has_device = false, has_intra = false, has_inter = false, has_attention = false;
   std::map<std::string, Handler> top = {
       {"name", text(&c.name)},
       {"description", text(&description)},
@@ -185,6 +206,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
              read_map(v, source, key,
                       {{"name", text(&d.name)},
                        {"peak_tflops", number(&d.peak_tflops, source)},
+                       {"fp8_peak_tflops", number(&d.fp8_peak_tflops, source)},
                        {"memory_gb", number(&d.memory_gb, source)},
                        {"memory_bandwidth_GBps", number(&d.memory_bandwidth_GBps, source)},
                        {"tdp_watts", number(&d.tdp_watts, source, true)},
@@ -192,7 +214,14 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"compute_units", number(&units, source)},
                        {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
-                       {"precision", precision(&d.precision, source)}}));
+                       {"precision", precision(&d.precision, source)},
+                       {"attention", [&](const YAML::Node& a, const std::string& k) -> Status {
+                          auto kind = parse_attention_kernel(a.IsScalar() ? a.Scalar() : "");
+                          if (!kind.ok()) return key_error(source, k, kind.status().message());
+                          d.attention = *kind;
+                          has_attention = true;
+                          return OkStatus();
+                        }}}));
          d.compute_units = static_cast<int>(units);
          for (auto [k, val] : {std::pair<const char*, double>{"peak_tflops", d.peak_tflops},
                                {"memory_gb", d.memory_gb},
@@ -231,6 +260,10 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   if (!has_inter && c.nodes > 1)
     return key_error(source, "inter_node", "missing; hint: the network between nodes");
   if (!has_inter) c.inter_node = c.intra_node;
+  CANN_RETURN_IF_ERROR(check_precision(c));
+  if (!has_attention)
+    c.device.attention = c.device.precision == Precision::kFp32 ? AttentionKernel::kMaterialized
+                                                                : AttentionKernel::kFused;
   return c;
 }
 

@@ -12,8 +12,15 @@
 //   intra_node/inter_node.efficiency   achieved fraction of link bandwidth in collectives
 //   reliability.device_mtbf_hours, checkpoint_write_GBps_per_node, restart_s
 //   allow_cross_node_tp         whether tensor parallelism may span nodes (default no)
-//   device.precision            bf16 (default: mixed precision as Megatron-LM trains) or fp32
-//                               (cann-train's own engine: plain fp32, see engine_memory.h)
+//   device.precision            bf16 (default: mixed precision as Megatron-LM trains), fp8
+//                               (DeepSeek-V3's recipe, below) or fp32 (cann-train's own
+//                               engine: plain fp32, see engine_memory.h)
+//   device.fp8_peak_tflops      dense fp8 matrix peak (0: the device has no fp8 units)
+//   device.attention            fused (FlashAttention: no s x s tensor kept, recomputed in
+//                               backward; the default for bf16 devices) or materialized (the
+//                               scores and probabilities in memory, as Megatron-LM ran before
+//                               fused kernels and as cann-train's CPU engine does; the default
+//                               for fp32 devices)
 #pragma once
 
 #include <string>
@@ -29,17 +36,29 @@ namespace cann::plan {
 //         fp32 master weights and Adam moments, dropout masks; what GPU and NPU clusters run.
 //  kFp32: cann-train's CPU engine: fp32 parameters, gradients, AdamW moments and activations,
 //         no master copy, no dropout; memory is the engine's own allocation (engine_memory.h).
-enum class Precision { kBf16, kFp32 };
+//  kFp8:  DeepSeek-V3's FP8 mixed precision (DeepSeek-AI 2024, section 3.3): the linear
+//         layers' GEMMs in fp8 at the fp8 peak, their inputs cached for backward in fp8 (the
+//         attention output in a 12-bit format), tokens dispatched to experts in fp8; attention,
+//         norms, the router, embedding and head in bf16; fp32 master weights and gradients,
+//         AdamW moments in bf16.
+enum class Precision { kBf16, kFp32, kFp8 };
 
 std::string_view precision_name(Precision p);
+StatusOr<Precision> parse_precision(std::string_view name);
 // Bytes of one activation, gradient or weight element on the wire and in memory: 2 or 4.
 inline double element_bytes(Precision p) {
   return p == Precision::kFp32 ? 4.0 : 2.0;
 }
 
+// How attention is computed (layer_cost.h prices both).
+enum class AttentionKernel { kFused, kMaterialized };
+std::string_view attention_kernel_name(AttentionKernel a);
+StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name);
+
 struct DeviceSpec {
   std::string name;
   double peak_tflops = 0;  // dense bf16/fp16 matrix peak
+  double fp8_peak_tflops = 0;  // dense fp8 matrix peak; 0: no fp8 units
   double memory_gb = 0;    // HBM capacity, binary GB (2^30 bytes)
   double memory_bandwidth_GBps = 0;
   double tdp_watts = 0;
@@ -48,6 +67,7 @@ struct DeviceSpec {
   double gemm_efficiency = 0.80;  // see cluster.cc for the default's source
   double memory_efficiency = 0.90;
   Precision precision = Precision::kBf16;
+  AttentionKernel attention = AttentionKernel::kFused;  // see the file comment for the default
 
   double memory_bytes() const { return memory_gb * 1073741824.0; }
 };
@@ -91,6 +111,8 @@ struct ClusterSpec {
   int num_devices() const { return nodes * devices_per_node; }
 };
 
+// fp8 needs a device with an fp8 peak.
+Status check_precision(const ClusterSpec& c);
 // Parses YAML text; `source` names the file in every error message.
 StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text, const std::string& source);
 // A path to a YAML file, a spec written by `cann-train bench calibrate` (looked up by name in

@@ -4,10 +4,13 @@
 // tests/plan_engine_memory_test.cc and tests/recompute_test.cc.
 #include "plan/engine_memory.h"
 
+#include "model/engine_support.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "model/engine_support.h"
 #include "model/param_table.h"
 #include "plan/partition.h"
 #include "plan/predict.h"
@@ -187,14 +190,12 @@ std::vector<int> engine_stage_bounds(const model::ModelSpec& m, const Strategy& 
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,
                                              int micro_batch, int seq_len,
                                              const EngineBuckets& buckets) {
-  if (m.architecture == model::Architecture::kVit)
-    return InvalidArgument(m.source +
-                           ": the engine trains gpt and bert models; hint: plan vit with "
-                           "`cann-train simulate`");
-  if (micro_batch <= 0 || seq_len <= 0 || seq_len > m.seq_length)
+  CANN_RETURN_IF_ERROR(model::engine_builds(m));
+  if (micro_batch <= 0 || seq_len <= 0 || seq_len > m.position_rows())
     return InvalidArgument("micro-batch " + std::to_string(micro_batch) + " x sequence " +
                            std::to_string(seq_len) + ": both must be positive and the sequence " +
-                           "at most the model's seq_length " + std::to_string(m.seq_length));
+                           "at most the model's position table of " +
+                           std::to_string(m.position_rows()));
   if (seq_len % s_in.cp != 0)
     return InvalidArgument("cp=" + std::to_string(s_in.cp) + " does not divide the sequence " +
                            std::to_string(seq_len));

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "model/engine_support.h"
 #include "model/param_table.h"
 
 namespace cann::plan {
@@ -189,6 +190,7 @@ Status engine_supports(const Strategy& s, const model::ModelSpec& spec, const En
                            "' is a vit: the trainer runs gpt and bert models, vit specs are for "
                            "planning; hint: use `cann-train search --model " +
                            spec.name + "`");
+  CANN_RETURN_IF_ERROR(model::engine_builds(spec));
   EngineShape run = shape;
   if (run.world <= 0) run.world = (s.dp > 0 ? s.dp : 1) * s.tp * s.pp * s.cp;
   CANN_RETURN_IF_ERROR(check_layout(s, run.world));

@@ -123,7 +123,7 @@ std::string deepspeed_config(const PlanInput& in, const Prediction& p) {
   j["zero_optimization"] = {{"stage", s.zero},
                             {"overlap_comm", true},
                             {"contiguous_gradients", true},
-                            {"reduce_bucket_size", static_cast<long long>(kGradBucketBytes / 2)}};
+                            {"reduce_bucket_size", static_cast<long long>(kGradBucketParams)}};
   if (s.recompute != Recompute::kNone)
     j["activation_checkpointing"] = {{"partition_activations", s.sp},
                                      {"contiguous_memory_optimization", true},

@@ -1,17 +1,20 @@
-// Cost of one building block (a dense layer, an MoE layer, the embedding, the head) for one
-// micro-batch on one device under a strategy: time of its forward, backward and recomputation
-// passes split into GEMM, memory-bound and communication parts; FLOPs executed; parameters
-// held; activation bytes stored for the backward pass.
+// Cost of one building block (a dense layer, an MoE layer, the embedding, the head, DeepSeek's
+// multi-token prediction module) for one micro-batch on one device under a strategy: time of
+// its forward, backward and recomputation passes split into GEMM, memory-bound and
+// communication parts; FLOPs executed; parameters held; activation bytes stored for the
+// backward pass.
 //
-// Each pass is a straight list of the kernels Megatron-LM runs (Korthikanti et al. 2022,
-// section 4): layernorm, QKV projection, attention scores, softmax, attention dropout,
-// scores x V, output projection, bias-dropout-add, layernorm, MLP (or router, dispatch,
-// experts, combine), bias-dropout-add, with the tensor-parallel collectives between them.
-// GEMMs go through gemm_seconds, elementwise kernels through stream_seconds with the bytes
-// they read and write, collectives through collective_seconds. Tensor-parallel and expert
-// all-to-all communication is exposed (Megatron 2022 runs it on the compute stream); the
-// context-parallel ring overlaps with the attention of the previous KV block and only the
-// part longer than that attention is exposed.
+// Each pass is a straight list of the kernels a Megatron-style trainer runs (Korthikanti et
+// al. 2022, section 4), for the block the spec describes: LayerNorm or RMSNorm; multi-head
+// attention with grouped KV heads and rotary embedding, or multi-head latent attention; an
+// attention core that keeps its scores in memory or a fused (FlashAttention) one, as the
+// cluster's device says; a GeLU or SwiGLU MLP, or an MoE block with routed, shared and
+// fine-grained experts; residual adds with or without dropout; the tensor-parallel
+// collectives between them (layer_cost_attention.cc, layer_cost_mlp.cc). GEMMs go through
+// gemm_seconds (efficiency by shape), elementwise kernels through stream_seconds with the
+// bytes they read and write, collectives through collective_seconds. Tensor-parallel and
+// expert all-to-all communication is exposed (Megatron 2022 runs it on the compute stream);
+// context-parallel gathers are exposed too (see layer_cost_attention.cc).
 #pragma once
 
 #include "model/spec.h"
@@ -58,6 +61,13 @@ struct CostContext {
   // Process groups in the rank layout (strategy.h): tp fastest, then cp, dp, pp.
   GroupShape tp_group, cp_group, ep_group;
   int seq_len = 0;  // tokens per sequence; 0: the model's seq_length
+  // Whether the blocks are cann-train's own fp32 engine's (an fp32 device and a spec the
+  // engine builds): then parameters and activations are its buffers (engine_memory.h).
+  bool engine = false;
+  // Parameters one device holds of a dense and of an MoE layer (model_shape.h).
+  LayerParams dense_params, moe_params;
+  // The device as the linear layers' GEMMs see it: at its fp8 peak under fp8 precision.
+  DeviceSpec linear_device;
 };
 
 CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
@@ -65,6 +75,10 @@ CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
 
 struct BlockCosts {
   BlockCost dense, moe, embedding, head;
+  // Layers attending through the spec's sliding window (model::ModelSpec::window), dense and MoE.
+  BlockCost dense_window, moe_window;
+  // DeepSeek's multi-token prediction modules, all of them, on the last pipeline stage.
+  BlockCost mtp;
   // fp32 engine only: the backward scratch every device holds once, whatever its layers.
   double scratch_bytes = 0;
 };
@@ -77,5 +91,8 @@ struct BlockCosts {
 // matter here; dp, pp, zero, vpp and gbs act at the step level (predict.h), which also adds
 // the last stage's copy of a tied head's weight when pp > 1.
 BlockCosts block_costs(const CostContext& ctx);
+
+// The block of layer l: dense or MoE, full attention or windowed.
+const BlockCost& layer_block(const BlockCosts& b, const model::ModelSpec& m, int l);
 
 }  // namespace cann::plan

@@ -23,18 +23,51 @@ StatusOr<double> parse_byte_size(const std::string& text) {
   return v * scale;
 }
 
-StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster, int nodes,
-                                    const std::string& max_memory) {
+StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster,
+                                    const PlanOverrides& o) {
   CANN_ASSIGN_OR_RETURN(model::ModelSpec m, model::load_model_spec(model));
   CANN_ASSIGN_OR_RETURN(ClusterSpec c, load_cluster_spec(cluster));
-  if (nodes > 0) c.nodes = nodes;
+  if (o.nodes > 0) c.nodes = o.nodes;
   double limit = 0;
-  if (!max_memory.empty()) {
-    auto bytes = parse_byte_size(max_memory);
+  if (!o.max_memory.empty()) {
+    auto bytes = parse_byte_size(o.max_memory);
     if (!bytes.ok()) return InvalidArgument("--max-memory-per-device: " + bytes.status().message());
     limit = *bytes;
   }
+  if (o.seq_len > 0) {
+    if (m.positions == model::PositionKind::kLearned && o.seq_len > m.position_rows())
+      return InvalidArgument("--seq-len " + std::to_string(o.seq_len) + " exceeds the " +
+                             std::to_string(m.position_rows()) + "-row position table of model " +
+                             m.name + "; hint: at most " + std::to_string(m.position_rows()));
+    m.seq_length = o.seq_len;
+  }
+  if (!o.attention.empty()) {
+    auto kind = parse_attention_kernel(o.attention);
+    if (!kind.ok()) return InvalidArgument("--attention: " + kind.status().message());
+    c.device.attention = *kind;
+  }
+  if (!o.precision.empty()) {
+    auto p = parse_precision(o.precision);
+    if (!p.ok() || *p == Precision::kFp32)
+      return InvalidArgument("--precision: '" + o.precision +
+                             "'; hint: bf16 or fp8 (fp32 is the CPU engine's, from `cann-train "
+                             "bench calibrate`)");
+    if (c.device.precision == Precision::kFp32)
+      return InvalidArgument("--precision " + o.precision + " on cluster " + c.name +
+                             ", which describes cann-train's fp32 CPU engine; hint: plan bf16 or "
+                             "fp8 on an accelerator cluster");
+    c.device.precision = *p;
+    CANN_RETURN_IF_ERROR(check_precision(c));
+  }
   return make_plan_input(m, c, limit);
+}
+
+StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster, int nodes,
+                                    const std::string& max_memory) {
+  PlanOverrides o;
+  o.nodes = nodes;
+  o.max_memory = max_memory;
+  return load_plan_input(model, cluster, o);
 }
 
 }  // namespace cann::plan

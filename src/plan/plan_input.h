@@ -15,8 +15,20 @@ namespace cann::plan {
 // (1 GB = 2^30 bytes), as accelerator memory is sized.
 StatusOr<double> parse_byte_size(const std::string& text);
 
-// `nodes` > 0 replaces the cluster's node count; `max_memory` may be empty (the device's
-// capacity is the limit).
+// What a planner command may override: `nodes` > 0 replaces the cluster's node count;
+// `max_memory` (may be empty: the device's capacity is the limit); `seq_len` > 0 the training
+// sequence (the spec's seq_length; at most a learned position table); `attention` "fused" or
+// "materialized" the cluster's attention kernel and `precision` "bf16" or "fp8" its training
+// precision (empty: the cluster's).
+struct PlanOverrides {
+  int nodes = 0;
+  std::string max_memory;
+  int seq_len = 0;
+  std::string attention;
+  std::string precision;
+};
+StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster,
+                                    const PlanOverrides& o);
 StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster, int nodes,
                                     const std::string& max_memory);
 

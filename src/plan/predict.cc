@@ -34,14 +34,18 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
   const GroupShape dense_group{D, s.tp};
   const GroupShape expert_group{s.cp, s.tp, s.dp / s.ep, s.tp * s.cp * s.ep};
   const bool fp32 = c.device.precision == Precision::kFp32;
-  const double e = element_bytes(c.device.precision);
+  // Gradients travel at their own precision (fp32 under bf16 training), gathered weights at
+  // theirs (bf16).
+  const StateBytes sb = state_bytes(c.device.precision);
   const double bucket = fp32 ? in.engine_buckets.bytes : kGradBucketBytes;
   auto coll = [&](Collective k, double p, double pe) {
+    const double e = k == Collective::kAllGather ? sb.weights : sb.grads;
     double t = collective_seconds(c, k, e * p, dense_group);
     if (pe > 0) t += collective_seconds(c, k, e * pe, expert_group);
     return t;
   };
   auto tail = [&](Collective k) {
+    const double e = k == Collective::kAllGather ? sb.weights : sb.grads;
     return collective_seconds(c, k, std::min(bucket, e * (params + expert_params)), dense_group);
   };
   auto overlapped = [&](double t, double window, Collective k) {
@@ -74,6 +78,16 @@ double reserved_bytes(Precision p) {
   return p == Precision::kFp32 ? 0.0 : kReservedBytes;
 }
 
+StateBytes state_bytes(Precision p) {
+  if (p == Precision::kFp32) return {4, 4, 8};
+  if (p == Precision::kFp8) return {2, 4, 8};  // AdamW moments in bf16
+  return {2, 4, 12};
+}
+
+bool tied_across_stages(const model::ModelSpec& m) {
+  return m.architecture != model::Architecture::kVit && m.tie_word_embeddings;
+}
+
 StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,
                                     double max_memory_bytes) {
   PlanInput in;
@@ -97,9 +111,9 @@ StatusOr<Prediction> predict(const PlanInput& in, const Strategy& s, Fidelity f,
 std::vector<double> stage_layer_costs(const model::ModelSpec& m, const BlockCosts& blocks) {
   const int L = m.num_hidden_layers;
   std::vector<double> cost(L);
-  for (int l = 0; l < L; ++l) cost[l] = (m.is_moe_layer(l) ? blocks.moe : blocks.dense).total_s();
+  for (int l = 0; l < L; ++l) cost[l] = layer_block(blocks, m, l).total_s();
   cost[0] += blocks.embedding.total_s();
-  cost[L - 1] += blocks.head.total_s();
+  cost[L - 1] += blocks.head.total_s() + blocks.mtp.total_s();
   return cost;
 }
 
@@ -157,13 +171,15 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
         add(blocks.embedding);
         st.embedding = true;
       }
-      add(m.is_moe_layer(l) ? blocks.moe : blocks.dense);
+      add(layer_block(blocks, m, l));
       if (l == L - 1) {
         add(blocks.head);
         st.head = true;
-        // The head's weight is the token embedding. With pp > 1 the last stage keeps its own
-        // copy (Megatron keeps the two in sync with an all-reduce of their gradients).
-        if (p > 1 && m.architecture != model::Architecture::kVit)
+        // DeepSeek's multi-token prediction modules sit beside the head they share.
+        if (m.num_nextn_predict_layers > 0) add(blocks.mtp);
+        // A tied head's weight is the token embedding. With pp > 1 the last stage keeps its
+        // own copy (Megatron keeps the two in sync with an all-reduce of their gradients).
+        if (p > 1 && tied_across_stages(m))
           out.params[i] += static_cast<double>(m.vocab_size) * m.hidden_size / s.tp;
       }
     }
@@ -177,12 +193,14 @@ StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCos
                                     out.bounds.begin()) -
                    1;
     StageReport& st = out.stages[vs % p];
-    const BlockCost& b = m.is_moe_layer(l) ? blocks.moe : blocks.dense;
+    const BlockCost& b = layer_block(blocks, m, l);
     st.fwd_comm_s += b.fwd.comm_s() + (l == 0 ? blocks.embedding.fwd.comm_s() : 0) +
-                     (l == L - 1 ? blocks.head.fwd.comm_s() : 0);
-    st.bwd_comm_s += b.bwd.comm_s() + b.recompute.comm_s() +
-                     (l == 0 ? blocks.embedding.bwd.comm_s() : 0) +
-                     (l == L - 1 ? blocks.head.bwd.comm_s() : 0);
+                     (l == L - 1 ? blocks.head.fwd.comm_s() + blocks.mtp.fwd.comm_s() : 0);
+    st.bwd_comm_s +=
+        b.bwd.comm_s() + b.recompute.comm_s() + (l == 0 ? blocks.embedding.bwd.comm_s() : 0) +
+        (l == L - 1
+             ? blocks.head.bwd.comm_s() + blocks.mtp.bwd.comm_s() + blocks.mtp.recompute.comm_s()
+             : 0);
   }
 
   // A stage boundary message is one micro-batch's activation, split over the tensor group
@@ -271,8 +289,7 @@ void engine_state(const PlanInput& in, const Strategy& s, double P, double Pe, S
   std::vector<double> layers = {ep.embedding, ep.head};
   double first = 0, second = 0;
   for (int l = 0; l < L; ++l) {
-    const double n =
-        in.model.is_moe_layer(l) ? ep.moe_layer + ep.moe_experts : ep.dense_layer;
+    const double n = in.model.is_moe_layer(l) ? ep.moe_layer + ep.moe_experts : ep.dense_layer;
     layers.push_back(n);
     if (n > first) {
       second = first;
@@ -325,9 +342,10 @@ double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& l
     st->scratch_bytes = lay.scratch_bytes;
     st->transient_bytes += lay.extra_bytes[i] + gathered + lay.scratch_bytes;
   } else {
-    st->weights_bytes = 2 * (P / sh.w + Pe / sh.we);
-    st->grads_bytes = 2 * (P / sh.g + Pe / sh.ge);
-    st->optimizer_bytes = 12 * (P / sh.o + Pe / sh.oe);
+    const StateBytes b = state_bytes(prec);
+    st->weights_bytes = b.weights * (P / sh.w + Pe / sh.we);
+    st->grads_bytes = b.grads * (P / sh.g + Pe / sh.ge);
+    st->optimizer_bytes = b.optimizer * (P / sh.o + Pe / sh.oe);
     st->transient_bytes = lay.extra_bytes[i] + gathered;
   }
   st->reserved_bytes = reserved_bytes(prec);
@@ -371,17 +389,20 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     st.dp_comm_s = dp_exposed(in, s, P, Pe, st.fwd_s, st.bwd_s);
     // Tied embedding and head on different stages: their gradients are summed between the
     // first and the last stage after the backward pass (Megatron), exposed.
-    if (p > 1 && m.architecture != model::Architecture::kVit && (i == 0 || i == p - 1))
+    if (p > 1 && tied_across_stages(m) && (i == 0 || i == p - 1))
       st.dp_comm_s +=
           collective_seconds(c, Collective::kAllReduce,
-                             element_bytes(dev.precision) * m.vocab_size * m.hidden_size / s.tp,
+                             state_bytes(dev.precision).grads * m.vocab_size * m.hidden_size / s.tp,
                              GroupShape{2, static_cast<int>(stage_stride * (p - 1))});
-    // The optimizer step streams 32 bytes per parameter it owns: the gradient-norm pass reads
-    // the gradient (2); AdamW reads gradient, master weight, m and v (14) and writes master, m,
-    // v and the bf16 weight (14); zeroing the gradient writes it (2). The fp32 engine streams
-    // 36: the norm pass reads the gradient (4), AdamW reads gradient, weight, m and v (16) and
-    // writes weight, m and v (12), zeroing writes the gradient (4).
-    const double opt_bytes = dev.precision == Precision::kFp32 ? 36 : 32;
+    // The optimizer step streams 38 bytes per parameter it owns: the gradient-norm pass reads
+    // the fp32 gradient (4); AdamW reads gradient, master weight, m and v (16) and writes
+    // master, m, v and the bf16 weight (14); zeroing the gradient writes it (4). The fp32
+    // engine streams 36: the norm pass reads the gradient (4), AdamW reads gradient, weight, m
+    // and v (16) and writes weight, m and v (12), zeroing writes the gradient (4).
+    // Under fp8 (bf16 moments): 4 + 12 read + 10 written + 4 = 30.
+    const double opt_bytes = dev.precision == Precision::kFp32  ? 36
+                             : dev.precision == Precision::kFp8 ? 30
+                                                                : 38;
     st.optimizer_s = stream_seconds(dev, opt_bytes * (P / sh.o + Pe / sh.oe));
     stage_memory(in, s, lay, i, &st);
     tail[i] = st.dp_comm_s + st.optimizer_s;

@@ -5,11 +5,15 @@
 // data-parallel gradient reduction by ZeRO stage, overlapped with the backward pass so only
 // its tail is exposed, and the optimizer step.
 //
-// Precision convention (Rajbhandari et al. 2020, ZeRO, section 3.1): bf16 weights (2 bytes)
-// and gradients (2), fp32 master weights and Adam moments (4 + 4 + 4): 16 bytes per parameter.
+// Precision convention: bf16 weights (2 bytes per parameter), fp32 gradients (4: Megatron-LM
+// accumulates and reduces gradients in fp32 whenever it trains in bf16, and so did Llama 3,
+// Dubey et al. 2024, section 3.3.2), fp32 master weights and Adam moments (4 + 4 + 4): 18 bytes
+// per parameter (Rajbhandari et al. 2020, ZeRO, section 3.1, count 16 with fp16 gradients).
 // ZeRO-1 shards the 12 optimizer bytes over the data-parallel group (times cp), ZeRO-2 the
 // gradients too, ZeRO-3 the weights too. Expert parameters shard over their own, ep times
 // smaller, data-parallel group. Checkpoints hold the 12 optimizer bytes.
+//
+// Under fp8 (DeepSeek-V3's recipe) the AdamW moments are bf16: 2 + 4 + 4 + 2 + 2 = 14 bytes.
 //
 // On an fp32 device (cluster.h) the figures are cann-train's engine's own allocation
 // (engine_memory.h): 4-byte weights and gradients, 8 bytes of AdamW moments, ZeRO-1's gradient
@@ -41,8 +45,18 @@ inline constexpr double kReservedBytes = 2.0 * 1073741824.0;
 // none for fp32, whose figures are cann-train's own buffers (a process's code, stacks and
 // libraries are not counted).
 double reserved_bytes(Precision p);
-// Data-parallel gradient bucket: Megatron-LM's default of 40M parameters, bf16.
-inline constexpr double kGradBucketBytes = 40e6 * 2;
+// Data-parallel gradient bucket: Megatron-LM's default of 40M parameters, fp32 gradients.
+inline constexpr double kGradBucketParams = 40e6;
+inline constexpr double kGradBucketBytes = kGradBucketParams * 4;
+
+// Bytes a device keeps per parameter it holds, by precision (see above).
+struct StateBytes {
+  double weights = 0, grads = 0, optimizer = 0;
+};
+StateBytes state_bytes(Precision p);
+// Whether the output head's weight is the token embedding's (so a pipeline keeps a copy on
+// its last stage and sums the two gradients).
+bool tied_across_stages(const model::ModelSpec& m);
 
 struct PlanInput {
   model::ModelSpec model;
@@ -122,7 +136,8 @@ struct StageLayout {
 StageLayout layout_stages(const PlanInput& in, const Strategy& s, const BlockCosts& blocks,
                           Fidelity f, bool record_events = false);
 // What the pipeline partition balances, per layer: its forward, backward and recomputation
-// time, with the embedding's added to the first layer and the head's to the last. The
+// time, with the embedding's added to the first layer and the head's (and the multi-token
+// prediction module's) to the last. The
 // planner's stage layout and the engine's pipeline stages (engine_stage_bounds) both cut
 // these, so they split a model the same way.
 std::vector<double> stage_layer_costs(const model::ModelSpec& m, const BlockCosts& blocks);

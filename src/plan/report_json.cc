@@ -67,7 +67,12 @@ Json prediction_object(const PlanInput& in, const Prediction& p) {
 Json context(const PlanInput& in) {
   Json j;
   j["model"] = in.model.name;
-  j["model_params"] = in.shape.total_params;
+  j["model_family"] = std::string(model::family_name(in.model.family));
+  j["model_params"] = static_cast<long long>(in.shape.total_params);
+  if (in.shape.mtp_params > 0) j["mtp_params"] = static_cast<long long>(in.shape.mtp_params);
+  j["seq_length"] = in.model.seq_length;
+  j["attention"] = std::string(attention_kernel_name(in.cluster.device.attention));
+  j["precision"] = std::string(precision_name(in.cluster.device.precision));
   j["cluster"] = in.cluster.name;
   j["devices"] = in.cluster.num_devices();
   return j;

@@ -2,6 +2,7 @@
 #include "plan/report_text.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 
@@ -77,14 +78,24 @@ std::string cause(const PlanInput& in, const Prediction& w, const std::string& l
   if (loss == "pipeline send/recv")
     return fmt("one activation and one gradient message per micro-batch per stage boundary%s",
                static_cast<long long>(s.tp) * s.cp * s.dp * s.pp > dpn ? ", crossing nodes" : "");
+  const model::ModelSpec& m = in.model;
+  const bool fused = in.cluster.device.attention == AttentionKernel::kFused;
   if (loss == "recomputation")
     return fmt("%s recomputation re-runs %s before each backward to save memory",
                std::string(recompute_name(s.recompute)).c_str(),
-               s.recompute == Recompute::kFull ? "whole layers" : "the attention core");
+               s.recompute == Recompute::kFull ? "whole layers"
+               : fused                         ? "the norms, activations and latent up-projections"
+                                               : "the attention core");
   if (loss == "context-parallel ring")
-    return fmt("KV blocks circulate over %d ranks and outrun the attention they overlap", s.cp);
-  if (loss == "memory-bound kernels")
-    return "layernorm, softmax, dropout and GeLU move bytes, not FLOPs";
+    return fmt("keys and values are gathered over %d ranks before attention can start", s.cp);
+  if (loss == "memory-bound kernels") {
+    std::string kernels = m.norm == model::NormKind::kRmsNorm ? "RMSNorm" : "layernorm";
+    if (!fused) kernels += ", softmax";
+    if (m.attention_dropout > 0 || m.hidden_dropout > 0) kernels += ", dropout";
+    if (m.positions == model::PositionKind::kRotary) kernels += ", rotary embedding";
+    kernels += m.mlp == model::MlpKind::kSwiGlu ? " and SwiGLU" : " and GeLU";
+    return kernels + " move bytes, not FLOPs";
+  }
   return "AdamW streams the optimizer state once per step";
 }
 
@@ -248,6 +259,70 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
           fmt(", which its %s (%.3f s less) does not make up", delta.back().name, -delta.back().s);
     out += ".\n";
   }
+  return out;
+}
+
+namespace {
+
+// 8030261248 -> "8,030,261,248".
+std::string grouped(double v) {
+  const std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string model_summary(const PlanInput& in) {
+  const model::ModelSpec& m = in.model;
+  std::string out = m.name + ": " + std::string(model::family_name(m.family)) + ", " +
+                    grouped(in.shape.total_params) + " parameters";
+  if (in.shape.mtp_params > 0)
+    out += " + " + grouped(in.shape.mtp_params) + " in " +
+           std::to_string(m.num_nextn_predict_layers) +
+           " multi-token prediction module(s), trained and priced";
+  if (m.architecture == model::Architecture::kVit) return out;
+  std::vector<std::string> parts;
+  parts.push_back(m.mlp == model::MlpKind::kSwiGlu ? "SwiGLU" : "GeLU MLP");
+  parts.push_back(m.norm == model::NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm");
+  std::string pos = m.positions == model::PositionKind::kRotary ? "rotary" : "learned positions";
+  if (m.rope.scaling == model::RopeScaling::kLinear) pos += " (linear scaling)";
+  if (m.rope.scaling == model::RopeScaling::kLlama3) pos += " (llama3 scaling)";
+  if (m.rope.scaling == model::RopeScaling::kYarn) pos += " (yarn)";
+  parts.push_back(pos);
+  if (m.mla_enabled) {
+    parts.push_back("latent attention (MLA), " + std::to_string(m.num_attention_heads) + " heads");
+  } else {
+    parts.push_back(std::to_string(m.num_attention_heads) + " heads / " +
+                    std::to_string(m.num_key_value_heads) + " KV heads of " +
+                    std::to_string(m.head_size()));
+  }
+  if (m.qk_norm) parts.push_back("QK-norm");
+  if (m.window(0) > 0 || m.window(m.num_hidden_layers - 1) > 0)
+    parts.push_back("sliding window " +
+                    std::to_string(std::max(m.window(0), m.window(m.num_hidden_layers - 1))));
+  parts.push_back(m.tie_word_embeddings ? "tied head" : "untied head");
+  if (m.is_moe()) {
+    std::string moe = std::to_string(m.num_moe_layers()) + " MoE layers of " +
+                      std::to_string(m.num_local_experts) + " experts";
+    if (m.has_shared_experts()) moe += " + " + std::to_string(m.num_shared_experts) + " shared";
+    moe += ", " + std::to_string(m.num_experts_per_tok) + " per token";
+    if (m.topk_method != model::TopkMethod::kGreedy)
+      moe += " from at most " + std::to_string(m.topk_group) + " of " + std::to_string(m.n_group) +
+             " groups";
+    moe += m.routing == model::MoeRouting::kDropless ? ", dropless" : ", capacity-limited";
+    parts.push_back(moe);
+  }
+  for (size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? "; " : ", ") + parts[i];
+  out += "; sequence " + std::to_string(m.seq_length) + "; attention " +
+         std::string(attention_kernel_name(in.cluster.device.attention));
+  if (!m.weight_storage.empty())
+    out += "; released weights stored as " + m.weight_storage + ", planned at " +
+           std::string(precision_name(in.cluster.device.precision));
   return out;
 }
 

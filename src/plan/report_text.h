@@ -31,4 +31,10 @@ std::string time_shares(const Prediction& p);
 
 std::string format_bytes(double bytes);  // "57.0 GB" (binary GB)
 
+// What the planner read the model as, in one line: family, exact parameter count, blocks,
+// experts, sequence, and the attention kernel it prices; e.g. "llama3_8b: llama, 8,030,261,248
+// parameters; SwiGLU, RMSNorm, rotary, 32 heads / 8 KV heads, untied head; sequence 8192;
+// attention fused".
+std::string model_summary(const PlanInput& in);
+
 }  // namespace cann::plan

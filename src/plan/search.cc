@@ -33,19 +33,24 @@ struct LayerFloor {
   double state = 0, activation = 0;
 };
 
-// Bytes per parameter of weights, gradients and optimizer state: bf16 mixed precision 2, 2, 12;
-// the fp32 engine 4, 4, 8 (its ZeRO-1 gradient shard and bucket padding only add to that).
+// Bytes per parameter of weights, gradients and optimizer state: state_bytes (predict.h); the
+// fp32 engine's ZeRO-1 gradient shard and bucket padding only add to that.
 LayerFloor layer_floor(const model::ModelSpec& m, const BlockCosts& b, const Strategy& s,
                        Precision p) {
-  const bool fp32 = p == Precision::kFp32;
-  const double bw = fp32 ? 4 : 2, bg = fp32 ? 4 : 2, bo = fp32 ? 8 : 12;
+  const StateBytes sb = state_bytes(p);
+  const double bw = sb.weights, bg = sb.grads, bo = sb.optimizer;
   const double D = static_cast<double>(s.dp) * s.cp, De = D / s.ep;
   const double w = s.zero >= 3 ? D : 1, g = s.zero >= 2 ? D : 1, o = s.zero >= 1 ? D : 1;
   const double we = s.zero >= 3 ? De : 1, ge = s.zero >= 2 ? De : 1, oe = s.zero >= 1 ? De : 1;
   LayerFloor f{INFINITY, INFINITY};
-  for (const BlockCost* c : {&b.dense, &b.moe}) {
-    if (c == &b.moe && !m.is_moe()) continue;
-    if (c == &b.dense && m.num_moe_layers() == m.num_hidden_layers) continue;
+  bool windowed = false;
+  for (int l = 0; l < m.num_hidden_layers; ++l) windowed = windowed || m.window(l) > 0;
+  for (const BlockCost* c : {&b.dense, &b.moe, &b.dense_window, &b.moe_window}) {
+    const bool moe = c == &b.moe || c == &b.moe_window;
+    const bool window = c == &b.dense_window || c == &b.moe_window;
+    if (moe && !m.is_moe()) continue;
+    if (!moe && m.num_moe_layers() == m.num_hidden_layers) continue;
+    if (window && !windowed) continue;
     const double P = c->params, Pe = c->expert_params;
     f.state = std::min(
         f.state, bw * P / w + bg * P / g + bo * P / o + bw * Pe / we + bg * Pe / ge + bo * Pe / oe);
@@ -128,6 +133,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
   const int experts = m.is_moe() ? m.num_local_experts : 1;
   const double limit = in.memory_limit_bytes;
   const Precision prec = c.device.precision;
+  const bool engine_only = opt.engine_only.value_or(prec == Precision::kFp32);
 
   // What the explanation needs when nothing qualifies.
   Strategy closest_mem_s, closest_comm_s;
@@ -141,14 +147,14 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
       // Megatron's context parallelism splits the sequence into 2*cp chunks (load balance).
       // MoE routing depends on which tokens share a micro-batch, so `run` trains MoE models
       // without cp (each context rank would route only its positions).
-      if (cp > 1 && (m.seq_length % (2 * cp) != 0 || m.is_moe())) continue;
+      if (cp > 1 && (m.seq_length % (2 * cp) != 0 || (engine_only && m.is_moe()))) continue;
       const int rest = N / (tp * cp);
       for (int ep : divisors(experts, rest)) {
         if (rest % ep != 0) continue;
         for (int sp : {0, 1}) {
           // sp shards a micro-batch's tokens over tp; ep's all-to-all exchanges every routed
           // row and `run` does not train the two together.
-          if (sp && (tp == 1 || ep > 1)) continue;
+          if (sp && (tp == 1 || (engine_only && ep > 1))) continue;
           for (int mbs : divisors(gbs, opt.max_micro_batch)) {
             for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
               Strategy s;
@@ -174,9 +180,10 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                   if (v == 1 || (pp > 1 && mb % pp == 0 && L % (pp * v) == 0)) vpps.push_back(v);
                 // ZeRO stages 2 and 3 reduce (and gather) every micro-batch: with pipeline
                 // parallelism only stage 1, as DeepSpeed allows and `run` trains. Expert
-                // parallelism runs without ZeRO (`run` does not shard experts' optimizer state
-                // over their expert-data-parallel groups).
-                const int zeros = dp * cp == 1 || ep > 1 ? 1 : pp > 1 ? 2 : 4;
+                // parallelism runs without ZeRO in `run` (it does not shard experts' optimizer
+                // state over their expert-data-parallel groups); Megatron's distributed
+                // optimizer does.
+                const int zeros = dp * cp == 1 || (engine_only && ep > 1) ? 1 : pp > 1 ? 2 : 4;
                 r.space += static_cast<long long>(vpps.size()) * zeros;
                 if (!have_blocks) {
                   blocks = block_costs(make_cost_context(m, c, in.shape, s, in.seq_len));
@@ -199,7 +206,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                   const StageLayout lay = layout_stages(in, s, blocks, Fidelity::kFast);
                   for (int z : live) {
                     s.zero = z;
-                    if (opt.engine_only && !engine_supports(s, m, opt.engine).ok()) {
+                    if (engine_only && !engine_supports(s, m, opt.engine).ok()) {
                       --r.space;
                       continue;
                     }

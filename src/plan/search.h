@@ -18,6 +18,7 @@
 // re-priced with the event simulation and the exact partition, and re-ranked.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,12 @@ struct SearchOptions {
   int exact_rerank = 16;        // fast-ranked candidates re-priced exactly
   bool prune = true;            // false: price every leaf (the tests compare the two)
   int max_micro_batch = 64;     // micro-batch sizes tried: divisors of gbs/dp up to this
-  // Only strategies cann-train's own engine trains (engine_support.h) on a run of this shape
-  // (`run --strategy auto`, `search --engine-only`); the others leave the space when reached.
-  bool engine_only = false;
+  // Only layouts cann-train's engine trains (`run`): every rule of plan::engine_supports
+  // (engine_support.h) for a run of `engine`'s shape. Unset: on for an fp32 cluster (which
+  // describes the engine), off on bf16 and fp8 clusters, whose plans are for Megatron-style
+  // trainers that run those layouts. The loops skip early the branches the engine never trains
+  // (sp with ep, cp with MoE layers, ZeRO with ep); the others leave the space when reached.
+  std::optional<bool> engine_only;
   EngineShape engine;
 };
 

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "model/engine_support.h"
 #include "model/flops.h"
 #include "train/data_parallel.h"
 #include "train/grad_dump.h"
@@ -48,6 +49,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
   const ElasticShape elastic{env != nullptr && env->elastic(), env ? env->micro_batch : 0};
   CANN_ASSIGN_OR_RETURN(layout_, resolve_run_layout(config_, spec_, world, rank, elastic));
+  if (const std::string notice = model::engine_notice(spec_); !notice.empty() && rank == 0)
+    log_info(notice);
   config_.batch_size = layout_.global_batch();
   CANN_RETURN_IF_ERROR(check_fits_in_memory(layout_, spec_, available_memory_bytes()));
   CANN_ASSIGN_OR_RETURN(batches_, BatchSource::open(config_, spec_, layout_));
