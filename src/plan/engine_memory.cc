@@ -10,7 +10,6 @@
 #include <cmath>
 #include <vector>
 
-#include "model/engine_support.h"
 #include "model/param_table.h"
 #include "plan/partition.h"
 #include "plan/predict.h"
