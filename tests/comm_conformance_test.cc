@@ -22,8 +22,11 @@ class Conformance : public ::testing::TestWithParam<std::tuple<std::string, int>
 
 TEST_P(Conformance, EveryCollectiveDtypeAndCount) {
   const auto& [backend, world] = GetParam();
-  // Gloo's pairs connect distinct ranks: a group of one has no ring to itself.
-  const bool self = backend != "gloo";
+  // Gloo's pairs connect distinct ranks (the hierarchical backend sends point-to-point over
+  // them): a group of one has no ring to itself.
+  const bool self = backend == "shm";
+  // Two hosts of world/2 ranks where that splits evenly, else one rank per host.
+  const int per_host = world > 2 && world % 2 == 0 ? world / 2 : 1;
   test::run_group(backend, world, [&, world = world](int, Group& g) {
     for (DataType t : kTypes)
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}})
@@ -38,11 +41,13 @@ TEST_P(Conformance, EveryCollectiveDtypeAndCount) {
       for (int k = 0; k < 2; ++k)
         EXPECT_EQ("", check_collectives(g, kTypes[(2 * world + k) % 4], kBig, true, self));
     }
+  }, [&](GroupConfig& c) {
+    if (backend == "hierarchical") c.host_id = "host" + std::to_string(c.rank / per_host);
   });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance,
-                         ::testing::Combine(::testing::Values("shm", "gloo"),
+                         ::testing::Combine(::testing::Values("shm", "gloo", "hierarchical"),
                                             ::testing::Range(1, 9)),
                          [](const ::testing::TestParamInfo<Conformance::ParamType>& info) {
                            return std::get<0>(info.param) + "_world" +
