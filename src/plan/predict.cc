@@ -7,6 +7,7 @@
 #include "plan/comm_model.h"
 #include "plan/error_band.h"
 #include "plan/gemm_model.h"
+#include "model/param_table.h"
 #include "plan/partition.h"
 
 namespace cann::plan {
@@ -82,6 +83,17 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
                   overlapped(regather * ag + rs, bwd_window, Collective::kReduceScatter));
     }
   }
+}
+
+// Parameter tensors of one transformer layer (weights, biases, norm scales) as the model's
+// parameter table lists them: the collectives per gathered layer when ZeRO-3 gathers tensor by
+// tensor. A GPT layer has 12 (two norms' scale and bias, QKV, output, two MLP matrices, each
+// with its bias).
+double zero3_tensors_per_unit(const model::ModelSpec& m, int tp) {
+  const model::ParamTable table = model::build_param_table(m, tp);
+  int n = 0;
+  for (const model::TensorInfo& t : table.tensors()) n += t.layer == 0;
+  return std::max(1, n);
 }
 
 }  // namespace
@@ -400,6 +412,7 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     const double P = lay.params[i], Pe = lay.expert_params[i];
     double units = st.embedding + st.head;
     for (const auto& [first, last] : st.layers) units += last - first + 1;
+    if (s.zero >= 3 && in.zero3_per_tensor) units *= zero3_tensors_per_unit(m, s.tp);
     st.dp_comm_s = dp_exposed(in, s, P, Pe, units, st.fwd_s, st.bwd_s);
     // Tied embedding and head on different stages: their gradients are summed between the
     // first and the last stage after the backward pass (Megatron), exposed.

@@ -74,6 +74,11 @@ struct PlanInput {
   double memory_limit_bytes = 0;  // min(device capacity, --max-memory-per-device)
   int seq_len = 0;                // tokens per sequence; 0: the model's seq_length
   EngineBuckets engine_buckets;   // fp32 devices: the engine's gradient buckets
+  // ZeRO-3 gathers and reduces each parameter tensor with a collective of its own, as
+  // DeepSpeed's stage 3 did in 2021 (Narayanan et al. 2021 compare against it), instead of a
+  // layer at a time (PyTorch FSDP, Megatron-Core): many more collectives, each paying its
+  // latency (comm_model.h).
+  bool zero3_per_tensor = false;
 };
 
 StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,

@@ -100,6 +100,12 @@ StatusOr<std::vector<ValidationCase>> parse_validation_cases(const std::string& 
       if (n["memory_gb"]) c.memory_gb = n["memory_gb"].as<double>();
       if (n["inter_node_GBps"]) c.inter_node_GBps = n["inter_node_GBps"].as<double>();
       c.strategy = n["strategy"].as<std::string>();
+      if (n["zero3_gather"]) {
+        const std::string g = n["zero3_gather"].as<std::string>();
+        if (g != "tensor" && g != "layer")
+          return case_error(source, c.id, "zero3_gather must be tensor or layer, not '" + g + "'");
+        c.zero3_per_tensor = g == "tensor";
+      }
       CANN_ASSIGN_OR_RETURN(c.measure, parse_measure(n["measure"].as<std::string>()));
       CANN_ASSIGN_OR_RETURN(c.formula,
                             parse_formula(n["formula"] ? n["formula"].as<std::string>() : ""));
@@ -143,6 +149,7 @@ StatusOr<ValidationOutcome> run_validation_case(const ValidationCase& c) {
     CANN_RETURN_IF_ERROR(check_precision(cluster));
   }
   CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(*spec, cluster, 0));
+  in.zero3_per_tensor = c.zero3_per_tensor;
   CANN_ASSIGN_OR_RETURN(Strategy parsed, parse_strategy(c.strategy));
   CANN_ASSIGN_OR_RETURN(Strategy s, resolve_strategy(parsed, in.model, in.cluster, 0));
   CANN_ASSIGN_OR_RETURN(Prediction p, predict(in, s, Fidelity::kExact));
