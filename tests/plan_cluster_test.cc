@@ -123,8 +123,8 @@ TEST(PlanCommTest, MembersPerNodeFollowTheRankLayout) {
 TEST(PlanCommTest, HandComputedCollectives) {
   const ClusterSpec c = toy();
   const double S = 8e8;
-  // No link latency: each collective costs its bandwidth term and NCCL's launch.
-  const double l = kCollectiveLaunchUs * 1e-6;
+  // No latency: each collective costs its bandwidth term (and a launch cost, 0 here).
+  const double l = c.collective_launch_us * 1e-6;
   // 8 ranks in one node: ring all-reduce 2 * 7/8 * S / 100 GB/s.
   EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {8, 1}), 0.014 + l, 1e-12);
   EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, S, {8, 1}), 0.007 + l, 1e-12);
@@ -146,7 +146,8 @@ TEST(PlanCommTest, LatencyTermsCountSteps) {
   ClusterSpec c = toy();
   c.intra_node.latency_us = 10;
   c.inter_node.latency_us = 100;
-  const double launch = kCollectiveLaunchUs * 1e-6;
+  c.collective_launch_us = 8.4;  // NCCL's
+  const double launch = 8.4e-6;
   // Ring all-gather over 8 local ranks: the launch and 7 steps of 10 us on top of the
   // bandwidth term.
   EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 8e8, {8, 1}),
@@ -172,8 +173,8 @@ TEST(PlanCommTest, FullMeshBandwidthGrowsWithLocalPeers) {
   EXPECT_NEAR(intra_bandwidth(c, 8), 70e9, 1);
   EXPECT_NEAR(intra_bandwidth(c, 2), 10e9, 1);
   // All-gather of 7e8 bytes: 7/8 * 7e8 / 70e9 over 8 ranks, 1/2 * 7e8 / 10e9 over 2.
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 7e8, {8, 1}), 0.00875 + kCollectiveLaunchUs * 1e-6, 1e-12);
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 7e8, {2, 1}), 0.035 + kCollectiveLaunchUs * 1e-6, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 7e8, {8, 1}), 0.00875, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 7e8, {2, 1}), 0.035, 1e-12);
   // A point-to-point message uses one link.
   EXPECT_NEAR(p2p_seconds(c, 1e9, false), 0.1, 1e-12);
 }

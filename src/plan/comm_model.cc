@@ -41,8 +41,9 @@ double collective_latency_seconds(const ClusterSpec& c, Collective kind, const G
   // A full mesh reaches every local peer in one step; a switch-attached ring walks them.
   const bool mesh = c.intra_node.topology == IntraTopology::kFullMesh;
   const double inter_steps = k - 1;
+  const double launch = c.collective_launch_us * 1e-6;
   const double intra_steps = mesh ? (local > 1 ? 1 : 0) : n - k;
-  const double ring = kCollectiveLaunchUs * 1e-6 + intra_steps * a_intra + inter_steps * a_inter;
+  const double ring = launch + intra_steps * a_intra + inter_steps * a_inter;
   switch (kind) {
     case Collective::kReduceScatter:
     case Collective::kAllGather:
@@ -50,8 +51,8 @@ double collective_latency_seconds(const ClusterSpec& c, Collective kind, const G
     case Collective::kAllReduce: {
       // Twice the ring's steps, or NCCL's tree: up and down the local chain, then log2 k
       // levels between nodes; the library picks the faster (NCCL tuning.cc).
-      const double ring2 = kCollectiveLaunchUs * 1e-6 + 2 * (intra_steps * a_intra + inter_steps * a_inter);
-      const double tree = kCollectiveLaunchUs * 1e-6 +
+      const double ring2 = launch + 2 * (intra_steps * a_intra + inter_steps * a_inter);
+      const double tree = launch +
                           2 * ((mesh ? (local > 1 ? 1 : 0) : local - 1) * a_intra +
                                std::ceil(std::log2(k)) * a_inter);
       return std::min(ring2, tree);
@@ -59,7 +60,7 @@ double collective_latency_seconds(const ClusterSpec& c, Collective kind, const G
     case Collective::kAllToAll:
       // Sends to every peer, posted together: the local peers in turn (one step on a mesh),
       // and one message to each other node.
-      return kCollectiveLaunchUs * 1e-6 + (local > 1 ? (mesh ? 1 : local - 1) * a_intra : 0) +
+      return launch + (local > 1 ? (mesh ? 1 : local - 1) * a_intra : 0) +
              inter_steps * a_inter;
   }
   return 0;

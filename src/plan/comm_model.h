@@ -43,10 +43,9 @@ int members_per_node(const ClusterSpec& c, const GroupShape& g);
 // Achievable bandwidth (bytes/s) one device gets for traffic to its local group peers.
 double intra_bandwidth(const ClusterSpec& c, int local_members);
 double inter_bandwidth(const ClusterSpec& c);
-// Fixed cost of launching one collective, before any step: NCCL's base latency of the ring
-// algorithm with its Simple protocol, 8.4 us (NVIDIA/nccl, src/graph/tuning.cc, baseLat).
-inline constexpr double kCollectiveLaunchUs = 8.4;
-// The latency part of one collective, as NCCL's tuning model counts it (tuning.cc): a ring over
+// The latency part of one collective, as NCCL's tuning model counts it (tuning.cc): the
+// cluster's collective_launch_us (NCCL's base latency of a ring with its Simple protocol,
+// 8.4 us, on the NVIDIA presets), then, for a ring over
 // n ranks on k nodes takes n-1 steps for a reduce-scatter or all-gather, k-1 of them between
 // nodes, each paying its link's latency_us; an all-reduce takes twice those or, when shorter,
 // a tree's 2*((g-1) local + log2 k network) steps. Worked example: all-gather over 1536 A100s
