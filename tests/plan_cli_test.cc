@@ -85,8 +85,16 @@ TEST(PlanCliTest, SearchJsonHasTheDocumentedFields) {
   for (const auto& s : j["strategies"]) {
     for (const char* key : {"strategy", "step_time_s", "tokens_per_s", "model_tflops_per_device",
                             "mfu", "memory_peak_bytes", "fits", "comm_ratio", "bubble_ratio",
-                            "goodput", "tei", "energy_kwh_per_step", "cost_usd_per_day"})
+                            "goodput", "tei", "energy_kwh_per_step", "cost_usd_per_day",
+                            "step_time_s_low", "step_time_s_high", "within_band_of_best"})
       EXPECT_TRUE(s.contains(key)) << key;
+    // The error band (docs/planner.md, "Error bands"): a non-empty interval near the step. It
+    // need not contain the prediction: where the planner is too fast on every published run of
+    // a kind, both ends lie above it.
+    const double t = s["step_time_s"].get<double>();
+    EXPECT_GT(s["step_time_s_low"].get<double>(), 0.5 * t);
+    EXPECT_LT(s["step_time_s_low"].get<double>(), s["step_time_s_high"].get<double>());
+    EXPECT_LT(s["step_time_s_high"].get<double>(), 3 * t);
     EXPECT_TRUE(s["fits"].get<bool>());
     EXPECT_LE(s["memory_peak_bytes"].get<double>(), 64.0 * 1073741824.0);
     EXPECT_LE(s["tokens_per_s"].get<double>(), last);  // best first
@@ -104,7 +112,8 @@ TEST(PlanCliTest, SearchTextExplainsAndGivesLaunchArguments) {
       {"search", "--model", "moe_bert", "--cluster", "1024_ascend910b", "--top", "3"}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* part : {"candidates/s", "strategy", "step s", "tokens/s", "MFU", "TFLOP/s",
-                           "mem peak", "comm", "bubble", "goodput", "What limits it:", "Runner-up",
+                           "mem peak", "comm", "bubble", "goodput", "likely s",
+                           "What limits it:", "Runner-up",
                            "--strategy dp=", "--tensor-model-parallel-size",
                            "--expert-model-parallel-size", "\"zero_optimization\""})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;

@@ -123,17 +123,19 @@ TEST(PlanCommTest, MembersPerNodeFollowTheRankLayout) {
 TEST(PlanCommTest, HandComputedCollectives) {
   const ClusterSpec c = toy();
   const double S = 8e8;
+  // No latency: each collective costs its bandwidth term (and a launch cost, 0 here).
+  const double l = c.collective_launch_us * 1e-6;
   // 8 ranks in one node: ring all-reduce 2 * 7/8 * S / 100 GB/s.
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {8, 1}), 0.014, 1e-12);
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, S, {8, 1}), 0.007, 1e-12);
-  EXPECT_NEAR(collective_seconds(c, Collective::kReduceScatter, S, {8, 1}), 0.007, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {8, 1}), 0.014 + l, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, S, {8, 1}), 0.007 + l, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kReduceScatter, S, {8, 1}), 0.007 + l, 1e-12);
   // 16 ranks over 2 nodes: intra 7/8 * S / 100e9 = 7 ms, inter 1/2 * (S/8) / 10e9 = 5 ms,
   // twice for an all-reduce.
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {16, 1}), 0.024, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {16, 1}), 0.024 + l, 1e-12);
   // 2 ranks on different nodes: 2 * 1/2 * S / 10e9.
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {2, 8}), 0.08, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllReduce, S, {2, 8}), 0.08 + l, 1e-12);
   // All-to-all over 16: 7/16 of S stays (7 ms at 100 GB/s), 8/16 leaves (80 ms at 10 GB/s).
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllToAll, 2 * S, {16, 1}), 0.08, 1e-12);
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllToAll, 2 * S, {16, 1}), 0.08 + l, 1e-12);
   EXPECT_EQ(collective_seconds(c, Collective::kAllReduce, S, {1, 1}), 0);
   // Point to point.
   EXPECT_NEAR(p2p_seconds(c, 1e9, true), 0.1, 1e-12);
@@ -144,11 +146,24 @@ TEST(PlanCommTest, LatencyTermsCountSteps) {
   ClusterSpec c = toy();
   c.intra_node.latency_us = 10;
   c.inter_node.latency_us = 100;
-  // Ring all-gather over 8 local ranks: 7 steps of 10 us on top of the bandwidth term.
-  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 8e8, {8, 1}), 0.007 + 70e-6, 1e-12);
-  // Over 2 nodes: + 1 inter step.
+  c.collective_launch_us = 8.4;  // NCCL's
+  const double launch = 8.4e-6;
+  // Ring all-gather over 8 local ranks: the launch and 7 steps of 10 us on top of the
+  // bandwidth term.
+  EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 8e8, {8, 1}),
+              0.007 + launch + 70e-6, 1e-12);
+  // Over 2 nodes the ring has 15 steps, 1 of them between the nodes (NCCL's count).
   EXPECT_NEAR(collective_seconds(c, Collective::kAllGather, 8e8, {16, 1}),
-              0.007 + 70e-6 + 0.005 + 100e-6, 1e-12);
+              0.007 + 0.005 + launch + 14 * 10e-6 + 100e-6, 1e-12);
+  // An all-reduce over 16 ranks on 2 nodes: a ring's 30 steps (28 local, 2 between nodes,
+  // 480 us) or a tree's 2 * (7 local + 1 network) steps (340 us): the tree's.
+  EXPECT_NEAR(collective_latency_seconds(c, Collective::kAllReduce, {16, 1}),
+              launch + 2 * (7 * 10e-6 + 100e-6), 1e-12);
+  // 256 ranks on 32 nodes: each all-gather pays 224 local and 31 network steps whatever its
+  // size, so 100 of them cost 100 times that.
+  c.nodes = 32;
+  EXPECT_NEAR(collective_latency_seconds(c, Collective::kAllGather, {256, 1}),
+              launch + 224 * 10e-6 + 31 * 100e-6, 1e-12);
   EXPECT_NEAR(p2p_seconds(c, 1e9, true), 0.1 + 100e-6, 1e-12);
 }
 

@@ -3,7 +3,8 @@
 // iteration, signed error, predicted memory), then the summary the prediction targets are
 // judged on: median absolute error, mean signed error, worst row.
 //
-// Usage: validation_bench [CASES.yaml]   (default: the repository's cases file)
+// Usage: validation_bench [--breakdown] [CASES.yaml]   (default: the repository's cases file;
+// --breakdown adds where each predicted step goes on its bottleneck stage)
 #include <cstdio>
 #include <string>
 
@@ -12,8 +13,15 @@
 
 int main(int argc, char** argv) {
   using namespace cann;
-  const std::string path =
-      argc > 1 ? argv[1] : std::string(CANN_SOURCE_DIR) + "/configs/validation/planner_cases.yaml";
+  bool breakdown = false;
+  std::string path = std::string(CANN_SOURCE_DIR) + "/configs/validation/planner_cases.yaml";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--breakdown") {
+      breakdown = true;
+    } else {
+      path = argv[i];
+    }
+  }
   auto text = read_file(path);
   if (!text.ok()) {
     std::fprintf(stderr, "validation_bench: %s\n", text.status().message().c_str());
@@ -35,5 +43,17 @@ int main(int argc, char** argv) {
     out.push_back(*o);
   }
   std::printf("%s", plan::validation_table(out).c_str());
+  if (breakdown) {
+    std::printf("\n%-44s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n", "case (bottleneck stage, s)",
+                "gemm", "stream", "recomp", "tp", "ep+cp", "p2p", "dp", "optim", "bubble",
+                "step");
+    for (const auto& o : out) {
+      const plan::TimeBreakdown& t = o.prediction.time;
+      std::printf("%-44s %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f\n",
+                  o.c.id.c_str(), t.gemm_s, t.stream_s, t.recompute_s, t.tp_comm_s,
+                  t.ep_comm_s + t.cp_comm_s, t.p2p_s, t.dp_comm_s, t.optimizer_s, t.bubble_s,
+                  o.prediction.step_time_s);
+    }
+  }
   return 0;
 }

@@ -188,6 +188,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
       {"description", text(&description)},
       {"nodes", integer(&c.nodes, source)},
       {"devices_per_node", integer(&c.devices_per_node, source)},
+      {"collective_launch_us", number(&c.collective_launch_us, source, true)},
       {"allow_cross_node_tp",
        [&](const YAML::Node& v, const std::string& key) -> Status {
          try {

@@ -12,6 +12,7 @@
 //   intra_node/inter_node.efficiency   achieved fraction of link bandwidth in collectives
 //   reliability.device_mtbf_hours, checkpoint_write_GBps_per_node, restart_s
 //   allow_cross_node_tp         whether tensor parallelism may span nodes (default no)
+//   collective_launch_us        a collective's fixed launch cost in the library (default 0)
 //   device.precision            bf16 (default: mixed precision as Megatron-LM trains), fp8
 //                               (DeepSeek-V3's recipe, below) or fp32 (cann-train's own
 //                               engine: plain fp32, see engine_memory.h)
@@ -107,6 +108,10 @@ struct ClusterSpec {
   LinkSpec inter_node;
   Reliability reliability;
   bool allow_cross_node_tp = false;
+  // Fixed cost of launching one collective in the communication library, before its steps
+  // (comm_model.h). NVIDIA presets: NCCL's 8.4 us; 0 where unmeasured or already inside a
+  // calibrated latency_us.
+  double collective_launch_us = 0;
 
   int num_devices() const { return nodes * devices_per_node; }
 };

@@ -32,6 +32,40 @@ double inter_bandwidth(const ClusterSpec& c) {
   return c.inter_node.bandwidth_GBps * 1e9 * c.inter_node.efficiency;
 }
 
+double collective_latency_seconds(const ClusterSpec& c, Collective kind, const GroupShape& group) {
+  const int n = group.members();
+  if (n <= 1) return 0;
+  const int local = std::min(n, members_per_node(c, group));
+  const double k = std::ceil(static_cast<double>(n) / local);  // nodes spanned
+  const double a_intra = c.intra_node.latency_us * 1e-6, a_inter = c.inter_node.latency_us * 1e-6;
+  // A full mesh reaches every local peer in one step; a switch-attached ring walks them.
+  const bool mesh = c.intra_node.topology == IntraTopology::kFullMesh;
+  const double inter_steps = k - 1;
+  const double launch = c.collective_launch_us * 1e-6;
+  const double intra_steps = mesh ? (local > 1 ? 1 : 0) : n - k;
+  const double ring = launch + intra_steps * a_intra + inter_steps * a_inter;
+  switch (kind) {
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+      return ring;
+    case Collective::kAllReduce: {
+      // Twice the ring's steps, or NCCL's tree: up and down the local chain, then log2 k
+      // levels between nodes; the library picks the faster (NCCL tuning.cc).
+      const double ring2 = launch + 2 * (intra_steps * a_intra + inter_steps * a_inter);
+      const double tree = launch +
+                          2 * ((mesh ? (local > 1 ? 1 : 0) : local - 1) * a_intra +
+                               std::ceil(std::log2(k)) * a_inter);
+      return std::min(ring2, tree);
+    }
+    case Collective::kAllToAll:
+      // Sends to every peer, posted together: the local peers in turn (one step on a mesh),
+      // and one message to each other node.
+      return launch + (local > 1 ? (mesh ? 1 : local - 1) * a_intra : 0) +
+             inter_steps * a_inter;
+  }
+  return 0;
+}
+
 double collective_seconds(const ClusterSpec& c, Collective kind, double bytes,
                           const GroupShape& group) {
   const int n = group.members();
@@ -39,10 +73,8 @@ double collective_seconds(const ClusterSpec& c, Collective kind, double bytes,
   const int local = std::min(n, members_per_node(c, group));
   const double k = std::ceil(static_cast<double>(n) / local);  // nodes spanned
   const double b_intra = intra_bandwidth(c, local), b_inter = inter_bandwidth(c);
-  const double a_intra = c.intra_node.latency_us * 1e-6, a_inter = c.inter_node.latency_us * 1e-6;
-  // Steps of the intra-node phase: a ring takes g-1 steps; a full mesh reaches every peer in one.
-  const double intra_steps = c.intra_node.topology == IntraTopology::kFullMesh ? 1 : local - 1;
   const double g = local;
+  const double latency = collective_latency_seconds(c, kind, group);
   switch (kind) {
     case Collective::kAllReduce:
     case Collective::kReduceScatter:
@@ -50,16 +82,15 @@ double collective_seconds(const ClusterSpec& c, Collective kind, double bytes,
       // One reduce-scatter or all-gather: intra phase over the full buffer, then an inter phase
       // over the node-leader shard S/g on each member's own NIC.
       double t = 0;
-      if (local > 1) t += intra_steps * a_intra + (g - 1) / g * bytes / b_intra;
-      if (k > 1) t += (k - 1) * a_inter + (k - 1) / k * (bytes / g) / b_inter;
-      return kind == Collective::kAllReduce ? 2 * t : t;
+      if (local > 1) t += (g - 1) / g * bytes / b_intra;
+      if (k > 1) t += (k - 1) / k * (bytes / g) / b_inter;
+      return latency + (kind == Collective::kAllReduce ? 2 * t : t);
     }
     case Collective::kAllToAll: {
       // Every rank sends S/n to each peer: (g-1) shares stay in the node, (n-g) leave it.
       const double t_intra = local > 1 ? bytes * (g - 1) / n / b_intra : 0;
       const double t_inter = k > 1 ? bytes * (n - g) / n / b_inter : 0;
-      return std::max(t_intra, t_inter) + (local > 1 ? intra_steps * a_intra : 0) +
-             (k > 1 ? (k - 1) * a_inter : 0);
+      return std::max(t_intra, t_inter) + latency;
     }
   }
   return 0;

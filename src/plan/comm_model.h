@@ -11,6 +11,8 @@
 //   all-to-all     max(S*(g-1)/n / B_intra, S*(n-g)/n / B_inter)
 //   send/recv      alpha + S/B of the link between the two ranks
 //
+// plus the latency terms of collective_latency_seconds (below).
+//
 // Worked example: the 8-way tensor group of an A100 node (switch, 300 GB/s at efficiency 0.8 =
 // 240 GB/s) all-gathering 100 MB: (7/8) * 100e6 / 240e9 = 0.36 ms. The same
 // 8 ranks spread over 8 nodes (g = 1, k = 8) on 25 GB/s NICs at 0.9: (7/8) * 100e6 / 22.5e9 =
@@ -41,6 +43,16 @@ int members_per_node(const ClusterSpec& c, const GroupShape& g);
 // Achievable bandwidth (bytes/s) one device gets for traffic to its local group peers.
 double intra_bandwidth(const ClusterSpec& c, int local_members);
 double inter_bandwidth(const ClusterSpec& c);
+// The latency part of one collective, as NCCL's tuning model counts it (tuning.cc): the
+// cluster's collective_launch_us (NCCL's base latency of a ring with its Simple protocol,
+// 8.4 us, on the NVIDIA presets), then, for a ring over
+// n ranks on k nodes takes n-1 steps for a reduce-scatter or all-gather, k-1 of them between
+// nodes, each paying its link's latency_us; an all-reduce takes twice those or, when shorter,
+// a tree's 2*((g-1) local + log2 k network) steps. Worked example: all-gather over 1536 A100s
+// (192 nodes, 3.4 us per NVLink step, 9.6 us per network step): 8.4 + 1344*3.4 + 191*9.6 us
+// = 6.4 ms, paid by every collective whatever its size, so thousands of small ZeRO-3 gathers
+// at that scale cannot hide behind compute.
+double collective_latency_seconds(const ClusterSpec& c, Collective kind, const GroupShape& g);
 // Seconds for one collective over `bytes` per rank (the full buffer each rank holds; for
 // all-gather, the gathered size).
 double collective_seconds(const ClusterSpec& c, Collective kind, double bytes, const GroupShape& g);

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "plan/comm_model.h"
+#include "plan/error_band.h"
 #include "plan/gemm_model.h"
+#include "model/param_table.h"
 #include "plan/partition.h"
 
 namespace cann::plan {
@@ -26,8 +28,12 @@ double sequence(const PlanInput& in) {
 //          micro-batch).
 // A collective overlapped with a window W exposes max(t - W, t_last_bucket): the last bucket
 // is only ready when the window ends.
+// Each collective issued pays its latency (collective_latency_seconds) however small it is:
+// gradients go out in buckets of grad_bucket_bytes(dp), one collective each; ZeRO-3 gathers and
+// reduces one unit at a time, a unit being a transformer layer (PyTorch FSDP and
+// Megatron-Core wrap each block) or the stage's embedding and head, `units` in all.
 double dp_exposed(const PlanInput& in, const Strategy& s, double params, double expert_params,
-                  double fwd_window, double bwd_window) {
+                  double units, double fwd_window, double bwd_window) {
   const ClusterSpec& c = in.cluster;
   const int D = s.dp * s.cp;
   if (D <= 1) return 0;
@@ -37,13 +43,19 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
   // Gradients travel at their own precision (fp32 under bf16 training), gathered weights at
   // theirs (bf16).
   const StateBytes sb = state_bytes(c.device.precision);
-  const double bucket = fp32 ? in.engine_buckets.bytes : kGradBucketBytes;
-  auto coll = [&](Collective k, double p, double pe) {
+  const double bucket = fp32 ? in.engine_buckets.bytes : grad_bucket_bytes(D);
+  // `count` collectives share the bytes: the first is priced whole, the others add latency.
+  auto coll = [&](Collective k, double p, double pe, double count) {
     const double e = k == Collective::kAllGather ? sb.weights : sb.grads;
     double t = collective_seconds(c, k, e * p, dense_group);
-    if (pe > 0) t += collective_seconds(c, k, e * pe, expert_group);
+    t += std::max(0.0, count - 1) * collective_latency_seconds(c, k, dense_group);
+    if (pe > 0) {
+      t += collective_seconds(c, k, e * pe, expert_group);
+      t += std::max(0.0, count - 1) * collective_latency_seconds(c, k, expert_group);
+    }
     return t;
   };
+  const double buckets = std::max(1.0, std::ceil(sb.grads * (params + expert_params) / bucket));
   auto tail = [&](Collective k) {
     const double e = k == Collective::kAllGather ? sb.weights : sb.grads;
     return collective_seconds(c, k, std::min(bucket, e * (params + expert_params)), dense_group);
@@ -52,11 +64,12 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
     return std::max(t - window, std::min(t, tail(k)));
   };
   const double m = s.micro_batches();
-  const double rs = coll(Collective::kReduceScatter, params, expert_params);
-  const double ag = coll(Collective::kAllGather, params, expert_params);
+  const double per_unit = s.zero >= 3 ? std::max(1.0, units) : buckets;
+  const double rs = coll(Collective::kReduceScatter, params, expert_params, per_unit);
+  const double ag = coll(Collective::kAllGather, params, expert_params, per_unit);
   switch (s.zero) {
     case 0:
-      return overlapped(coll(Collective::kAllReduce, params, expert_params), bwd_window,
+      return overlapped(coll(Collective::kAllReduce, params, expert_params, buckets), bwd_window,
                         Collective::kAllReduce);
     case 1:
       return overlapped(rs, bwd_window, Collective::kReduceScatter) +
@@ -70,6 +83,17 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
                   overlapped(regather * ag + rs, bwd_window, Collective::kReduceScatter));
     }
   }
+}
+
+// Parameter tensors of one transformer layer (weights, biases, norm scales) as the model's
+// parameter table lists them: the collectives per gathered layer when ZeRO-3 gathers tensor by
+// tensor. A GPT layer has 12 (two norms' scale and bias, QKV, output, two MLP matrices, each
+// with its bias).
+double zero3_tensors_per_unit(const model::ModelSpec& m, int tp) {
+  const model::ParamTable table = model::build_param_table(m, tp);
+  int n = 0;
+  for (const model::TensorInfo& t : table.tensors()) n += t.layer == 0;
+  return std::max(1, n);
 }
 
 }  // namespace
@@ -386,7 +410,10 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
   for (int i = 0; i < p; ++i) {
     StageReport& st = out.stages[i];
     const double P = lay.params[i], Pe = lay.expert_params[i];
-    st.dp_comm_s = dp_exposed(in, s, P, Pe, st.fwd_s, st.bwd_s);
+    double units = st.embedding + st.head;
+    for (const auto& [first, last] : st.layers) units += last - first + 1;
+    if (s.zero >= 3 && in.zero3_per_tensor) units *= zero3_tensors_per_unit(m, s.tp);
+    st.dp_comm_s = dp_exposed(in, s, P, Pe, units, st.fwd_s, st.bwd_s);
     // Tied embedding and head on different stages: their gradients are summed between the
     // first and the last stage after the backward pass (Megatron), exposed.
     if (p > 1 && tied_across_stages(m) && (i == 0 || i == p - 1))
@@ -411,6 +438,9 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     out.memory_peak_bytes = std::max(out.memory_peak_bytes, st.total_bytes);
   }
   out.step_time_s = step;
+  const StepBand band = step_band(step, error_band(layout_kind(s, m)));
+  out.step_time_s_low = band.low_s;
+  out.step_time_s_high = band.high_s;
   out.fits = out.memory_peak_bytes <= in.memory_limit_bytes;
 
   // Where the bottleneck device's time goes: the device with the most work per step.

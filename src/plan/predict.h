@@ -20,6 +20,8 @@
 // shard and staging, the engine's activation arena, and nothing reserved.
 #pragma once
 
+#include <algorithm>
+
 #include <vector>
 
 #include "core/status.h"
@@ -48,6 +50,13 @@ double reserved_bytes(Precision p);
 // Data-parallel gradient bucket: Megatron-LM's default of 40M parameters, fp32 gradients.
 inline constexpr double kGradBucketParams = 40e6;
 inline constexpr double kGradBucketBytes = kGradBucketParams * 4;
+// Megatron-Core grows the bucket with the data-parallel size, max(40M, 1M x dp) parameters, so
+// that each collective stays bandwidth-bound however many ranks its ring has
+// (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size).
+inline constexpr double kGradBucketParamsPerRank = 1e6;
+inline double grad_bucket_bytes(int dp) {
+  return 4 * std::max(kGradBucketParams, kGradBucketParamsPerRank * dp);
+}
 
 // Bytes a device keeps per parameter it holds, by precision (see above).
 struct StateBytes {
@@ -65,6 +74,11 @@ struct PlanInput {
   double memory_limit_bytes = 0;  // min(device capacity, --max-memory-per-device)
   int seq_len = 0;                // tokens per sequence; 0: the model's seq_length
   EngineBuckets engine_buckets;   // fp32 devices: the engine's gradient buckets
+  // ZeRO-3 gathers and reduces each parameter tensor with a collective of its own, as
+  // DeepSpeed's stage 3 did in 2021 (Narayanan et al. 2021 compare against it), instead of a
+  // layer at a time (PyTorch FSDP, Megatron-Core): many more collectives, each paying its
+  // latency (comm_model.h).
+  bool zero3_per_tensor = false;
 };
 
 StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,
@@ -94,6 +108,9 @@ struct TimeBreakdown {
 struct Prediction {
   Strategy strategy;
   double step_time_s = 0;
+  // The interval the step time likely falls in, from the validation residuals of layouts of
+  // this kind (error_band.h).
+  double step_time_s_low = 0, step_time_s_high = 0;
   double tokens_per_s = 0;
   double model_tflops_per_device = 0;  // model FLOPs only: no recomputation, no padding
   double mfu = 0;

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/error_band.h"
+
 namespace cann::plan {
 namespace {
 
@@ -12,6 +14,8 @@ Json prediction_object(const PlanInput& in, const Prediction& p) {
   Json j;
   j["strategy"] = strategy_string(p.strategy);
   j["step_time_s"] = p.step_time_s;
+  j["step_time_s_low"] = p.step_time_s_low;
+  j["step_time_s_high"] = p.step_time_s_high;
   j["tokens_per_s"] = p.tokens_per_s;
   j["model_tflops_per_device"] = p.model_tflops_per_device;
   j["mfu"] = p.mfu;
@@ -96,13 +100,22 @@ std::string search_json(const PlanInput& in, const SearchResult& r, int indent) 
   j["feasible"] = r.feasible.size();
   j["pareto"] = r.pareto_count;
   Json list = Json::array();
-  for (const Prediction& p : r.top) list.push_back(prediction_object(in, p));
+  for (const Prediction& p : r.top) {
+    Json o = prediction_object(in, p);
+    // Whether the model can rank it apart from the best: their error bands do not overlap.
+    o["within_band_of_best"] =
+        bands_overlap({r.top[0].step_time_s_low, r.top[0].step_time_s_high},
+                      {p.step_time_s_low, p.step_time_s_high});
+    list.push_back(o);
+  }
   j["strategies"] = list;
   Json front = Json::array();
   for (const Candidate& c : r.feasible)
     if (c.pareto)
       front.push_back({{"strategy", strategy_string(c.strategy)},
                        {"step_time_s", c.step_time_s},
+                       {"step_time_s_low", c.step_time_s_low},
+                       {"step_time_s_high", c.step_time_s_high},
                        {"tokens_per_s", c.tokens_per_s},
                        {"memory_peak_bytes", c.memory_peak_bytes},
                        {"goodput", c.goodput}});

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "plan/comm_model.h"
+#include "plan/error_band.h"
 
 namespace cann::plan {
 namespace {
@@ -117,16 +118,28 @@ std::string time_shares(const Prediction& p) {
 std::string strategy_table(const std::vector<Prediction>& rows) {
   size_t w = 8;
   for (const Prediction& p : rows) w = std::max(w, strategy_string(p.strategy).size());
-  std::string out =
-      fmt("%-3s %-*s %9s %9s %6s %8s %9s %6s %6s %7s\n", "#", static_cast<int>(w), "strategy",
-          "step s", "tokens/s", "MFU", "TFLOP/s", "mem peak", "comm", "bubble", "goodput");
+  std::string out = fmt("%-3s %-*s %9s %15s %9s %6s %8s %9s %6s %6s %7s\n", "#",
+                        static_cast<int>(w), "strategy", "step s", "likely s", "tokens/s", "MFU",
+                        "TFLOP/s", "mem peak", "comm", "bubble", "goodput");
   int rank = 1;
   for (const Prediction& p : rows)
-    out += fmt("%-3d %-*s %9.3f %9s %5.1f%% %8.1f %9s %5.1f%% %5.1f%% %6.1f%%\n", rank++,
-               static_cast<int>(w), strategy_string(p.strategy).c_str(), p.step_time_s,
-               si(p.tokens_per_s).c_str(), 100 * p.mfu, p.model_tflops_per_device,
-               format_bytes(p.memory_peak_bytes).c_str(), 100 * p.comm_ratio, 100 * p.bubble_ratio,
-               100 * p.goodput.ratio);
+    out += fmt("%-3d %-*s %9.3f %7.3f..%-6.3f %9s %5.1f%% %8.1f %9s %5.1f%% %5.1f%% %6.1f%%\n",
+               rank++, static_cast<int>(w), strategy_string(p.strategy).c_str(), p.step_time_s,
+               p.step_time_s_low, p.step_time_s_high, si(p.tokens_per_s).c_str(), 100 * p.mfu,
+               p.model_tflops_per_device, format_bytes(p.memory_peak_bytes).c_str(),
+               100 * p.comm_ratio, 100 * p.bubble_ratio, 100 * p.goodput.ratio);
+  out += "likely s: the 10th-90th percentile band of the planner's error on published runs of "
+         "the same kind of layout (docs/planner.md, \"Error bands\").\n";
+  // Candidates whose bands overlap the best one's: the model cannot tell them apart.
+  std::string close;
+  for (size_t i = 1; i < rows.size(); ++i)
+    if (bands_overlap({rows[0].step_time_s_low, rows[0].step_time_s_high},
+                      {rows[i].step_time_s_low, rows[i].step_time_s_high}))
+      close += fmt("%s#%zu", close.empty() ? "" : ", ", i + 1);
+  if (!close.empty())
+    out += "#1 and " + close +
+           " are within each other's error bands: the model does not rank them apart; measure "
+           "them (cann-train bench plan-vs-real) before choosing.\n";
   return out;
 }
 

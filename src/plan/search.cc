@@ -78,6 +78,8 @@ Candidate candidate_of(const Prediction& p) {
   Candidate c;
   c.strategy = p.strategy;
   c.step_time_s = p.step_time_s;
+  c.step_time_s_low = p.step_time_s_low;
+  c.step_time_s_high = p.step_time_s_high;
   c.tokens_per_s = p.tokens_per_s;
   c.memory_peak_bytes = p.memory_peak_bytes;
   c.goodput = p.goodput.ratio;

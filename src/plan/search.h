@@ -48,6 +48,7 @@ struct SearchOptions {
 struct Candidate {
   Strategy strategy;
   double step_time_s = 0;
+  double step_time_s_low = 0, step_time_s_high = 0;  // its error band (error_band.h)
   double tokens_per_s = 0;
   double memory_peak_bytes = 0;
   double goodput = 0;

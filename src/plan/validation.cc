@@ -55,6 +55,14 @@ double iteration_flops(const PlanInput& in, const Strategy& s, FlopFormula f) {
   return 0;
 }
 
+// Linear interpolation between order statistics (the common "type 7" quantile).
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  return i + 1 < v.size() ? v[i] + (pos - i) * (v[i + 1] - v[i]) : v[i];
+}
+
 }  // namespace
 
 StatusOr<std::vector<ValidationCase>> parse_validation_cases(const std::string& text,
@@ -92,6 +100,12 @@ StatusOr<std::vector<ValidationCase>> parse_validation_cases(const std::string& 
       if (n["memory_gb"]) c.memory_gb = n["memory_gb"].as<double>();
       if (n["inter_node_GBps"]) c.inter_node_GBps = n["inter_node_GBps"].as<double>();
       c.strategy = n["strategy"].as<std::string>();
+      if (n["zero3_gather"]) {
+        const std::string g = n["zero3_gather"].as<std::string>();
+        if (g != "tensor" && g != "layer")
+          return case_error(source, c.id, "zero3_gather must be tensor or layer, not '" + g + "'");
+        c.zero3_per_tensor = g == "tensor";
+      }
       CANN_ASSIGN_OR_RETURN(c.measure, parse_measure(n["measure"].as<std::string>()));
       CANN_ASSIGN_OR_RETURN(c.formula,
                             parse_formula(n["formula"] ? n["formula"].as<std::string>() : ""));
@@ -135,9 +149,16 @@ StatusOr<ValidationOutcome> run_validation_case(const ValidationCase& c) {
     CANN_RETURN_IF_ERROR(check_precision(cluster));
   }
   CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(*spec, cluster, 0));
+  in.zero3_per_tensor = c.zero3_per_tensor;
   CANN_ASSIGN_OR_RETURN(Strategy parsed, parse_strategy(c.strategy));
   CANN_ASSIGN_OR_RETURN(Strategy s, resolve_strategy(parsed, in.model, in.cluster, 0));
   CANN_ASSIGN_OR_RETURN(Prediction p, predict(in, s, Fidelity::kExact));
+  o.kind = layout_kind(s, in.model);
+  if (layout_kind_name(o.kind) != c.kind)
+    return InvalidArgument(c.id + ": kind '" + c.kind + "' but the layout " + c.strategy +
+                           " is of kind '" + std::string(layout_kind_name(o.kind)) +
+                           "'; hint: kinds are dp, tp (tensor or context), pipeline, moe");
+  o.prediction = p;
   o.fits = p.fits;
   o.memory_peak_bytes = p.memory_peak_bytes;
   o.memory_limit_bytes = p.memory_limit_bytes;
@@ -186,12 +207,6 @@ ValidationSummary summarize(const std::vector<ValidationOutcome>& outcomes) {
   s.rows = static_cast<int>(abs_err.size());
   s.sources = static_cast<int>(sources.size());
   if (abs_err.empty()) return s;
-  auto quantile = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    const double pos = q * (v.size() - 1);
-    const size_t i = static_cast<size_t>(pos);
-    return i + 1 < v.size() ? v[i] + (pos - i) * (v[i + 1] - v[i]) : v[i];
-  };
   s.median_abs = quantile(abs_err, 0.5);
   double sum = 0;
   for (double e : signed_err) sum += e;
@@ -199,6 +214,25 @@ ValidationSummary summarize(const std::vector<ValidationOutcome>& outcomes) {
   s.p10 = quantile(signed_err, 0.1);
   s.p90 = quantile(signed_err, 0.9);
   return s;
+}
+
+std::vector<ErrorBand> error_bands(const std::vector<ValidationOutcome>& outcomes) {
+  constexpr int kKinds = 4;
+  std::vector<std::vector<double>> by_kind(kKinds);
+  std::vector<double> all;
+  for (const auto& o : outcomes) {
+    if (o.c.calibration) continue;
+    by_kind[static_cast<int>(o.kind)].push_back(o.error);
+    all.push_back(o.error);
+  }
+  std::vector<ErrorBand> out(kKinds);
+  for (int k = 0; k < kKinds; ++k) {
+    const std::vector<double>& e =
+        static_cast<int>(by_kind[k].size()) >= kMinBandRows ? by_kind[k] : all;
+    if (e.empty()) continue;
+    out[k] = {quantile(e, 0.1), quantile(e, 0.9), static_cast<int>(by_kind[k].size())};
+  }
+  return out;
 }
 
 std::string validation_table(const std::vector<ValidationOutcome>& outcomes) {
@@ -221,6 +255,15 @@ std::string validation_table(const std::vector<ValidationOutcome>& outcomes) {
                 s.rows, s.sources, 100 * s.median_abs, 100 * s.mean_signed, s.worst_id.c_str(),
                 100 * s.worst, 100 * s.p10, 100 * s.p90);
   out += line;
+  const std::vector<ErrorBand> bands = error_bands(outcomes);
+  out += "error bands (10th, 90th percentile of signed error, rows; fewer than " +
+         std::to_string(kMinBandRows) + " rows: all rows' band):\n";
+  for (size_t k = 0; k < bands.size(); ++k) {
+    std::snprintf(line, sizeof(line), "  %-9s {%.3f, %.3f, %d}\n",
+                  std::string(layout_kind_name(static_cast<LayoutKind>(k))).c_str(), bands[k].p10,
+                  bands[k].p90, bands[k].rows);
+    out += line;
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "plan/error_band.h"
 #include "plan/plan_input.h"
 #include "plan/predict.h"
 
@@ -45,6 +46,7 @@ struct ValidationCase {
   PlanOverrides overrides;
   double memory_gb = 0;        // > 0: a device of this capacity (A100 40GB)
   double inter_node_GBps = 0;  // > 0: this network per device (BLOOM's Omni-Path)
+  bool zero3_per_tensor = false;  // zero3_gather: tensor (DeepSpeed's 2021 stage 3; predict.h)
   std::string strategy;
   Measure measure = Measure::kIterationTime;
   FlopFormula formula = FlopFormula::kNone;
@@ -60,6 +62,8 @@ struct ValidationOutcome {
   double error = 0;  // predicted_s / published_s - 1
   bool fits = false;
   double memory_peak_bytes = 0, memory_limit_bytes = 0;
+  Prediction prediction;  // the whole-step prediction (its time breakdown, bubble, MFU)
+  LayoutKind kind = LayoutKind::kDp;  // of the resolved layout; the case's `kind` must agree
 };
 
 // Parses the cases file; `source` names it in errors.
@@ -77,7 +81,12 @@ struct ValidationSummary {
 };
 // Over the out-of-sample outcomes (calibration rows left out).
 ValidationSummary summarize(const std::vector<ValidationOutcome>& outcomes);
-// The table, one row per outcome, then the summary.
+// Error bands by layout kind (error_band.h) from the out-of-sample outcomes, indexed by
+// LayoutKind. A kind with fewer than kMinBandRows rows takes the band of all rows: three
+// points give no percentiles.
+inline constexpr int kMinBandRows = 5;
+std::vector<ErrorBand> error_bands(const std::vector<ValidationOutcome>& outcomes);
+// The table, one row per outcome, then the summary and the error bands.
 std::string validation_table(const std::vector<ValidationOutcome>& outcomes);
 
 }  // namespace cann::plan
