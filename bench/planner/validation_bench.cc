@@ -1,10 +1,14 @@
 // validation_bench: the planner against the published runs of
 // configs/validation/planner_cases.yaml, one row per case (published and predicted seconds per
 // iteration, signed error, predicted memory), then the summary the prediction targets are
-// judged on: median absolute error, mean signed error, worst row.
+// judged on: median absolute error, mean signed error, worst row. It then checks the targets
+// (median |error| at most 10%, mean signed error within +-5%, no row of the validation set
+// beyond 25%, every published layout predicted to fit its device) and exits 1 when any fails,
+// naming it.
 //
 // Usage: validation_bench [--breakdown] [CASES.yaml]   (default: the repository's cases file;
 // --breakdown adds where each predicted step goes on its bottleneck stage)
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -55,5 +59,29 @@ int main(int argc, char** argv) {
                   o.prediction.step_time_s);
     }
   }
-  return 0;
+  const plan::ValidationSummary s = plan::summarize(out);
+  std::vector<std::string> missed;
+  char buf[160];
+  if (s.median_abs > 0.10) {
+    std::snprintf(buf, sizeof(buf), "median |error| %.1f%% above 10%%", 100 * s.median_abs);
+    missed.push_back(buf);
+  }
+  if (std::fabs(s.mean_signed) > 0.05) {
+    std::snprintf(buf, sizeof(buf), "mean signed error %+.1f%% outside +-5%%", 100 * s.mean_signed);
+    missed.push_back(buf);
+  }
+  for (const auto& o : out) {
+    if (!o.c.calibration && std::fabs(o.error) > 0.25) {
+      std::snprintf(buf, sizeof(buf), "%s %+.1f%% beyond 25%%", o.c.id.c_str(), 100 * o.error);
+      missed.push_back(buf);
+    }
+    if (!o.fits) {
+      std::snprintf(buf, sizeof(buf), "%s needs %.1f of %.1f GiB", o.c.id.c_str(),
+                    o.memory_peak_bytes / 1073741824.0, o.memory_limit_bytes / 1073741824.0);
+      missed.push_back(buf);
+    }
+  }
+  for (const auto& m : missed) std::printf("target missed: %s\n", m.c_str());
+  if (missed.empty()) std::printf("targets met\n");
+  return missed.empty() ? 0 : 1;
 }
