@@ -262,7 +262,7 @@ TEST(MultiProcHfCli, EveryLayoutLoadsAndExportsTheSameBytes) {
   TempDir src, data;
   ASSERT_TRUE(train::export_hf(spec, params.data(), src.path()).ok());
   test::write_token_data(data.path(), 5, 8, 16);
-  for (const std::string strategy : {"", "tp=2", "pp=2", "dp=2"}) {
+  for (const std::string strategy : {"", "tp=2", "pp=2", "dp=2", "dp=2,zero=3"}) {
     SCOPED_TRACE(strategy);
     TempDir out;
     test::RunArgs args;
@@ -276,6 +276,22 @@ TEST(MultiProcHfCli, EveryLayoutLoadsAndExportsTheSameBytes) {
               test::read_text(src.file("model.safetensors")));
     EXPECT_EQ(test::read_text(out.file("config.json")), test::read_text(src.file("config.json")));
   }
+  // A checkpoint converts without training: --resume with --steps at its step.
+  TempDir ck, converted;
+  test::RunArgs first;
+  first.flag("--init-from", src.path()).data(data.path()).steps(1).batch_size(8).seq_len(16);
+  first.flag("--lr", "1e-30").eval_every(0).sample_tokens(0).quiet().threads(1);
+  const test::CommandResult trained = test::run_cann(first.flag("--checkpoint-dir", ck.path()));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  test::RunArgs convert;
+  convert.model(src.file("config.json")).data(data.path()).steps(1).batch_size(8).seq_len(16);
+  convert.flag("--checkpoint-dir", ck.path())
+      .flag("--resume")
+      .flag("--export-hf", converted.path());
+  const test::CommandResult c = test::run_cann(convert.eval_every(0).sample_tokens(0).quiet());
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(test::read_text(converted.file("model.safetensors")),
+            test::read_text(src.file("model.safetensors")));
   // --model naming the same model is accepted; another model is refused in one line.
   TempDir other;
   test::write_text(other.file("same.json"), m.config);
