@@ -65,19 +65,16 @@ TEST(MultiProcHfReference, EveryFamilyMatchesPyTorch) {
     TempDir dir, data, work;
     ASSERT_TRUE(train::export_hf(spec, test::random_params(spec, 31).data(), dir.path()).ok());
     test::write_token_data(data.path(), 41, kWindows, kSeq);
-    // The engine: one step's gradient (its batch is every window of train.bin) and the logits.
-    const auto run = test::run_cann(test::RunArgs()
-                                        .flag("--init-from", dir.path())
-                                        .data(data.path())
-                                        .steps(1)
-                                        .batch_size(kWindows)
-                                        .seq_len(kSeq)
-                                        .eval_every(0)
-                                        .sample_tokens(0)
-                                        .threads(2)
-                                        .quiet()
-                                        .flag("--dump-grads", work.file("grads.safetensors")),
-                                    240);
+    // The engine: one step's gradient (its batch is every window of train.bin), in one process
+    // and over two tensor-parallel ranks that each load their shards, and the logits.
+    auto engine_step = [&](const std::string& out, const std::string& strategy) {
+      test::RunArgs args;
+      args.flag("--init-from", dir.path()).data(data.path()).steps(1).batch_size(kWindows);
+      args.seq_len(kSeq).eval_every(0).sample_tokens(0).threads(1).quiet();
+      if (!strategy.empty()) args.nproc(2).strategy(strategy);
+      return test::run_cann(args.flag("--dump-grads", work.file(out)), 240);
+    };
+    const auto run = engine_step("grads.safetensors", "");
     const auto ref = test::run_command(
         {python, script, dir.path(), "--data", data.file("train.bin"), "--seq-len",
          std::to_string(kSeq), "--out", work.file("ref.safetensors")},
@@ -99,14 +96,15 @@ TEST(MultiProcHfReference, EveryFamilyMatchesPyTorch) {
       continue;
     }
     ASSERT_EQ(run.exit_code, 0) << run.output;
+    const auto tp_run = engine_step("grads_tp2.safetensors", "tp=2");
+    ASSERT_EQ(tp_run.exit_code, 0) << tp_run.output;
     const auto logits =
         test::run_cann({"debug", "logits", dir.path(), "--data", data.path(), "--seq-len",
                         std::to_string(kSeq), "--out", work.file("logits.safetensors")},
                        120);
     ASSERT_EQ(logits.exit_code, 0) << logits.output;
     auto ours = ckpt::read_safetensors(work.file("logits.safetensors"));
-    auto grads = ckpt::read_safetensors(work.file("grads.safetensors"));
-    ASSERT_TRUE(ours.ok() && theirs.ok() && grads.ok());
+    ASSERT_TRUE(ours.ok());
     // Logits: float32 both sides, different summation orders: 1e-4 of the largest logit.
     const double logit_err =
         relative_error(tensor(*ours, "logits").data, tensor(*theirs, "logits").data);
@@ -115,22 +113,32 @@ TEST(MultiProcHfReference, EveryFamilyMatchesPyTorch) {
     EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
     // Gradients, per Hugging Face tensor: the engine's dump in its own layout, cut as the
     // checkpoint cuts the parameters. A gradient sums B*T float32 products in another order
-    // than PyTorch's: 1e-3 of the tensor's largest entry.
+    // than PyTorch's: 1e-4 of the tensor's largest entry (the dense families measure about
+    // 2e-6).
     const model::ParamTable table = model::build_param_table(spec);
-    std::vector<float> full(table.total_floats(), 0.0f);
-    for (const model::TensorInfo& t : table.tensors())
-      std::copy_n(tensor(*grads, t.name).data.begin(), t.numel, full.begin() + t.offset);
-    double worst = 0;
-    for (const model::HfTensor& h : *hf) {
-      if (h.param.empty()) continue;  // a selection bias: no gradient
-      std::vector<float> g(h.numel());
-      model::hf_block_from_param(h, full.data() + table.at(*table.find(h.param)).offset, g.data());
-      const double err = relative_error(g, tensor(*theirs, "grad." + h.name).data);
-      EXPECT_LT(err, 1e-3) << h.name;
-      worst = std::max(worst, err);
-    }
+    auto worst_gradient_error = [&](const std::string& file) {
+      auto grads = ckpt::read_safetensors(work.file(file));
+      CANN_CHECK(grads.ok()) << grads.status().message();
+      std::vector<float> full(table.total_floats(), 0.0f);
+      for (const model::TensorInfo& t : table.tensors())
+        std::copy_n(tensor(*grads, t.name).data.begin(), t.numel, full.begin() + t.offset);
+      double worst = 0;
+      for (const model::HfTensor& h : *hf) {
+        if (h.param.empty()) continue;  // a selection bias: no gradient
+        std::vector<float> g(h.numel());
+        const float* param = full.data() + table.at(*table.find(h.param)).offset;
+        model::hf_block_from_param(h, param, g.data());
+        const double err = relative_error(g, tensor(*theirs, "grad." + h.name).data);
+        EXPECT_LT(err, 1e-4) << file << " " << h.name;
+        worst = std::max(worst, err);
+      }
+      return worst;
+    };
+    const double worst = worst_gradient_error("grads.safetensors");
+    const double worst_tp = worst_gradient_error("grads_tp2.safetensors");
     std::cout << m.family << ": logits rel err " << logit_err << ", loss " << loss << " vs "
-              << ref_loss << ", worst gradient rel err " << worst << "\n";
+              << ref_loss << ", worst gradient rel err " << worst << " (tp=2: " << worst_tp
+              << ")\n";
     ran.push_back(m.family);
   }
   std::cout << "ran against the reference:";

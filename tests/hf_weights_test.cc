@@ -252,6 +252,27 @@ TEST(HfWeights, LoadsBf16Checkpoints) {
     EXPECT_EQ(back->tensors[i].data, want[i]) << back->tensors[i].name;
 }
 
+// GPT-2 checkpoints as published name their tensors without GPT2LMHeadModel's "transformer."
+// and carry each layer's causal-mask buffers (attn.bias, attn.masked_bias), which are not
+// parameters: both load.
+TEST(HfWeights, LoadsGpt2NamesWithoutPrefixAndSkipsMaskBuffers) {
+  const model::ModelSpec spec = test::hf_test_spec(test::hf_test_models()[0]);
+  const std::vector<float> params = test::random_params(spec, 13);
+  TempDir a;
+  ASSERT_TRUE(train::export_hf(spec, params.data(), a.path()).ok());
+  auto st = ckpt::read_safetensors(a.file("model.safetensors"));
+  ASSERT_TRUE(st.ok());
+  for (ckpt::SafeTensor& t : st->tensors)
+    t.name = t.name.substr(std::string("transformer.").size());
+  st->tensors.push_back({"h.0.attn.bias", {1, 1, 16, 16}, std::vector<float>(256, 1.0f)});
+  st->tensors.push_back({"h.1.attn.masked_bias", {}, {-1e4f}});
+  ASSERT_TRUE(ckpt::write_safetensors(a.file("model.safetensors"), *st).ok());
+  std::vector<float> loaded;
+  Status s = train::load_hf_weights(spec, a.path(), &loaded);
+  ASSERT_TRUE(s.ok()) << s.message();
+  expect_same_bits(model::build_param_table(spec), params, loaded);
+}
+
 // `run --init-from` loads each rank's part under every layout (resharding on load) and
 // `--export-hf` gathers it back: with a learning rate too small to move any float (1e-30
 // against weights near 0.1 whose ulp is about 1e-8), the exported bytes are the loaded ones.
@@ -262,20 +283,26 @@ TEST(MultiProcHfCli, EveryLayoutLoadsAndExportsTheSameBytes) {
   TempDir src, data;
   ASSERT_TRUE(train::export_hf(spec, params.data(), src.path()).ok());
   test::write_token_data(data.path(), 5, 8, 16);
-  for (const std::string strategy : {"", "tp=2", "pp=2", "dp=2", "dp=2,zero=3"}) {
-    SCOPED_TRACE(strategy);
-    TempDir out;
-    test::RunArgs args;
-    args.flag("--init-from", src.path()).data(data.path()).steps(1).batch_size(8).seq_len(16);
-    args.flag("--lr", "1e-30").eval_every(0).sample_tokens(0).quiet().threads(1);
-    args.flag("--export-hf", out.path());
-    if (!strategy.empty()) args.nproc(2).strategy(strategy);
-    const test::CommandResult r = test::run_cann(args, 240);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(test::read_text(out.file("model.safetensors")),
-              test::read_text(src.file("model.safetensors")));
-    EXPECT_EQ(test::read_text(out.file("config.json")), test::read_text(src.file("config.json")));
-  }
+  // A Llama too: its fused q/k/v and gate/up tensors are cut per part over tp.
+  TempDir llama_src;
+  const model::ModelSpec llama = test::hf_test_spec(test::hf_test_models()[1]);
+  ASSERT_TRUE(
+      train::export_hf(llama, test::random_params(llama, 12).data(), llama_src.path()).ok());
+  for (const std::string& dir : {src.path(), llama_src.path()})
+    for (const std::string strategy : {"", "tp=2", "pp=2", "dp=2", "dp=2,zero=3"}) {
+      SCOPED_TRACE(dir + " " + strategy);
+      TempDir out;
+      test::RunArgs args;
+      args.flag("--init-from", dir).data(data.path()).steps(1).batch_size(8).seq_len(16);
+      args.flag("--lr", "1e-30").eval_every(0).sample_tokens(0).quiet().threads(1);
+      args.flag("--export-hf", out.path());
+      if (!strategy.empty()) args.nproc(2).strategy(strategy);
+      const test::CommandResult r = test::run_cann(args, 240);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_EQ(test::read_text(out.file("model.safetensors")),
+                test::read_text(dir + "/model.safetensors"));
+      EXPECT_EQ(test::read_text(out.file("config.json")), test::read_text(dir + "/config.json"));
+    }
   // A checkpoint converts without training: --resume with --steps at its step.
   TempDir ck, converted;
   test::RunArgs first;
