@@ -163,5 +163,34 @@ TEST(HfBadInput, NothingIsWrittenBeforeEveryCheckPassed) {
   EXPECT_EQ(dest, std::vector<float>(7, 0.5f));
 }
 
+// Every prefix of a weight file is refused as a DataLoss naming the file, never read past its
+// end (this suite also runs under AddressSanitizer), and so is a directory whose index is not
+// JSON.
+TEST(HfBadInput, EveryTruncationAndABrokenIndexAreErrors) {
+  const model::ModelSpec spec = test::hf_test_spec(test::hf_test_models()[0]);
+  const std::vector<float> params = test::random_params(spec, 23);
+  TempDir dir, cut;
+  ASSERT_TRUE(train::export_hf(spec, params.data(), dir.path()).ok());
+  const std::string bytes = test::read_text(dir.file("model.safetensors"));
+  test::write_text(cut.file("config.json"), test::read_text(dir.file("config.json")));
+  for (size_t n = 0; n < bytes.size(); n += 97) {
+    test::write_text(cut.file("model.safetensors"), bytes.substr(0, n));
+    std::vector<float> out;
+    Status s = train::load_hf_weights(spec, cut.path(), &out);
+    ASSERT_FALSE(s.ok()) << n;
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+    EXPECT_NE(s.message().find(cut.file("model.safetensors")), std::string::npos) << s.message();
+    EXPECT_TRUE(out.empty());
+  }
+  test::write_text(cut.file("model.safetensors"), bytes);
+  test::write_text(cut.file("model.safetensors.index.json"), "{\"weight_map\": [");
+  std::vector<float> out;
+  Status s = train::load_hf_weights(spec, cut.path(), &out);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+  EXPECT_NE(s.message().find("model.safetensors.index.json: not a safetensors index"),
+            std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace cann

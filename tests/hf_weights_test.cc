@@ -198,6 +198,9 @@ TEST(HfWeights, ExportLoadExportIsBitIdentical) {
       Status s = train::load_hf_weights(spec, a.path(), &loaded);
       ASSERT_TRUE(s.ok()) << s.message();
       expect_same_bits(table, params, loaded);
+      // b first holds the other kind of export: its files must not survive this one.
+      const uint64_t other = shard == train::kHfShardBytes ? 20000 : train::kHfShardBytes;
+      ASSERT_TRUE(train::export_hf(spec, loaded.data(), b.path(), other).ok());
       ASSERT_TRUE(train::export_hf(spec, loaded.data(), b.path(), shard).ok());
       const std::vector<std::string> names = files_in(a.path());
       EXPECT_EQ(names, files_in(b.path()));

@@ -270,6 +270,12 @@ StatusOr<std::vector<std::string>> write_weight_shards(const std::string& dir,
   } else {
     CANN_RETURN_IF_ERROR(remove_all(join_path(dir, kIndex)));  // a stale one would mislead
   }
+  // Weight files of an earlier export into the same directory would be read with these.
+  CANN_ASSIGN_OR_RETURN(const std::vector<std::string> present, list_dir(dir));
+  for (const std::string& n : present)
+    if (n.starts_with("model") && n.ends_with(".safetensors") &&
+        std::find(names.begin(), names.end(), n) == names.end())
+      CANN_RETURN_IF_ERROR(remove_all(join_path(dir, n)));
   return names;
 }
 

@@ -69,7 +69,8 @@ struct TensorSource {
 };
 // Writes `tensors` in order into dir as model.safetensors, or when their bytes exceed
 // max_shard_bytes as model-0000i-of-0000n.safetensors plus model.safetensors.index.json. Every
-// file carries the metadata {"format": "pt"} as transformers writes. Returns the file names.
+// file carries the metadata {"format": "pt"} as transformers writes; model*.safetensors files
+// of an earlier export into dir are removed. Returns the file names.
 StatusOr<std::vector<std::string>> write_weight_shards(const std::string& dir,
                                                        const std::vector<TensorSource>& tensors,
                                                        uint64_t max_shard_bytes);
