@@ -67,7 +67,7 @@ std::vector<BadCase> bad_cases() {
          test::write_text(d + "/model.safetensors", bytes.substr(0, bytes.size() - 100));
        },
        {"DIR/model.safetensors: not a readable safetensors file: tensor transformer.ln_f.bias's "
-        "data ends at byte",
+        "data_offsets do not fit the file: its data ends at byte",
         "(the file is truncated)"}},
       {"unreadable dtype",
        [](const std::string& d) {

@@ -99,9 +99,10 @@ StatusOr<SafetensorsHeader> parse_safetensors_header(const std::string& text, ui
     if (t.begin > t.end || t.end - t.begin != t.numel() * size)
       return InvalidArgument("tensor " + t.name + "'s data_offsets do not fit its shape");
     if (t.end > data_size)
-      return InvalidArgument("tensor " + t.name + "'s data ends at byte " + std::to_string(t.end) +
-                             " of a data section of " + std::to_string(data_size) +
-                             " bytes (the file is truncated)");
+      return InvalidArgument("tensor " + t.name +
+                             "'s data_offsets do not fit the file: its data ends at byte " +
+                             std::to_string(t.end) + " of a data section of " +
+                             std::to_string(data_size) + " bytes (the file is truncated)");
     out.tensors.push_back(std::move(t));
   }
   std::stable_sort(out.tensors.begin(), out.tensors.end(),
