@@ -67,6 +67,21 @@ TEST(ModelMoeFamiliesGradientTest, SequenceBalanceLossWithCapacity) {
   check_model_gradients(s, 10.0f);
 }
 
+// DeepSeek's router pieces on the same model (their own configs also need MLA): sigmoid
+// scores, DeepSeek-V2's group-limited top-k (4 groups of 2 experts, the 2 with the best score
+// kept), weights normalized and scaled by 2.5, with the sequence-wise loss.
+TEST(ModelMoeFamiliesGradientTest, SigmoidGroupLimitedScaled) {
+  ModelSpec s = spec_from(kQwen3Moe);
+  s.num_local_experts = 8;
+  s.router_score = model::RouterScore::kSigmoid;
+  s.topk_method = model::TopkMethod::kGroupLimited;
+  s.n_group = 4;
+  s.topk_group = 2;
+  s.routed_scaling_factor = 2.5;
+  s.aux_loss = model::AuxLoss::kSequence;
+  check_model_gradients(s, 10.0f);
+}
+
 // Routing of a 4-sequence batch through a Qwen3-MoE layer: dropless keeps all N*K
 // assignments; the same spec with capacity routing at factor 0.5 drops some.
 TEST(ModelMoeFamiliesTest, DroplessKeepsEveryAssignment) {
@@ -94,13 +109,13 @@ TEST(ModelMoeFamiliesTest, DroplessKeepsEveryAssignment) {
 }
 
 // What the engine still refuses of the MoE families names each missing piece in one line.
-TEST(ModelMoeFamiliesTest, RefusesSharedExpertsAndDeepseekRouting) {
+TEST(ModelMoeFamiliesTest, RefusesWhatDeepseekStillNeeds) {
   auto v3 = model::load_model_spec("deepseek_v3");
   ASSERT_TRUE(v3.ok());
   auto m = Model::create(*v3, 1, 8);
   ASSERT_FALSE(m.ok());
-  for (const char* need : {"shared experts", "sigmoid router scores", "group-limited routing",
-                           "routed scaling factor"})
+  for (const char* need : {"latent attention", "shared experts", "auxiliary-loss-free expert bias",
+                           "multi-token prediction"})
     EXPECT_NE(m.status().message().find(need), std::string::npos) << m.status().message();
   auto qwen = model::load_model_spec("qwen3_30b_a3b");
   ASSERT_TRUE(qwen.ok());

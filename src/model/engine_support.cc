@@ -16,9 +16,14 @@ Status engine_builds(const ModelSpec& s) {
   if (!s.attention_window.empty()) needs.push_back("sliding-window attention");
   if (s.is_moe()) {
     if (s.has_shared_experts()) needs.push_back("shared experts");
-    if (s.router_score == RouterScore::kSigmoid) needs.push_back("sigmoid router scores");
-    if (s.topk_method != TopkMethod::kGreedy) needs.push_back("group-limited routing");
-    if (s.routed_scaling_factor != 1.0) needs.push_back("a routed scaling factor");
+    // DeepSeek-V3's router chooses with a per-expert bias that a step moves towards balance
+    // (noaux_tc); the engine has no such state yet.
+    if (s.topk_method == TopkMethod::kNoAuxTc)
+      needs.push_back("the auxiliary-loss-free expert bias (topk_method noaux_tc)");
+    // The Switch/Mixtral loss is defined over softmax probabilities.
+    if (s.router_score == RouterScore::kSigmoid && s.aux_loss == AuxLoss::kBatch &&
+        s.router_aux_loss_coef > 0)
+      needs.push_back("the batch balance loss over sigmoid scores");
   }
   if (s.num_nextn_predict_layers > 0) needs.push_back("multi-token prediction");
   if (needs.empty()) return OkStatus();

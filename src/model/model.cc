@@ -173,7 +173,18 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
     r.score = spec.router_score == RouterScore::kSigmoid ? kernels::RouterScore::kSigmoid
                                                           : kernels::RouterScore::kSoftmax;
     r.norm_topk_prob = spec.norm_topk_prob;
-    r.routed_scaling_factor = static_cast<float>(spec.routed_scaling_factor);
+    // DeepSeek-V2's MoEGate scales the weights only when it does not normalize them
+    // (modeling_deepseek.py, MoEGate.forward); DeepSeek-V3 scales after normalizing.
+    const bool v2_normalized = spec.family == Family::kDeepseekV2 && spec.norm_topk_prob &&
+                               spec.num_experts_per_tok > 1;
+    r.routed_scaling_factor =
+        v2_normalized ? 1.0f : static_cast<float>(spec.routed_scaling_factor);
+    if (spec.topk_method != TopkMethod::kGreedy) {
+      r.n_group = spec.n_group;
+      r.topk_group = spec.topk_group;
+      r.group_ranking = spec.topk_method == TopkMethod::kNoAuxTc ? kernels::GroupRanking::kTopTwoSum
+                                                                 : kernels::GroupRanking::kMaxScore;
+    }
     CANN_RETURN_IF_ERROR(kernels::check_router_config(r));
     m->moe_router_ = true;
   }
