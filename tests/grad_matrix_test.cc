@@ -228,6 +228,35 @@ TEST_F(MultiProcGradientMatrixTest, MoeBertTinyMatchesItsReferencePerTensor) {
       });
 }
 
+// Today's MoE families: a small Qwen3-MoE (a dense first layer, 4 SwiGLU experts without
+// biases, normalized top-2, dropless, the Switch balance loss, QK-norm), against references of
+// the same micro-batches as moe_bert_tiny's: the balance loss is over a micro-batch's tokens.
+TEST_F(MultiProcGradientMatrixTest, MoeFamiliesMatchTheirReferencePerTensor) {
+  const std::string qwen = dir_.file("qwen3_moe.yaml");
+  test::write_text(qwen,
+                   "model_type: qwen3_moe\nhidden_size: 64\nnum_hidden_layers: 4\n"
+                   "num_attention_heads: 4\nnum_key_value_heads: 2\nhead_dim: 24\n"
+                   "intermediate_size: 96\nmoe_intermediate_size: 32\nnum_experts: 4\n"
+                   "num_experts_per_tok: 2\nnorm_topk_prob: true\nmlp_only_layers: [0]\n"
+                   "output_router_logits: true\nrouter_aux_loss_coef: 0.01\nvocab_size: 256\n"
+                   "max_position_embeddings: 64\nseq_length: 64\ntie_word_embeddings: false\n");
+  expect_matrix(qwen,
+                {{"single_accum2", {"--threads", "1", "--grad-accum", "2"}},
+                 {"dp2", np(2, "dp=2,mbs=4")},
+                 {"dp2_mbs2", np(2, "dp=2,mbs=2")}},
+                {
+                    {"tp2", "single_accum2", np(2, "tp=2,mbs=4")},
+                    {"tp2_sp", "single_accum2", np(2, "tp=2,sp=on,mbs=4")},
+                    {"pp2_1f1b", "single_accum2", np(2, "pp=2,mbs=4")},
+                    {"pp2_vpp2", "single_accum2", np(2, "pp=2,vpp=2,mbs=4")},
+                    {"tp2_full", "single_accum2", np(2, "tp=2,recompute=full,mbs=4")},
+                    {"dp2_ep2", "dp2", np(2, "dp=2,ep=2,mbs=4")},
+                    {"dp2_tp2_ep2", "dp2", np(4, "dp=2,tp=2,ep=2,mbs=4")},
+                    {"dp2_pp2_ep2", "dp2_mbs2", np(4, "dp=2,pp=2,ep=2,mbs=2")},
+                    {"dp2_zero3", "dp2", np(2, "dp=2,zero=3,mbs=4")},
+                });
+}
+
 // The comparison as a user runs it: within the tolerance exit 0, over it exit 1 with the
 // tensor marked; a file that is not a dump is one line and exit 2.
 TEST(GradientDumpTest, CompareExitsOneOverTheToleranceAndTwoOnMalformedFiles) {

@@ -56,13 +56,12 @@ inline Batch make_batch(const ModelSpec& s, int B, int T, Rng& rng) {
   return b;
 }
 
-// Checks every tensor of the model the YAML describes (B = 2 sequences of seq_length).
+// Checks every tensor of the model of spec s (B = 2 sequences of seq_length).
 // qkv_scale multiplies the q/k/v projections: at GPT-2's init scale the scores are nearly
 // flat, so the gradient through queries and keys (rotary, QK-norm) is a small share of every
 // tensor's and an error there could hide under the tolerance; sharper scores expose it.
-inline void check_model_gradients(const std::string& yaml, float qkv_scale = 1.0f) {
+inline void check_model_gradients(const ModelSpec& s, float qkv_scale = 1.0f) {
   set_num_threads(2);
-  const ModelSpec s = spec_from(yaml);
   const int B = 2, T = s.seq_length;
   auto created = Model::create(s, B, T);
   ASSERT_TRUE(created.ok()) << created.status().message();
@@ -185,6 +184,10 @@ inline void check_model_gradients(const std::string& yaml, float qkv_scale = 1.0
           << t.name << " " << "qkv"[part] << " rows: |g|=" << part_norm;
     }
   }
+}
+
+inline void check_model_gradients(const std::string& yaml, float qkv_scale = 1.0f) {
+  check_model_gradients(spec_from(yaml), qkv_scale);
 }
 
 }  // namespace cann::test

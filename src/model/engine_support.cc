@@ -15,21 +15,15 @@ Status engine_builds(const ModelSpec& s) {
   if (s.mla_enabled) needs.push_back("multi-head latent attention");
   if (!s.attention_window.empty()) needs.push_back("sliding-window attention");
   if (s.is_moe()) {
-    if (s.mlp == MlpKind::kSwiGlu) needs.push_back("SwiGLU experts");
-    if (!s.mlp_bias) needs.push_back("experts without biases");
     if (s.has_shared_experts()) needs.push_back("shared experts");
-    if (s.routing == MoeRouting::kDropless) needs.push_back("dropless routing");
-    if (s.router_score == RouterScore::kSigmoid) needs.push_back("sigmoid router scores");
-    if (s.norm_topk_prob) needs.push_back("renormalized top-k weights");
-    if (s.topk_method != TopkMethod::kGreedy) needs.push_back("group-limited routing");
-    if (s.routed_scaling_factor != 1.0) needs.push_back("a routed scaling factor");
-    if (s.aux_loss == AuxLoss::kSequence && s.router_aux_loss_coef > 0)
-      needs.push_back("a sequence-level balance loss");
-    for (int l = 0; l < s.num_hidden_layers; ++l)
-      if ((s.is_moe_layer(l) != 0) != ((l + 1) % s.moe_layer_freq == 0)) {
-        needs.push_back("this placement of dense and MoE layers");
-        break;
-      }
+    // DeepSeek-V3's router chooses with a per-expert bias that a step moves towards balance
+    // (noaux_tc); the engine has no such state yet.
+    if (s.topk_method == TopkMethod::kNoAuxTc)
+      needs.push_back("the auxiliary-loss-free expert bias (topk_method noaux_tc)");
+    // The Switch/Mixtral loss is defined over softmax probabilities.
+    if (s.router_score == RouterScore::kSigmoid && s.aux_loss == AuxLoss::kBatch &&
+        s.router_aux_loss_coef > 0)
+      needs.push_back("the batch balance loss over sigmoid scores");
   }
   if (s.num_nextn_predict_layers > 0) needs.push_back("multi-token prediction");
   if (needs.empty()) return OkStatus();

@@ -161,6 +161,33 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
     m->lnfb_ = opt_off("lnf.b");
     m->head_w_ = off(spec.tie_word_embeddings ? "wte" : "lm_head");
   }
+  // GShard's router stays what gpt/bert specs train with; the families (and any spec asking
+  // for normalized weights, dropless routing or the sequence-wise loss) take theirs.
+  const bool gshard = (spec.family == Family::kGpt2 || spec.family == Family::kBert) &&
+                      !spec.norm_topk_prob && spec.routing == MoeRouting::kCapacity &&
+                      spec.aux_loss == AuxLoss::kBatch;
+  if (spec.is_moe() && !gshard) {
+    kernels::RouterConfig& r = m->router_;
+    r.E = spec.num_local_experts;
+    r.K = spec.num_experts_per_tok;
+    r.score = spec.router_score == RouterScore::kSigmoid ? kernels::RouterScore::kSigmoid
+                                                          : kernels::RouterScore::kSoftmax;
+    r.norm_topk_prob = spec.norm_topk_prob;
+    // DeepSeek-V2's MoEGate scales the weights only when it does not normalize them
+    // (modeling_deepseek.py, MoEGate.forward); DeepSeek-V3 scales after normalizing.
+    const bool v2_normalized = spec.family == Family::kDeepseekV2 && spec.norm_topk_prob &&
+                               spec.num_experts_per_tok > 1;
+    r.routed_scaling_factor =
+        v2_normalized ? 1.0f : static_cast<float>(spec.routed_scaling_factor);
+    if (spec.topk_method != TopkMethod::kGreedy) {
+      r.n_group = spec.n_group;
+      r.topk_group = spec.topk_group;
+      r.group_ranking = spec.topk_method == TopkMethod::kNoAuxTc ? kernels::GroupRanking::kTopTwoSum
+                                                                 : kernels::GroupRanking::kMaxScore;
+    }
+    CANN_RETURN_IF_ERROR(kernels::check_router_config(r));
+    m->moe_router_ = true;
+  }
   if (spec.positions == PositionKind::kRotary) {
     auto freqs = kernels::rope_frequencies(rope_config(spec));
     if (!freqs.ok())
@@ -186,13 +213,14 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
       if (spec.is_moe_layer(l)) {
         o.moe.routerw = off(p + "moe.router.w");
         o.moe.fcw = off(p + "moe.fc.w");
-        o.moe.fcb = off(p + "moe.fc.b");
+        o.moe.fcb = opt_off(p + "moe.fc.b");
         o.moe.projw = off(p + "moe.proj.w");
-        o.moe.projb = off(p + "moe.proj.b");
-        m->moe_grad_floats_ =
-            o.moe.projb +
-            static_cast<size_t>(spec.num_local_experts / m->ep_.size) * spec.hidden_size -
-            o.moe.routerw;
+        o.moe.projb = opt_off(p + "moe.proj.b");
+        // The layer's MoE tensors are contiguous from the router to the last expert tensor.
+        size_t end = 0;
+        for (const TensorInfo& t : m->table_.tensors())
+          if (t.name.starts_with(p + "moe.")) end = std::max(end, t.offset + t.numel);
+        m->moe_grad_floats_ = end - o.moe.routerw;
       } else {
         o.fcw = off(p + "mlp.fc.w");
         o.fcb = opt_off(p + "mlp.fc.b");
@@ -204,6 +232,19 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
   }
   m->layout_activations();
   return m;
+}
+
+MoeDims Model::moe_dims(int T) const {
+  const ModelSpec& s = spec_;
+  MoeDims d{s.hidden_size, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
+            s.capacity_factor};
+  d.swiglu = s.mlp == MlpKind::kSwiGlu;
+  if (!moe_router_) return d;
+  d.dropless = s.routing == MoeRouting::kDropless;
+  d.router = &router_;
+  d.seq_aux = s.aux_loss == AuxLoss::kSequence;
+  d.seq = T;
+  return d;
 }
 
 size_t Model::max_tokens() const {
@@ -221,9 +262,7 @@ void Model::layout_activations() {
   const size_t C = s.hidden_size, V = vocab_, QKV = qkv_, F = ff_, AC = attn_c_;
   const size_t FC = s.mlp == MlpKind::kSwiGlu ? 2 * F : F;  // the first MLP linear's width
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
-  const size_t cap = s.is_moe() ? moe_capacity(static_cast<int>(N), static_cast<int>(E),
-                                               static_cast<int>(K), s.capacity_factor)
-                                : 0;
+  const size_t cap = s.is_moe() ? moe_layer_capacity(moe_dims(max_seq_), static_cast<int>(N)) : 0;
   const Keep keep = recompute_ == Recompute::kFull        ? Keep::kOutput
                     : recompute_ == Recompute::kSelective ? Keep::kAllButProbs
                                                           : Keep::kAll;
@@ -285,6 +324,7 @@ void Model::layout_activations() {
     if (s.is_moe()) {
       moe_scratch_.d_xe = take(E * cap * C);
       moe_scratch_.d_ge = take(E * cap * FM);
+      if (s.mlp == MlpKind::kSwiGlu) moe_scratch_.d_he = take(E * cap * 2 * FM);
       moe_scratch_.d_ye = take(E * cap * C);
       moe_scratch_.d_gate = take(N * K);
       moe_scratch_.d_router = take(N * E);
@@ -485,8 +525,7 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
     // computation on the same input; under sp every rank routes the gathered tokens (the
     // single process's order: shards are consecutive rows of the flattened (B,T)) and
     // computes the experts and the output for its own R rows only, so no reduction follows.
-    const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
-                     s.capacity_factor};
+    const MoeDims md = moe_dims(T);
     MoeActs& kept = moe_layers_[a.moe_index];
     MoeActs& m = shared ? recompute_moe_acts_ : kept;
     const MoeTokenShard shard = sp ? MoeTokenShard{tp_.rank * R, R} : MoeTokenShard{};
@@ -612,8 +651,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   const size_t RC = static_cast<size_t>(R) * C;
   const float* P = params_.data();
   float* G = grads_.data();
-  const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
-                   s.capacity_factor};
+  const MoeDims md = moe_dims(T);
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);
   // The gradient of a row-parallel linear's output, whole: d_resid_ itself, or under sp its
   // rows gathered from every rank (the backward of the forward's reduce-scatter).

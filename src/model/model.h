@@ -217,6 +217,8 @@ class Model {
         const ExpertParallel& ep, const ContextParallel& cp);
   // Tokens of a micro-batch this rank holds at most: max_batch * max_seq / cp.
   size_t max_tokens() const;
+  // The MoE layers' dimensions and router (moe_layer.h) for sequences of T rows.
+  MoeDims moe_dims(int T) const;
   void layout_activations();
   // Layer l's saved tensors as `keep` says; MoE layers also push their MoeActs onto *moe.
   LayerActs carve_layer(ArenaCarver& arena, int l, Keep keep, std::vector<MoeActs>* moe);
@@ -336,6 +338,9 @@ class Model {
   size_t head_w_ = 0;  // the output head: wte (tied) or lm_head
   // Rotary positions: the cos/sin table and the positions of the current batch's rows.
   kernels::RopeTable rope_;
+  // The families' MoE router (used when moe_router_ is set; gpt/bert specs use GShard's).
+  kernels::RouterConfig router_;
+  bool moe_router_ = false;
   std::vector<int> rope_pos_;
   int rope_pos_B_ = 0, rope_pos_T_ = 0;
   std::vector<LayerOffsets> all_offsets_;  // every chunk's layers, chunk after chunk

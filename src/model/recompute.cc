@@ -84,15 +84,14 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
     a.fch_gelu = arena.take(N * F);
     return a;
   }
-  const size_t cap = moe_capacity(static_cast<int>(N), static_cast<int>(E), static_cast<int>(K),
-                                  s.capacity_factor);
+  const size_t cap = moe_layer_capacity(moe_dims(max_seq_), static_cast<int>(N));
   MoeActs m{};
   m.router_logits = arena.take(N * E);
   m.probs = arena.take(N * E);
   m.gate = arena.take(N * K);
   m.load_fraction = arena.take(E);
   m.xe = arena.take(E * cap * C);
-  m.he = arena.take(E * cap * FM);
+  m.he = arena.take(E * cap * (s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM));
   m.ge = arena.take(E * cap * FM);
   m.ye = arena.take(E * cap * C);
   m.expert_index = arena.itake(N * K);
