@@ -36,6 +36,7 @@ const std::vector<HfTestModel>& hf_test_models() {
                         R"("tie_word_embeddings": false})"},
       {"mixtral", R"({"model_type": "mixtral", )" + kBase +
                       R"(, "num_local_experts": 4, "num_experts_per_tok": 2, )"
+                      R"("output_router_logits": true, "router_aux_loss_coef": 0.05, )"
                       R"("tie_word_embeddings": false})"},
       {"deepseek_v2", R"({"model_type": "deepseek_v2", )" + kDeepseek +
                           R"(, "q_lora_rank": null, "topk_method": "group_limited_greedy", )"
