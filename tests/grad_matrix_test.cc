@@ -17,7 +17,9 @@
 // sequence, its gradients parts of the replica's) is checked with dp, tp (with and without
 // sp), every pipeline schedule, recomputation and ZeRO 1-3 (sharded over the dp x cp ranks),
 // for gpt_tiny (causal, load-balanced chunks) and for a dense BERT (bidirectional, masked
-// positions scored).
+// positions scored). A Qwen3-style dense model (today's blocks) runs the layouts where its
+// pieces split or place differently: tp with and without sp, pp (tied head absent), cp
+// (rotary positions are global ones), ZeRO and recomputation.
 //
 // Also: `debug grads --compare` exits 1 when a tensor is over --tolerance, and a malformed
 // dump is a one-line error with exit 2.
@@ -168,6 +170,36 @@ TEST_F(MultiProcGradientMatrixTest, DenseBertContextParallelMatchesOneProcessPer
                 });
 }
 
+// Today's dense families: a small Qwen3-style model with every piece of the dense blocks that
+// tensor parallelism splits differently (RMSNorm, rotary positions, SwiGLU's {gate, up} parts
+// split each over tp, grouped KV heads, QK-norm whose weights see only a rank's heads,
+// head_dim apart from hidden/heads, q/k/v biases, an untied head split by vocabulary).
+TEST_F(MultiProcGradientMatrixTest, DenseFamiliesMatchOneProcessPerTensor) {
+  const std::string qwen = dir_.file("qwen3_dense.yaml");
+  test::write_text(qwen,
+                   "model_type: qwen3\nhidden_size: 64\nnum_hidden_layers: 4\n"
+                   "num_attention_heads: 4\nnum_key_value_heads: 2\nhead_dim: 24\n"
+                   "intermediate_size: 96\nvocab_size: 256\nmax_position_embeddings: 64\n"
+                   "seq_length: 64\nattention_bias: true\ntie_word_embeddings: false\n");
+  expect_matrix(qwen, {{"single", {"--threads", "1"}}},
+                {
+                    {"dp2", "single", np(2, "dp=2")},
+                    {"tp2", "single", np(2, "tp=2")},
+                    {"tp2_sp", "single", np(2, "tp=2,sp=on")},
+                    {"pp2_1f1b", "single", np(2, "pp=2,mbs=2")},
+                    {"pp2_vpp2", "single", np(2, "pp=2,vpp=2,mbs=2")},
+                    {"pp2_tp2_sp", "single", np(4, "pp=2,tp=2,sp=on,mbs=2")},
+                    {"dp2_tp2_zero3", "single", np(4, "dp=2,tp=2,zero=3")},
+                    {"dp2_zero1", "single", np(2, "dp=2,zero=1")},
+                    {"dp2_zero2", "single", np(2, "dp=2,zero=2")},
+                    {"cp2", "single", np(2, "cp=2")},
+                    {"cp2_tp2_sp", "single", np(4, "cp=2,tp=2,sp=on")},
+                    {"cp2_pp2_1f1b", "single", np(4, "cp=2,pp=2,mbs=2")},
+                    {"selective", "single", np(1, "dp=1,recompute=selective")},
+                    {"tp2_full", "single", np(2, "tp=2,recompute=full")},
+                });
+}
+
 TEST_F(MultiProcGradientMatrixTest, MoeBertTinyMatchesItsReferencePerTensor) {
   expect_matrix(
       "moe_bert_tiny",
@@ -194,6 +226,35 @@ TEST_F(MultiProcGradientMatrixTest, MoeBertTinyMatchesItsReferencePerTensor) {
           {"dp2_pp2_vpp2", "dp2_mbs2", np(4, "dp=2,pp=2,vpp=2,mbs=2")},
           {"dp2_pp2_vpp2_ep2", "dp2_mbs2", np(4, "dp=2,pp=2,vpp=2,ep=2,mbs=2")},
       });
+}
+
+// Today's MoE families: a small Qwen3-MoE (a dense first layer, 4 SwiGLU experts without
+// biases, normalized top-2, dropless, the Switch balance loss, QK-norm), against references of
+// the same micro-batches as moe_bert_tiny's: the balance loss is over a micro-batch's tokens.
+TEST_F(MultiProcGradientMatrixTest, MoeFamiliesMatchTheirReferencePerTensor) {
+  const std::string qwen = dir_.file("qwen3_moe.yaml");
+  test::write_text(qwen,
+                   "model_type: qwen3_moe\nhidden_size: 64\nnum_hidden_layers: 4\n"
+                   "num_attention_heads: 4\nnum_key_value_heads: 2\nhead_dim: 24\n"
+                   "intermediate_size: 96\nmoe_intermediate_size: 32\nnum_experts: 4\n"
+                   "num_experts_per_tok: 2\nnorm_topk_prob: true\nmlp_only_layers: [0]\n"
+                   "output_router_logits: true\nrouter_aux_loss_coef: 0.01\nvocab_size: 256\n"
+                   "max_position_embeddings: 64\nseq_length: 64\ntie_word_embeddings: false\n");
+  expect_matrix(qwen,
+                {{"single_accum2", {"--threads", "1", "--grad-accum", "2"}},
+                 {"dp2", np(2, "dp=2,mbs=4")},
+                 {"dp2_mbs2", np(2, "dp=2,mbs=2")}},
+                {
+                    {"tp2", "single_accum2", np(2, "tp=2,mbs=4")},
+                    {"tp2_sp", "single_accum2", np(2, "tp=2,sp=on,mbs=4")},
+                    {"pp2_1f1b", "single_accum2", np(2, "pp=2,mbs=4")},
+                    {"pp2_vpp2", "single_accum2", np(2, "pp=2,vpp=2,mbs=4")},
+                    {"tp2_full", "single_accum2", np(2, "tp=2,recompute=full,mbs=4")},
+                    {"dp2_ep2", "dp2", np(2, "dp=2,ep=2,mbs=4")},
+                    {"dp2_tp2_ep2", "dp2", np(4, "dp=2,tp=2,ep=2,mbs=4")},
+                    {"dp2_pp2_ep2", "dp2_mbs2", np(4, "dp=2,pp=2,ep=2,mbs=2")},
+                    {"dp2_zero3", "dp2", np(2, "dp=2,zero=3,mbs=4")},
+                });
 }
 
 // The comparison as a user runs it: within the tolerance exit 0, over it exit 1 with the

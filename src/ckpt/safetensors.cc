@@ -5,13 +5,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "ckpt/safetensors_file.h"
 #include "core/fs.h"
 
 namespace cann::ckpt {
 namespace {
 
 // The format caps the header at 100 MB; larger is a corrupt or foreign file.
-constexpr uint64_t kMaxHeader = 100u << 20;
+constexpr uint64_t kMaxHeader = 100u << 20;  // as safetensors_file.cc's reader
 
 uint64_t product(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
@@ -66,44 +67,17 @@ StatusOr<SafeTensors> decode_safetensors(const std::string& bytes, const std::st
     n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   if (n > kMaxHeader || n > bytes.size() - 8)
     return bad("header length " + std::to_string(n) + " past the end");
-  const auto header = nlohmann::json::parse(bytes.substr(8, n), nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return bad("the header is not a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - n;
+  auto header = parse_safetensors_header(bytes.substr(8, n), bytes.size() - 8 - n);
+  if (!header.ok()) return bad(header.status().message());
   const char* data = bytes.data() + 8 + n;
   SafeTensors out;
-  std::vector<std::pair<uint64_t, SafeTensor>> found;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object()) return bad("__metadata__ is not an object");
-      for (auto m = it->begin(); m != it->end(); ++m)
-        if (m->is_string()) out.metadata[m.key()] = m->get<std::string>();
-      continue;
-    }
-    const auto& e = *it;
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
-        !e.contains("data_offsets") || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
-        e["data_offsets"].size() != 2)
-      return bad("tensor " + it.key() + " lacks dtype, shape or data_offsets");
-    if (e["dtype"] != "F32") return bad("tensor " + it.key() + " is " + e["dtype"].dump());
-    SafeTensor t;
-    t.name = it.key();
-    for (const auto& d : e["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        return bad("tensor " + t.name + " has a bad shape");
-      t.shape.push_back(d.get<int64_t>());
-    }
-    if (!e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned())
-      return bad("tensor " + t.name + " has bad data_offsets");
-    const uint64_t b = e["data_offsets"][0], end = e["data_offsets"][1];
-    if (b > end || end > data_size || end - b != product(t.shape) * sizeof(float))
-      return bad("tensor " + t.name + "'s data_offsets do not fit its shape or the file");
-    t.data.resize(product(t.shape));
-    if (!t.data.empty()) std::memcpy(t.data.data(), data + b, end - b);
-    found.emplace_back(b, std::move(t));
+  out.metadata = std::move(header->metadata);
+  for (const TensorEntry& e : header->tensors) {  // in data order
+    if (e.dtype != "F32") return bad("tensor " + e.name + " is " + e.dtype);
+    SafeTensor t{e.name, e.shape, std::vector<float>(e.numel())};
+    if (!t.data.empty()) std::memcpy(t.data.data(), data + e.begin, e.end - e.begin);
+    out.tensors.push_back(std::move(t));
   }
-  std::stable_sort(found.begin(), found.end(),
-                   [](const auto& x, const auto& y) { return x.first < y.first; });
-  for (auto& f : found) out.tensors.push_back(std::move(f.second));
   return out;
 }
 

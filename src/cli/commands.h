@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+
 namespace CLI {
 class App;
 }
@@ -24,6 +26,10 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
 // The debugging flags of `cann-train run`: --profile, --profile-dir, --grad-norms,
 // --halt-on-nan.
 void add_run_debug_flags(CLI::App* run, train::TrainConfig* config);
+// --init-from / --export-hf (run_weights_flags.cc), and after parsing the model they imply:
+// --init-from's config.json unless --model is given, which must then describe the same model.
+void add_run_weights_flags(CLI::App* run, train::TrainConfig* config);
+Status resolve_init_model(const CLI::App* run, train::TrainConfig* config);
 
 // `cann-train debug hang|grads|replay`: diagnose a job (replay launches worker processes,
 // which re-run the binary with `argv_after_binary`).
@@ -31,6 +37,8 @@ CommandMain add_debug_command(CLI::App& app, std::vector<std::string> argv_after
 
 // `cann-train debug grads` (debug_grads.cc), registered under `debug`.
 CommandMain add_debug_grads_command(CLI::App* debug);
+// `debug logits`: a model directory's logits on the training windows of some data.
+CommandMain add_debug_logits_command(CLI::App* debug);
 // `cann-train debug replay` (debug_replay.cc), registered under `debug`.
 CommandMain add_debug_replay_command(CLI::App* debug, std::vector<std::string> argv_after_binary);
 

@@ -1,6 +1,6 @@
 // `cann-train debug`: `hang` (which rank is stuck where, from the beacons the workers of a
 // running job publish to its store, see debug/hang_analysis.h), `grads` (debug_grads.cc) and
-// `replay` (debug_replay.cc).
+// `replay` (debug_replay.cc) and `logits` (debug_logits.cc).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,7 +18,7 @@ CommandMain add_debug_command(CLI::App& app, std::vector<std::string> argv_after
   CLI::App* debug = app.add_subcommand(
       "debug",
       "Diagnose a job: hang (who is stuck where), grads (gradient health), replay (re-run "
-      "a trace's collectives)");
+      "a trace's collectives), logits (a model directory's logits on given tokens)");
   debug->require_subcommand(1);
   struct Flags {
     std::string job, store, prefix;
@@ -39,8 +39,11 @@ CommandMain add_debug_command(CLI::App& app, std::vector<std::string> argv_after
   CLI::App* grads = debug->get_subcommand("grads");
   CommandMain replay_main = add_debug_replay_command(debug, std::move(argv_after_binary));
   CLI::App* replay = debug->get_subcommand("replay");
-  return [f, grads, grads_main, replay, replay_main]() -> int {
+  CommandMain logits_main = add_debug_logits_command(debug);
+  CLI::App* logits = debug->get_subcommand("logits");
+  return [f, grads, grads_main, replay, replay_main, logits, logits_main]() -> int {
     if (grads->parsed()) return grads_main();
+    if (logits->parsed()) return logits_main();
     if (replay->parsed()) return replay_main();
     auto fail = [](const Status& s) {
       std::fprintf(stderr, "cann-train debug hang: error: %s\n", s.message().c_str());

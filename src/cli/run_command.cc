@@ -75,8 +75,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   CLI::App* run = app.add_subcommand(
       "run", "Train a model. With no flags: gpt_tiny on the fortunes corpus for a few minutes.");
   run->add_option("--model", config->model,
-                  "Model: a shipped name (gpt_tiny, moe_bert_tiny, gpt2_124m, bert_base, "
-                  "bert_large) or a YAML/config.json path")
+                  "Model: a shipped name (gpt_tiny, llama_tiny, moe_bert_tiny, gpt2_124m, "
+                  "bert_base, bert_large) or a YAML/config.json path")
       ->capture_default_str();
   run->add_option("--data", config->data,
                   "Training data: 'fortunes', a text file, a directory of text files, or llm.c "
@@ -213,6 +213,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->group(kMonitor);
 
   add_run_debug_flags(run, config.get());
+  add_run_weights_flags(run, config.get());
 
   const char* kLaunch = "Processes";
   run->add_option("--nproc-per-node", launch->nproc_per_node,
@@ -261,8 +262,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto threads_given = run->get_option("--threads");
   auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
-  return [config, launch, comm, resilience, threads_given, nproc_given, port_given, monitor_list,
-          monitor_port, tensorboard_dir, strategy_text, compress_text, argv_after_binary]() -> int {
+  return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
+          monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text,
+          argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
     config->monitor_server.prometheus = false;
@@ -305,6 +307,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
       return 2;
     }
+    if (Status s = resolve_init_model(run, config.get()); !s.ok()) return report(s);
     auto env = train::detect_dist_env();
     if (!env.ok()) return report(env.status());
     auto compress = plan::parse_compression(*compress_text);

@@ -78,7 +78,10 @@ void Model::cp_embedding_forward(int B) {
   for (int b = 0; b < B; ++b)
     for (int k = 0; k < 2; ++k) {
       const size_t row = static_cast<size_t>(b) * Tl + k * Tc;
-      const float* wpe = P + wpe_ + static_cast<size_t>(chunk_start(k, cp_.rank, cp_.size, Tc)) * C;
+      const float* wpe =
+          wpe_ == kAbsent
+              ? nullptr
+              : P + wpe_ + static_cast<size_t>(chunk_start(k, cp_.rank, cp_.size, Tc)) * C;
       if (!tp)
         embedding_forward(out + row * C, inputs_ + row, P + wte_, wpe, 1, Tc, C);
       else
@@ -95,7 +98,9 @@ void Model::cp_embedding_backward(const float* dout, int B) {
   for (int b = 0; b < B; ++b)
     for (int k = 0; k < 2; ++k) {
       const size_t row = static_cast<size_t>(b) * Tl + k * Tc;
-      float* dwpe = G + wpe_ + static_cast<size_t>(chunk_start(k, cp_.rank, cp_.size, Tc)) * C;
+      float* dwpe = wpe_ == kAbsent
+                        ? nullptr
+                        : G + wpe_ + static_cast<size_t>(chunk_start(k, cp_.rank, cp_.size, Tc)) * C;
       if (tp_.size == 1)
         embedding_backward(G + wte_, dwpe, dout + row * C, inputs_ + row, 1, Tc, C);
       else

@@ -1,9 +1,13 @@
 // What cann-train's engine (model.h) builds today, checked against a spec before anything is
-// allocated: GPT-2/BERT blocks with LayerNorm, learned positions, a GeLU MLP with biases, fused
-// QKV with biases, a tied head, and GShard-style experts (softmax top-k without
-// renormalization, capacity routing). A spec that needs anything else (Llama's RMSNorm, rotary
-// positions and SwiGLU, MLA, shared experts, ...) is refused in one line naming what it needs,
-// rather than trained as something it is not. The planner prices every family.
+// allocated: dense blocks with LayerNorm or RMSNorm, learned or rotary positions (rope_theta,
+// linear/llama3/yarn scaling), a GeLU or SwiGLU MLP, fused QKV with grouped KV heads and any
+// head_dim, biases on or off, Qwen3's QK-norm, a tied or untied head; and routed experts (GeLU
+// or SwiGLU, biases on or off) behind GShard's router or the families' (softmax or sigmoid
+// scores, group-limited top-k, normalized and scaled weights, capacity or dropless, the
+// Switch/Mixtral or sequence-wise balance loss). A spec that
+// needs anything else (MLA, shared experts, DeepSeek-V3's balancing bias, sliding windows, ...)
+// is refused in one line naming what it needs, rather than trained as something it is not.
+// The planner prices every family.
 #pragma once
 
 #include <string>

@@ -16,6 +16,7 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/residual.h"
+#include "kernels/cpu/rope_scaling.h"
 #include "kernels/cpu/vocab_parallel_ce.h"
 #include "model/engine_support.h"
 
@@ -24,6 +25,27 @@ namespace cann::model {
 using namespace cann::kernels;
 
 namespace {
+
+// The kernels' rope config for the spec's rotary positions (rotary part of every head).
+kernels::RopeConfig rope_config(const ModelSpec& s) {
+  const RopeSpec& r = s.rope;
+  kernels::RopeConfig c;
+  c.theta = r.theta;
+  c.rotary_dim = static_cast<int>(s.head_size() * r.partial_rotary_factor) / 2 * 2;
+  c.scaling = static_cast<kernels::RopeScaling>(static_cast<int>(r.scaling));
+  c.factor = r.factor;
+  c.low_freq_factor = r.low_freq_factor;
+  c.high_freq_factor = r.high_freq_factor;
+  c.original_max_position_embeddings =
+      r.original_max_position > 0 ? r.original_max_position : s.max_position_embeddings;
+  c.beta_fast = r.beta_fast;
+  c.beta_slow = r.beta_slow;
+  c.mscale = r.mscale;
+  c.mscale_all_dim = r.mscale_all_dim;
+  c.attention_factor = r.attention_factor;
+  c.truncate = r.truncate;
+  return c;
+}
 
 // The stage's layer ranges: its chunks, or the one range [first_layer, end_layer).
 std::vector<LayerRange> stage_chunks(const ModelSpec& s, const PipelineStage& stage) {
@@ -128,11 +150,50 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
   m->params_.resize(m->table_.total_floats());
   m->grads_.resize(m->table_.total_floats());
   auto off = [&](const std::string& name) { return m->table_.at(*m->table_.find(name)).offset; };
-  if (m->holds_embed_ || m->holds_head_) m->wte_ = off("wte");
-  if (m->holds_embed_) m->wpe_ = off("wpe");
+  auto opt_off = [&](const std::string& name) {
+    auto i = m->table_.find(name);
+    return i.ok() ? m->table_.at(*i).offset : kAbsent;
+  };
+  if (m->holds_embed_) m->wte_ = off("wte");
+  if (m->holds_embed_) m->wpe_ = opt_off("wpe");
   if (m->holds_head_) {
     m->lnfw_ = off("lnf.w");
-    m->lnfb_ = off("lnf.b");
+    m->lnfb_ = opt_off("lnf.b");
+    m->head_w_ = off(spec.tie_word_embeddings ? "wte" : "lm_head");
+  }
+  // GShard's router stays what gpt/bert specs train with; the families (and any spec asking
+  // for normalized weights, dropless routing or the sequence-wise loss) take theirs.
+  const bool gshard = (spec.family == Family::kGpt2 || spec.family == Family::kBert) &&
+                      !spec.norm_topk_prob && spec.routing == MoeRouting::kCapacity &&
+                      spec.aux_loss == AuxLoss::kBatch;
+  if (spec.is_moe() && !gshard) {
+    kernels::RouterConfig& r = m->router_;
+    r.E = spec.num_local_experts;
+    r.K = spec.num_experts_per_tok;
+    r.score = spec.router_score == RouterScore::kSigmoid ? kernels::RouterScore::kSigmoid
+                                                          : kernels::RouterScore::kSoftmax;
+    r.norm_topk_prob = spec.norm_topk_prob;
+    // DeepSeek-V2's MoEGate scales the weights only when it does not normalize them
+    // (modeling_deepseek.py, MoEGate.forward); DeepSeek-V3 scales after normalizing.
+    const bool v2_normalized = spec.family == Family::kDeepseekV2 && spec.norm_topk_prob &&
+                               spec.num_experts_per_tok > 1;
+    r.routed_scaling_factor =
+        v2_normalized ? 1.0f : static_cast<float>(spec.routed_scaling_factor);
+    if (spec.topk_method != TopkMethod::kGreedy) {
+      r.n_group = spec.n_group;
+      r.topk_group = spec.topk_group;
+      r.group_ranking = spec.topk_method == TopkMethod::kNoAuxTc ? kernels::GroupRanking::kTopTwoSum
+                                                                 : kernels::GroupRanking::kMaxScore;
+    }
+    CANN_RETURN_IF_ERROR(kernels::check_router_config(r));
+    m->moe_router_ = true;
+  }
+  if (spec.positions == PositionKind::kRotary) {
+    auto freqs = kernels::rope_frequencies(rope_config(spec));
+    if (!freqs.ok())
+      return InvalidArgument("model '" + spec.name + "' (" + spec.source +
+                             "): rotary positions: " + freqs.status().message());
+    m->rope_ = kernels::rope_table(*freqs, spec.position_rows());
   }
   for (const LayerRange& chunk : m->chunks_) {
     m->chunk_offsets_.push_back(m->all_offsets_.size());
@@ -140,34 +201,50 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
       const std::string p = "h." + std::to_string(l) + ".";
       LayerOffsets o{};
       o.ln1w = off(p + "ln1.w");
-      o.ln1b = off(p + "ln1.b");
+      o.ln1b = opt_off(p + "ln1.b");
       o.qkvw = off(p + "attn.qkv.w");
-      o.qkvb = off(p + "attn.qkv.b");
+      o.qkvb = opt_off(p + "attn.qkv.b");
+      o.q_norm = opt_off(p + "attn.q_norm.w");
+      o.k_norm = opt_off(p + "attn.k_norm.w");
       o.projw = off(p + "attn.proj.w");
-      o.projb = off(p + "attn.proj.b");
+      o.projb = opt_off(p + "attn.proj.b");
       o.ln2w = off(p + "ln2.w");
-      o.ln2b = off(p + "ln2.b");
+      o.ln2b = opt_off(p + "ln2.b");
       if (spec.is_moe_layer(l)) {
         o.moe.routerw = off(p + "moe.router.w");
         o.moe.fcw = off(p + "moe.fc.w");
-        o.moe.fcb = off(p + "moe.fc.b");
+        o.moe.fcb = opt_off(p + "moe.fc.b");
         o.moe.projw = off(p + "moe.proj.w");
-        o.moe.projb = off(p + "moe.proj.b");
-        m->moe_grad_floats_ =
-            o.moe.projb +
-            static_cast<size_t>(spec.num_local_experts / m->ep_.size) * spec.hidden_size -
-            o.moe.routerw;
+        o.moe.projb = opt_off(p + "moe.proj.b");
+        // The layer's MoE tensors are contiguous from the router to the last expert tensor.
+        size_t end = 0;
+        for (const TensorInfo& t : m->table_.tensors())
+          if (t.name.starts_with(p + "moe.")) end = std::max(end, t.offset + t.numel);
+        m->moe_grad_floats_ = end - o.moe.routerw;
       } else {
         o.fcw = off(p + "mlp.fc.w");
-        o.fcb = off(p + "mlp.fc.b");
+        o.fcb = opt_off(p + "mlp.fc.b");
         o.fcprojw = off(p + "mlp.proj.w");
-        o.fcprojb = off(p + "mlp.proj.b");
+        o.fcprojb = opt_off(p + "mlp.proj.b");
       }
       m->all_offsets_.push_back(o);
     }
   }
   m->layout_activations();
   return m;
+}
+
+MoeDims Model::moe_dims(int T) const {
+  const ModelSpec& s = spec_;
+  MoeDims d{s.hidden_size, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
+            s.capacity_factor};
+  d.swiglu = s.mlp == MlpKind::kSwiGlu;
+  if (!moe_router_) return d;
+  d.dropless = s.routing == MoeRouting::kDropless;
+  d.router = &router_;
+  d.seq_aux = s.aux_loss == AuxLoss::kSequence;
+  d.seq = T;
+  return d;
 }
 
 size_t Model::max_tokens() const {
@@ -183,10 +260,9 @@ void Model::layout_activations() {
   // parallelism its 1/tp of them (the saving sp is for).
   const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
   const size_t C = s.hidden_size, V = vocab_, QKV = qkv_, F = ff_, AC = attn_c_;
+  const size_t FC = s.mlp == MlpKind::kSwiGlu ? 2 * F : F;  // the first MLP linear's width
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
-  const size_t cap = s.is_moe() ? moe_capacity(static_cast<int>(N), static_cast<int>(E),
-                                               static_cast<int>(K), s.capacity_factor)
-                                : 0;
+  const size_t cap = s.is_moe() ? moe_layer_capacity(moe_dims(max_seq_), static_cast<int>(N)) : 0;
   const Keep keep = recompute_ == Recompute::kFull        ? Keep::kOutput
                     : recompute_ == Recompute::kSelective ? Keep::kAllButProbs
                                                           : Keep::kAll;
@@ -242,10 +318,13 @@ void Model::layout_activations() {
     d_ln_ = take(N * C);
     d_atty_ = take(N * AC);
     d_qkv_ = take(N * QKV);
-    d_fch_ = take(N * F);
+    d_fch_ = take(N * FC);
+    d_act_ = s.mlp == MlpKind::kSwiGlu ? take(N * F) : d_fch_;
+    if (s.qk_norm) d_qk_ = take(2 * N * (nh_ + kvh_) * s.head_size());
     if (s.is_moe()) {
       moe_scratch_.d_xe = take(E * cap * C);
       moe_scratch_.d_ge = take(E * cap * FM);
+      if (s.mlp == MlpKind::kSwiGlu) moe_scratch_.d_he = take(E * cap * 2 * FM);
       moe_scratch_.d_ye = take(E * cap * C);
       moe_scratch_.d_gate = take(N * K);
       moe_scratch_.d_router = take(N * E);
@@ -257,6 +336,7 @@ void Model::layout_activations() {
     if (tp_.size > 1) {
       tp_full_ = take(N * C);
       tp_lngrad_ = take(2 * C);
+      if (s.qk_norm) tp_qkgrad_ = take(2 * s.head_size());
     }
     if (cp_.size > 1) {
       const size_t all_kv = static_cast<size_t>(max_batch_) * max_seq_ * (QKV - AC);
@@ -368,7 +448,8 @@ void Model::init_params(uint64_t seed) {
   for (const TensorInfo& t : table.tensors()) {
     float* p = base + t.offset;
     const std::string& n = t.name;
-    const bool is_norm_gain = n.ends_with("ln1.w") || n.ends_with("ln2.w") || n == "lnf.w";
+    const bool is_norm_gain = n.ends_with("ln1.w") || n.ends_with("ln2.w") || n == "lnf.w" ||
+                              n.ends_with("norm.w");
     if (is_norm_gain) {
       for (size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
     } else if (t.shape.size() >= 2) {
@@ -426,15 +507,17 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
   if (a.att == nullptr) a.att = recompute_att_;
   // Row-parallel biases are added by one rank so that the reduced sum holds them once.
   const bool add_bias = !tp || tp_.rank == 0;
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, P + o.ln1b, R, C);
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, opt(P, o.ln1b), R, C);
   const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
-  linear_forward(a.qkv, ln1_all, P + o.qkvw, P + o.qkvb, N, C, QKV);
+  linear_forward(a.qkv, ln1_all, P + o.qkvw, opt(P, o.qkvb), N, C, QKV);
+  if (s.qk_norm) qk_norm_forward(a, o, N);
+  if (s.positions == PositionKind::kRotary) rope_qk(a.qkv, N, false);
   attention_fwd(a);
   float* attn_out = sp ? tp_full_ : a.resid_attn;
-  linear_forward(attn_out, a.atty, P + o.projw, add_bias ? P + o.projb : nullptr, N, AC, C);
+  linear_forward(attn_out, a.atty, P + o.projw, add_bias ? opt(P, o.projb) : nullptr, N, AC, C);
   if (tp) tp_row_parallel_out(a.resid_attn, attn_out, N);
   residual_forward(a.resid_attn, a.resid_attn, x, static_cast<size_t>(R) * C);
-  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, P + o.ln2b, R, C);
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_attn, P + o.ln2w, opt(P, o.ln2b), R, C);
   const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
   double aux = 0.0;
   if (moe) {
@@ -442,8 +525,7 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
     // computation on the same input; under sp every rank routes the gathered tokens (the
     // single process's order: shards are consecutive rows of the flattened (B,T)) and
     // computes the experts and the output for its own R rows only, so no reduction follows.
-    const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
-                     s.capacity_factor};
+    const MoeDims md = moe_dims(T);
     MoeActs& kept = moe_layers_[a.moe_index];
     MoeActs& m = shared ? recompute_moe_acts_ : kept;
     const MoeTokenShard shard = sp ? MoeTokenShard{tp_.rank * R, R} : MoeTokenShard{};
@@ -451,11 +533,13 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
                       &tp_status_, shard);
     if (shared) record_routing(kept, m, recomputing);
   } else {
-    linear_forward(a.fch, ln2_all, P + o.fcw, P + o.fcb, N, C, F);
-    gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * F);
+    const int FC = s.mlp == MlpKind::kSwiGlu ? 2 * F : F;
+    linear_forward(a.fch, ln2_all, P + o.fcw, opt(P, o.fcb), N, C, FC);
+    mlp_activation_forward(a.fch_gelu, a.fch, N, F);
     if (recomputing) return aux;
     float* mlp_out = sp ? tp_full_ : a.out;
-    linear_forward(mlp_out, a.fch_gelu, P + o.fcprojw, add_bias ? P + o.fcprojb : nullptr, N, F, C);
+    linear_forward(mlp_out, a.fch_gelu, P + o.fcprojw, add_bias ? opt(P, o.fcprojb) : nullptr, N,
+                   F, C);
     if (tp) tp_row_parallel_out(a.out, mlp_out, N);
   }
   if (!recomputing) residual_forward(a.out, a.out, a.resid_attn, static_cast<size_t>(R) * C);
@@ -498,13 +582,13 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   } else if (cp) {
     cp_embedding_forward(B);
   } else if (!tp) {
-    embedding_forward(encoded_, inputs_, P + wte_, P + wpe_, B, T, C);
+    embedding_forward(encoded_, inputs_, P + wte_, opt(P, wpe_), B, T, C);
   } else {
     // Vocabulary-parallel embedding: each rank looks up the tokens it holds, one rank adds the
     // positions, and the partial sums are reduced (scattered by rows under sp).
     float* partial = sp ? tp_full_ : encoded_;
-    embedding_forward_vocab_range(partial, inputs_, P + wte_, first_rank ? P + wpe_ : nullptr, B, T,
-                                  C, vocab_begin_, vocab_begin_ + vocab_valid_);
+    embedding_forward_vocab_range(partial, inputs_, P + wte_, first_rank ? opt(P, wpe_) : nullptr,
+                                  B, T, C, vocab_begin_, vocab_begin_ + vocab_valid_);
     tp_row_parallel_out(encoded_, partial, N);
   }
   const float* x = encoded_;
@@ -522,8 +606,8 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
     if (have_targets_) select_rows(targets_, targets, B, seq);
     return st;
   }
-  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw_, P + lnfb_, R, C);
-  linear_forward(logits_, sp ? tp_gather_rows(lnf_, R) : lnf_, P + wte_, nullptr, N, C, V);
+  norm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw_, opt(P, lnfb_), R, C);
+  linear_forward(logits_, sp ? tp_gather_rows(lnf_, R) : lnf_, P + head_w_, nullptr, N, C, V);
   if (!have_targets_) return st;
   select_rows(targets_, targets, B, seq);
   if (tp)
@@ -567,8 +651,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   const size_t RC = static_cast<size_t>(R) * C;
   const float* P = params_.data();
   float* G = grads_.data();
-  const MoeDims md{C, s.moe_intermediate_size, s.num_local_experts, s.num_experts_per_tok,
-                   s.capacity_factor};
+  const MoeDims md = moe_dims(T);
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);
   // The gradient of a row-parallel linear's output, whole: d_resid_ itself, or under sp its
   // rows gathered from every rank (the backward of the forward's reduce-scatter).
@@ -586,12 +669,12 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
       softmax_crossentropy_backward(logits_, logits_, targets_, logit_scale, N, V);
     // Under sp only this rank's rows of the layernorm outputs were kept: the column-parallel
     // linears' weight gradients gather them again (one all-gather per linear, as Megatron does).
-    linear_backward(d_ln_, G + wte_, nullptr, logits_, sp ? tp_gather_rows(lnf_, R) : lnf_,
-                    P + wte_, N, C, V);
+    linear_backward(d_ln_, G + head_w_, nullptr, logits_, sp ? tp_gather_rows(lnf_, R) : lnf_,
+                    P + head_w_, N, C, V);
     const float* x_last = local_layers > 0 ? layers_.back().out : encoded_;
     const float* d_lnf = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
-    layernorm_backward_tp(d_resid_, G + lnfw_, G + lnfb_, d_lnf, x_last, P + lnfw_, lnf_mean_,
-                          lnf_rstd_, R, C);
+    norm_backward_tp(d_resid_, G + lnfw_, opt(G, lnfb_), d_lnf, x_last, P + lnfw_, lnf_mean_,
+                     lnf_rstd_, R, C);
     done(s.num_hidden_layers);
   }
 
@@ -622,28 +705,32 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
       }
     } else {
       const float* dy = full_dout();
-      linear_backward(d_fch_, G + o.fcprojw, G + o.fcprojb, dy, a.fch_gelu, P + o.fcprojw, N, F, C);
+      linear_backward(d_act_, G + o.fcprojw, opt(G, o.fcprojb), dy, a.fch_gelu, P + o.fcprojw, N,
+                      F, C);
       ready(o.fcprojw);
-      gelu_backward(d_fch_, a.fch, d_fch_, static_cast<size_t>(N) * F);
+      mlp_activation_backward(d_fch_, d_act_, a.fch, N, F);
       const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
-      linear_backward(d_ln_, G + o.fcw, G + o.fcb, d_fch_, ln2_all, P + o.fcw, N, C, F);
+      const int FC = s.mlp == MlpKind::kSwiGlu ? 2 * F : F;
+      linear_backward(d_ln_, G + o.fcw, opt(G, o.fcb), d_fch_, ln2_all, P + o.fcw, N, C, FC);
       if (tp) d_ln2 = tp_column_parallel_dinput(d_ln_, N);
     }
-    layernorm_backward_tp(d_branch_, G + o.ln2w, G + o.ln2b, d_ln2, a.resid_attn, P + o.ln2w,
-                          a.ln2_mean, a.ln2_rstd, R, C);
+    norm_backward_tp(d_branch_, G + o.ln2w, opt(G, o.ln2b), d_ln2, a.resid_attn, P + o.ln2w,
+                     a.ln2_mean, a.ln2_rstd, R, C);
     ready(o.ln2w);
     residual_backward(d_resid_, d_branch_, RC);
     // Attention branch: resid_attn = x_in + proj(attention(ln1(x_in))).
     const float* dy = full_dout();
-    linear_backward(d_atty_, G + o.projw, G + o.projb, dy, a.atty, P + o.projw, N, AC, C);
+    linear_backward(d_atty_, G + o.projw, opt(G, o.projb), dy, a.atty, P + o.projw, N, AC, C);
     ready(o.projw);
     attention_bwd(a);
+    if (s.positions == PositionKind::kRotary) rope_qk(d_qkv_, N, true);
+    if (s.qk_norm) qk_norm_backward(a, o, N);
     const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
-    linear_backward(d_ln_, G + o.qkvw, G + o.qkvb, d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
+    linear_backward(d_ln_, G + o.qkvw, opt(G, o.qkvb), d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
     ready(o.qkvw);
     const float* d_ln1 = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
-    layernorm_backward_tp(d_branch_, G + o.ln1w, G + o.ln1b, d_ln1, x_in, P + o.ln1w, a.ln1_mean,
-                          a.ln1_rstd, R, C);
+    norm_backward_tp(d_branch_, G + o.ln1w, opt(G, o.ln1b), d_ln1, x_in, P + o.ln1w, a.ln1_mean,
+                     a.ln1_rstd, R, C);
     residual_backward(d_resid_, d_branch_, RC);
     done(l);
     use(ParamUse::kAfterBackward, l);
@@ -653,10 +740,10 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   if (cp_.size > 1) {
     cp_embedding_backward(tp ? full_dout() : d_resid_, B);
   } else if (!tp) {
-    embedding_backward(G + wte_, G + wpe_, d_resid_, inputs_, B, T, C);
+    embedding_backward(G + wte_, opt(G, wpe_), d_resid_, inputs_, B, T, C);
   } else {
-    embedding_backward_vocab_range(G + wte_, G + wpe_, full_dout(), inputs_, B, T, C, vocab_begin_,
-                                   vocab_begin_ + vocab_valid_);
+    embedding_backward_vocab_range(G + wte_, opt(G, wpe_), full_dout(), inputs_, B, T, C,
+                                   vocab_begin_, vocab_begin_ + vocab_valid_);
   }
   done(-1);
 }

@@ -27,6 +27,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/status.h"
+#include "kernels/cpu/rope.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
 #include "model/recompute.h"
@@ -163,14 +164,25 @@ class Model {
   long dropped_assignments() const;
 
  private:
+  // A tensor the spec does not have (a bias, RMSNorm's shift, QK-norm): kAbsent, and
+  // opt(base, offset) is then null, which the kernels read as "none".
+  static constexpr size_t kAbsent = static_cast<size_t>(-1);
+  template <typename T>
+  static T* opt(T* base, size_t offset) {
+    return offset == kAbsent ? nullptr : base + offset;
+  }
   struct LayerOffsets {
     size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
+    size_t q_norm = kAbsent, k_norm = kAbsent;          // QK-norm (Qwen3)
     size_t fcw = 0, fcb = 0, fcprojw = 0, fcprojb = 0;  // dense layers
     MoeOffsets moe;                                     // MoE layers
   };
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *resid_attn;
     float* kv = nullptr;  // cp > 1: every position's keys and values (B,T,2*kvh*head_size)
+    // QK-norm: the q heads then the k heads before the norm, (N*nh + N*kvh, head_size), and
+    // their 1/rms (N*nh + N*kvh).
+    float *qk_raw = nullptr, *qk_rstd = nullptr;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
     int moe_index = -1;  // into moe_layers_
   };
@@ -205,6 +217,8 @@ class Model {
         const ExpertParallel& ep, const ContextParallel& cp);
   // Tokens of a micro-batch this rank holds at most: max_batch * max_seq / cp.
   size_t max_tokens() const;
+  // The MoE layers' dimensions and router (moe_layer.h) for sequences of T rows.
+  MoeDims moe_dims(int T) const;
   void layout_activations();
   // Layer l's saved tensors as `keep` says; MoE layers also push their MoeActs onto *moe.
   LayerActs carve_layer(ArenaCarver& arena, int l, Keep keep, std::vector<MoeActs>* moe);
@@ -238,8 +252,26 @@ class Model {
   float* tp_column_parallel_dinput(float* d, int N);
   // Layernorm backward whose weight gradients are partial under sp (each rank saw its rows):
   // computed into scratch, summed over the ranks, then accumulated.
-  void layernorm_backward_tp(float* dx, float* dw, float* db, const float* dy, const float* x,
-                             const float* w, const float* mean, const float* rstd, int rows, int C);
+  void norm_backward_tp(float* dx, float* dw, float* db, const float* dy, const float* x,
+                        const float* w, const float* mean, const float* rstd, int rows, int C);
+  // The block pieces of today's families (model_blocks.cc). The spec's norm (LayerNorm, or
+  // RMSNorm with null mean and bias) over rows of C.
+  void norm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                    const float* b, int rows, int C) const;
+  // Qwen3's RMSNorm over each q and k head of the layer's qkv rows (N of them), in place; the
+  // inputs are kept in a.qk_raw for backward, which turns d(normed) in d_qkv_ into d(raw) and
+  // adds the weight gradients (summed over the tp ranks, each of which saw its heads only).
+  void qk_norm_forward(const LayerActs& a, const LayerOffsets& o, int N);
+  void qk_norm_backward(const LayerActs& a, const LayerOffsets& o, int N);
+  // Rotary embedding of the q and k heads of qkv rows (N = B_*T_), or its backward on d_qkv_.
+  void rope_qk(float* qkv, int N, bool backward);
+  // Positions of this rank's B_*T_ rows (global positions under cp).
+  const int* rope_positions();
+  // The MLP's activation: GeLU of fch, or SwiGLU of fch's [gate | up] halves.
+  void mlp_activation_forward(float* act, const float* fch, int N, int F) const;
+  // d(fch) from d(act) (in d_act, (N,F)) into dfch.
+  void mlp_activation_backward(float* dfch, const float* d_act, const float* fch, int N,
+                               int F) const;
   void vocab_parallel_loss(int N);
   // Context parallelism (context_parallel.cc); each records the first failure in tp_status_.
   // The global positions of this rank's T/cp rows of a sequence of T (cached in cp_pos_).
@@ -302,7 +334,15 @@ class Model {
   AlignedBuffer<float> params_, grads_;
   AlignedBuffer<float> acts_;
   AlignedBuffer<int> ints_;
-  size_t wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
+  size_t wte_ = 0, wpe_ = kAbsent, lnfw_ = 0, lnfb_ = kAbsent;
+  size_t head_w_ = 0;  // the output head: wte (tied) or lm_head
+  // Rotary positions: the cos/sin table and the positions of the current batch's rows.
+  kernels::RopeTable rope_;
+  // The families' MoE router (used when moe_router_ is set; gpt/bert specs use GShard's).
+  kernels::RouterConfig router_;
+  bool moe_router_ = false;
+  std::vector<int> rope_pos_;
+  int rope_pos_B_ = 0, rope_pos_T_ = 0;
   std::vector<LayerOffsets> all_offsets_;  // every chunk's layers, chunk after chunk
   std::span<const LayerOffsets> offsets_;  // the current chunk's
   std::vector<LayerActs> layers_;
@@ -311,13 +351,16 @@ class Model {
   float *logits_ = nullptr, *losses_ = nullptr;
   // Backward scratch, reused by every layer.
   float *d_resid_ = nullptr, *d_branch_ = nullptr, *d_ln_ = nullptr, *d_atty_ = nullptr;
-  float *d_qkv_ = nullptr, *d_fch_ = nullptr;
+  float *d_qkv_ = nullptr, *d_fch_ = nullptr, *d_act_ = nullptr;
+  // QK-norm scratch: the normed heads in forward, their gradient and the input's in backward.
+  float* d_qk_ = nullptr;
   MoeScratch moe_scratch_;
   // Tensor parallelism only (null with tp = 1): a full (N,C) staging buffer for partial sums and
   // gathered gradients; per-row max, sums and shift of the vocabulary-parallel loss; layernorm
   // weight-gradient scratch under sp.
   float *tp_full_ = nullptr, *tp_rowmax_ = nullptr, *tp_sums_ = nullptr, *tp_shift_ = nullptr;
   float* tp_lngrad_ = nullptr;
+  float* tp_qkgrad_ = nullptr;  // QK-norm weight-gradient scratch (2 * head_size)
   // Context parallelism only (null with cp = 1): the gathered keys and values in rank order
   // (cp blocks of B x T/cp rows, also the reduce-scatter's input), every position's key/value
   // gradients, and this rank's reduced ones. cp_pos_ holds the positions for a sequence of

@@ -1,12 +1,13 @@
 // The tensor-parallel pieces of Model's forward and backward: Megatron's conjugate operators
 // (all-reduce in forward / identity in backward and the reverse; under sequence parallelism
-// all-gather / reduce-scatter pairs), the vocabulary-parallel loss, and layernorm backward
+// all-gather / reduce-scatter pairs), the vocabulary-parallel loss, and norm backward
 // with its weight gradients summed over the sequence shards (and an MoE layer's, whose experts
-// saw only this rank's tokens under sp). Only tp > 1 reaches this file.
+// saw only this rank's tokens under sp).
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/vocab_parallel_ce.h"
 #include "model/model.h"
 
@@ -50,12 +51,19 @@ float* Model::tp_column_parallel_dinput(float* d, int N) {
   return tp_full_;
 }
 
-void Model::layernorm_backward_tp(float* dx, float* dw, float* db, const float* dy, const float* x,
-                                  const float* w, const float* mean, const float* rstd, int rows,
-                                  int C) {
+void Model::norm_backward_tp(float* dx, float* dw, float* db, const float* dy, const float* x,
+                             const float* w, const float* mean, const float* rstd, int rows,
+                             int C) {
+  const bool rms = spec_.norm == NormKind::kRmsNorm;
+  auto run = [&](float* gw, float* gb) {
+    if (rms)
+      rmsnorm_backward(dx, gw, dy, x, w, rstd, rows, C);
+    else
+      layernorm_backward(dx, gw, gb, dy, x, w, mean, rstd, rows, C);
+  };
   if (tp_.size == 1 || !tp_.sequence_parallel) {
     // Every rank saw every row: the weight gradients are already whole (and equal).
-    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, rows, C);
+    run(dw, db);
     return;
   }
   // Only this micro-step's contribution is summed over the ranks: dw and db accumulate over
@@ -63,11 +71,11 @@ void Model::layernorm_backward_tp(float* dx, float* dw, float* db, const float* 
   float* sdw = tp_lngrad_;
   float* sdb = tp_lngrad_ + C;
   std::fill(tp_lngrad_, tp_lngrad_ + 2 * C, 0.0f);
-  layernorm_backward(dx, sdw, sdb, dy, x, w, mean, rstd, rows, C);
+  run(sdw, sdb);
   tp_allreduce(tp_lngrad_, 2 * static_cast<size_t>(C));
   for (int c = 0; c < C; ++c) {
     dw[c] += sdw[c];
-    db[c] += sdb[c];
+    if (db != nullptr) db[c] += sdb[c];
   }
 }
 

@@ -24,7 +24,9 @@
 
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/moe_balance.h"
 #include "kernels/cpu/residual.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace cann::model {
 
@@ -105,45 +107,102 @@ int local_rows(const int* recv_count, int P, int El, int j) {
   return rows;
 }
 
+// Expert j's bias of `width` at `offset`, or null when the spec has none.
+template <typename T>
+T* expert_bias(T* base, size_t offset, int j, int width) {
+  return offset == kNoMoeTensor ? nullptr : base + offset + static_cast<size_t>(j) * width;
+}
+
 // Expert j's two GEMMs over `rows` rows at region offset `region` (rows of the expert buffers).
+// he holds the first GEMM's output (FC wide), ge the activation (FM wide).
 void expert_forward(MoeActs& a, const float* params, const MoeOffsets& o, const MoeDims& d, int j,
                     size_t region, int rows) {
-  const int C = d.C, FM = d.FM;
-  const size_t xe_off = region * C, he_off = region * FM;
-  linear_forward(a.he + he_off, a.xe + xe_off, params + o.fcw + static_cast<size_t>(j) * FM * C,
-                 params + o.fcb + static_cast<size_t>(j) * FM, rows, C, FM);
-  gelu_forward(a.ge + he_off, a.he + he_off, static_cast<size_t>(rows) * FM);
-  linear_forward(a.ye + xe_off, a.ge + he_off, params + o.projw + static_cast<size_t>(j) * C * FM,
-                 params + o.projb + static_cast<size_t>(j) * C, rows, FM, C);
+  const int C = d.C, FM = d.FM, FC = d.FC();
+  const size_t xe_off = region * C, he_off = region * FC, ge_off = region * FM;
+  linear_forward(a.he + he_off, a.xe + xe_off, params + o.fcw + static_cast<size_t>(j) * FC * C,
+                 expert_bias(params, o.fcb, j, FC), rows, C, FC);
+  if (d.swiglu)
+    swiglu_forward(a.ge + ge_off, a.he + he_off, rows, FM);
+  else
+    gelu_forward(a.ge + ge_off, a.he + he_off, static_cast<size_t>(rows) * FM);
+  linear_forward(a.ye + xe_off, a.ge + ge_off, params + o.projw + static_cast<size_t>(j) * C * FM,
+                 expert_bias(params, o.projb, j, C), rows, FM, C);
 }
 
 void expert_backward(const MoeActs& a, const MoeScratch& s, float* grads, const float* params,
                      const MoeOffsets& o, const MoeDims& d, int j, size_t region, int rows) {
-  const int C = d.C, FM = d.FM;
-  const size_t xe_off = region * C, he_off = region * FM;
+  const int C = d.C, FM = d.FM, FC = d.FC();
+  const size_t xe_off = region * C, he_off = region * FC, ge_off = region * FM;
   const size_t projw = o.projw + static_cast<size_t>(j) * C * FM;
-  const size_t fcw = o.fcw + static_cast<size_t>(j) * FM * C;
-  linear_backward(s.d_ge + he_off, grads + projw, grads + o.projb + static_cast<size_t>(j) * C,
-                  s.d_ye + xe_off, a.ge + he_off, params + projw, rows, FM, C);
-  gelu_backward(s.d_ge + he_off, a.he + he_off, s.d_ge + he_off, static_cast<size_t>(rows) * FM);
-  linear_backward(s.d_xe + xe_off, grads + fcw, grads + o.fcb + static_cast<size_t>(j) * FM,
-                  s.d_ge + he_off, a.xe + xe_off, params + fcw, rows, C, FM);
+  const size_t fcw = o.fcw + static_cast<size_t>(j) * FC * C;
+  linear_backward(s.d_ge + ge_off, grads + projw, expert_bias(grads, o.projb, j, C),
+                  s.d_ye + xe_off, a.ge + ge_off, params + projw, rows, FM, C);
+  float* d_he = d.swiglu ? s.d_he + he_off : s.d_ge + ge_off;
+  if (d.swiglu)
+    swiglu_backward(d_he, s.d_ge + ge_off, a.he + he_off, rows, FM);
+  else
+    gelu_backward(d_he, a.he + he_off, s.d_ge + ge_off, static_cast<size_t>(rows) * FM);
+  linear_backward(s.d_xe + xe_off, grads + fcw, expert_bias(grads, o.fcb, j, FC), d_he,
+                  a.xe + xe_off, params + fcw, rows, C, FC);
+}
+
+// The families' routing (MoeDims::router): experts and combine weights from the router's
+// scores, then slots as GShard hands them out (every token's first choice, then every second
+// one, ...; an assignment finding its expert full is dropped), f_e into load_fraction, and the
+// balance loss.
+float route_families(MoeActs& a, const MoeDims& d, int N) {
+  const int E = d.E, K = d.K, cap = a.shape.capacity;
+  moe_route_forward(a.probs, a.expert_index, a.gate, a.router_logits, nullptr, *d.router, N);
+  std::fill(a.expert_count, a.expert_count + E, 0);
+  std::fill(a.load_fraction, a.load_fraction + E, 0.0f);
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < N; ++n) {
+      const size_t i = static_cast<size_t>(n) * K + k;
+      const int e = a.expert_index[i];
+      a.load_fraction[e] += 1.0f / (static_cast<float>(N) * K);
+      a.slot[i] = a.expert_count[e] < cap ? a.expert_count[e]++ : -1;
+    }
+  if (d.seq_aux) return moe_seq_balance_loss(a.probs, a.expert_index, N / d.seq, d.seq, E, K);
+  return moe_switch_balance_loss(a.probs, a.expert_index, N, E, K);
+}
+
+// d_router <- the router logits' gradient of the families' routing: through the combine
+// weights (d_gate) and, weighted by aux_grad, through the balance loss.
+void route_families_backward(const MoeActs& a, const MoeScratch& s, const MoeDims& d,
+                             float aux_grad) {
+  const int N = a.shape.N, E = d.E, K = d.K;
+  const float* dscores = nullptr;
+  if (aux_grad != 0.0f) {
+    if (d.seq_aux)
+      moe_seq_balance_loss_backward(s.d_router, a.probs, a.expert_index, N / d.seq, d.seq, E, K,
+                                    aux_grad);
+    else
+      moe_switch_balance_loss_backward(s.d_router, a.expert_index, N, E, K, aux_grad);
+    dscores = s.d_router;
+  }
+  moe_route_backward(s.d_router, s.d_gate, dscores, a.probs, a.expert_index, *d.router, N);
 }
 
 }  // namespace
+
+int moe_layer_capacity(const MoeDims& d, int N) {
+  return d.dropless ? N : moe_capacity(N, d.E, d.K, d.capacity_factor);
+}
 
 float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
                   const MoeDims& d, int N, const MoeScratch& s, const ExpertParallel* ep,
                   Status* ep_status, const MoeTokenShard& shard) {
   const int C = d.C, E = d.E, K = d.K;
-  a.shape = MoeShape{N, E, K, moe_capacity(N, E, K, d.capacity_factor)};
+  a.shape = MoeShape{N, E, K, moe_layer_capacity(d, N)};
   a.first = shard.rows < 0 ? 0 : shard.first;
   a.rows = shard.rows < 0 ? N : shard.rows;
   CANN_CHECK(a.first >= 0 && a.first + a.rows <= N) << "token shard outside the micro-batch";
   const int cap = a.shape.capacity;
   linear_forward(a.router_logits, x, params + o.routerw, nullptr, N, C, E);
-  a.aux = moe_router_forward(a.probs, a.expert_index, a.gate, a.slot, a.expert_count,
-                             a.load_fraction, a.router_logits, a.shape);
+  a.aux = d.router != nullptr
+              ? route_families(a, d, N)
+              : moe_router_forward(a.probs, a.expert_index, a.gate, a.slot, a.expert_count,
+                                   a.load_fraction, a.router_logits, a.shape);
   if (ep == nullptr || ep->size == 1) {
     // The tokens this rank computes, [first, first + rows), with their slots and counts.
     const size_t t0 = a.first;
@@ -220,8 +279,11 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
       *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
     unpack_by_expert(s.d_xe, s.send, a.expert_count, E, cap, C);
   }
-  moe_router_backward(s.d_router, s.d_gate, a.probs, a.expert_index, a.slot, a.load_fraction,
-                      aux_grad, a.shape);
+  if (d.router != nullptr)
+    route_families_backward(a, s, d, aux_grad);
+  else
+    moe_router_backward(s.d_router, s.d_gate, a.probs, a.expert_index, a.slot, a.load_fraction,
+                        aux_grad, a.shape);
   // The router reads all N tokens of x, the experts only the shard's: dx starts as the router's
   // input gradient and the experts' is added on the shard's rows (without a shard, the same
   // two terms per element as the other way round, so the same bits).

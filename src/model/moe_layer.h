@@ -1,18 +1,26 @@
-// The MoE feed-forward layer: router, dispatch to expert buffers, per-expert MLPs (fc, GELU,
-// proj), combine by gates. Called by Model for layers where ModelSpec::is_moe_layer holds.
+// The MoE feed-forward layer: router, dispatch to expert buffers, per-expert MLPs (fc, GELU or
+// SwiGLU, proj; biases optional), combine by gates. Called by Model for layers where
+// ModelSpec::is_moe_layer holds. Two routers: GShard's (kernels/cpu/moe: softmax top-k, gates
+// not renormalized, capacity slots, its aux) for gpt/bert specs, and the Hugging Face
+// families' (kernels/cpu/moe_routing: normalized top-k, capacity or dropless slots, the
+// Switch/Mixtral or the sequence-wise balance loss of kernels/cpu/moe_balance).
 #pragma once
 
 #include <cstddef>
 
 #include "core/status.h"
 #include "kernels/cpu/moe.h"
+#include "kernels/cpu/moe_routing.h"
 #include "model/tensor_parallel.h"
 
 namespace cann::model {
 
+// An expert bias the spec does not have.
+inline constexpr size_t kNoMoeTensor = static_cast<size_t>(-1);
+
 // Float offsets of one MoE layer's tensors in the flat buffers.
 struct MoeOffsets {
-  size_t routerw = 0, fcw = 0, fcb = 0, projw = 0, projb = 0;
+  size_t routerw = 0, fcw = 0, fcb = kNoMoeTensor, projw = 0, projb = kNoMoeTensor;
 };
 
 // Saved activations of one MoE layer (views into the model's arena), sized for the largest
@@ -34,6 +42,8 @@ struct MoeActs {
 // Backward scratch shared by all MoE layers.
 struct MoeScratch {
   float *d_xe = nullptr, *d_ge = nullptr, *d_ye = nullptr, *d_gate = nullptr, *d_router = nullptr;
+  // SwiGLU experts: the gradient of the [gate | up] rows, E * capacity * 2 * FM floats.
+  float* d_he = nullptr;
   // Expert parallelism: all-to-all staging, E * capacity * C floats each.
   float *send = nullptr, *recv = nullptr;
 };
@@ -51,7 +61,19 @@ struct MoeDims {
   int FM;  // expert intermediate size
   int E, K;
   double capacity_factor;
+  bool swiglu = false;    // experts are SwiGLU (fc gives [gate | up], 2*FM wide) instead of GeLU
+  bool dropless = false;  // every assignment is computed (capacity N)
+  // The families' router (null: GShard's). With it the aux loss is the Switch/Mixtral one, or
+  // with seq_aux DeepSeek's sequence-wise one over sequences of `seq` rows.
+  const kernels::RouterConfig* router = nullptr;
+  bool seq_aux = false;
+  int seq = 0;
+  int FC() const { return swiglu ? 2 * FM : FM; }
 };
+
+// Slots per expert for N tokens: N when dropless (a token's experts are distinct), else
+// GShard's capacity.
+int moe_layer_capacity(const MoeDims& d, int N);
 
 // out (N,C) = MoE(x); x (N,C) is the layernorm output. Returns the aux loss (unscaled).
 // With a token shard, out is (shard.rows, C): the output of those tokens only, and

@@ -66,6 +66,11 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   a.ln1_mean = arena.take(R);
   a.ln1_rstd = arena.take(R);
   a.qkv = arena.take(N * QKV);
+  if (s.qk_norm) {
+    const size_t heads = N * (nh_ + kvh_);
+    a.qk_raw = arena.take(heads * s.head_size());
+    a.qk_rstd = arena.take(heads);
+  }
   if (cp_.size > 1) a.kv = arena.take(static_cast<size_t>(max_batch_) * max_seq_ * (QKV - AC));
   if (keep != Keep::kAllButProbs) a.att = arena.take(att);
   a.atty = arena.take(N * AC);
@@ -75,19 +80,18 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   a.ln2_rstd = arena.take(R);
   if (keep != Keep::kAllButOutput) a.out = arena.take(R * C);
   if (!is_moe) {
-    a.fch = arena.take(N * F);
+    a.fch = arena.take(s.mlp == MlpKind::kSwiGlu ? 2 * N * F : N * F);
     a.fch_gelu = arena.take(N * F);
     return a;
   }
-  const size_t cap = moe_capacity(static_cast<int>(N), static_cast<int>(E), static_cast<int>(K),
-                                  s.capacity_factor);
+  const size_t cap = moe_layer_capacity(moe_dims(max_seq_), static_cast<int>(N));
   MoeActs m{};
   m.router_logits = arena.take(N * E);
   m.probs = arena.take(N * E);
   m.gate = arena.take(N * K);
   m.load_fraction = arena.take(E);
   m.xe = arena.take(E * cap * C);
-  m.he = arena.take(E * cap * FM);
+  m.he = arena.take(E * cap * (s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM));
   m.ge = arena.take(E * cap * FM);
   m.ye = arena.take(E * cap * C);
   m.expert_index = arena.itake(N * K);

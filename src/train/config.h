@@ -64,6 +64,10 @@ struct TrainConfig {
   int link_probe_every = 0;             // measure every pair's bandwidth every K steps; 0: never
   std::string dump_grads;               // safetensors file of one step's gradient; empty: none
   int dump_grads_step = 1;              // the step whose gradient --dump-grads writes
+  // Hugging Face weights (hf_weights.h): a model directory to start from; one to write the
+  // trained model to at the end. Empty: none.
+  std::string init_from;
+  std::string export_hf;
 
   int resolved_warmup() const {
     if (warmup >= 0) return warmup;

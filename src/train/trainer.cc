@@ -13,6 +13,7 @@
 #include "model/flops.h"
 #include "train/data_parallel.h"
 #include "train/grad_dump.h"
+#include "train/hf_weights.h"
 #include "train/link_probe.h"
 #include "train/run_description.h"
 
@@ -61,6 +62,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   schedule_ =
       optim::LrSchedule{config_.lr, config_.resolved_warmup(), config_.steps, config_.min_lr_ratio};
   parts_->model().init_params(config_.seed);
+  if (!config_.init_from.empty()) CANN_RETURN_IF_ERROR(load_initial_weights());
   if (Status adopted = opt_->adopt_params(); !adopted.ok()) return comm_failure(adopted);
   CANN_ASSIGN_OR_RETURN(keeper_, StateKeeper::create(config_, env, leader()));
   bind_state();
@@ -324,9 +326,40 @@ Status Trainer::finish_profile() {
   return OkStatus();
 }
 
+Status Trainer::load_initial_weights() {
+  std::vector<float> full;
+  CANN_RETURN_IF_ERROR(load_hf_weights(spec_, config_.init_from, &full));
+  model::Model& m = parts_->model();
+  const model::ShardPlace at =
+      parts_->model_parallel() != nullptr ? parts_->shard_place() : model::ShardPlace{};
+  model::slice_from_full(model::build_param_table(spec_), full.data(), m.table(), at, m.params());
+  if (layout_.rank == 0 && !config_.quiet) log_info("weights loaded from " + config_.init_from);
+  return OkStatus();
+}
+
+Status Trainer::export_weights(bool show) {
+  if (world_) {
+    const Status gathered = opt_->materialize_params();
+    if (!gathered.ok()) return comm_failure(gathered);
+  }
+  const float* params = parts_->model().params();
+  std::vector<float> full;
+  if (parts_->model_parallel() != nullptr) {
+    full.resize(parts_->full_table().total_floats());
+    if (Status s = parts_->gather_full({params}, full.data()); !s.ok()) return comm_failure(s);
+    params = full.data();
+  }
+  if (layout_.rank != 0) return OkStatus();
+  CANN_RETURN_IF_ERROR(export_hf(spec_, params, config_.export_hf));
+  if (show) reporter_->line("weights written to " + config_.export_hf + " (Hugging Face layout)");
+  return OkStatus();
+}
+
 Status Trainer::finish_run(RunSummary* summary, bool show) {
   if (profiler_) CANN_RETURN_IF_ERROR(finish_profile());  // the run ended inside the window
   reporter_->finish();
+  if (!config_.export_hf.empty() && summary->last_step == config_.steps)
+    CANN_RETURN_IF_ERROR(export_weights(show));
   // Under model parallelism the forward is a collective, so every rank samples (the leader
   // prints); under ZeRO stage 3 every rank first gathers the whole model.
   const bool sample = spec_.architecture == model::Architecture::kGpt &&

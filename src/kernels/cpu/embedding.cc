@@ -45,9 +45,11 @@ void embedding_backward_vocab_range(float* dwte_shard, float* dwpe, const float*
     const int c1 = std::min(C, chunks * (tid + 1) / nth * 16);
     for (int bt = 0; bt < B * T; ++bt) {
       const float* d = dout + static_cast<size_t>(bt) * C;
-      float* pe = dwpe + static_cast<size_t>(bt % T) * C;
+      if (dwpe != nullptr) {
+        float* pe = dwpe + static_cast<size_t>(bt % T) * C;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) pe[c] += d[c];
+        for (int c = c0; c < c1; ++c) pe[c] += d[c];
+      }
       const int tok = tokens[bt];
       if (tok < v_begin || tok >= v_end) continue;
       float* te = dwte_shard + static_cast<size_t>(tok - v_begin) * C;

@@ -6,7 +6,8 @@ namespace cann::kernels {
 // tokens is (B,T) with values in [0,V); wte is (V,C); wpe is (maxT,C), maxT >= T; out is (B,T,C).
 void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B,
                        int T, int C);
-// dwte (V,C) and dwpe (maxT,C) accumulate; dout is (B,T,C).
+// dwte (V,C) and dwpe (maxT,C) accumulate; dout is (B,T,C). wpe and dwpe may be null: a model
+// with rotary positions has no position table.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
                         int T, int C);
 
@@ -16,7 +17,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
 // partial outputs is the full embedding).
 void embedding_forward_vocab_range(float* out, const int* tokens, const float* wte_shard,
                                    const float* wpe, int B, int T, int C, int v_begin, int v_end);
-// dwte_shard accumulates the rows of tokens in [v_begin, v_end); dwpe (maxT,C) accumulates all.
+// dwte_shard accumulates the rows of tokens in [v_begin, v_end); dwpe (maxT,C), when not null,
+// accumulates all.
 void embedding_backward_vocab_range(float* dwte_shard, float* dwpe, const float* dout,
                                     const int* tokens, int B, int T, int C, int v_begin, int v_end);
 
