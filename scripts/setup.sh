@@ -5,6 +5,7 @@
 #
 #   scripts/setup.sh              release build in build/
 #   BUILD_DIR=... CMAKE_ARGS=... scripts/setup.sh   another build directory or options
+#   EXTRA_PACKAGES="..." scripts/setup.sh          also install these Debian packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,9 @@ packages=(
   libbenchmark-dev fortunes iproute2
   prometheus chromium
 )
+# More packages for one caller (scripts/test.sh adds the PyTorch the reference test needs).
+# shellcheck disable=SC2206
+packages+=(${EXTRA_PACKAGES:-})
 
 missing=()
 for p in "${packages[@]}"; do
