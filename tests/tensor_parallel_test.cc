@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "model/param_table.h"
 #include "model/spec.h"
+#include "model_grad_check.h"
 #include "parallel/tp_comm.h"
 
 namespace cann {
@@ -61,22 +62,12 @@ const char kSixHeads[] =
     "architecture: gpt\nhidden_size: 48\nnum_hidden_layers: 2\nnum_attention_heads: 6\n"
     "vocab_size: 50\nseq_length: 12\n";
 
-struct Batch {
-  std::vector<int> inputs, targets;
-};
+using test::Batch;
 
 std::vector<Batch> make_batches(const ModelSpec& s, int count, int B, int T) {
   Rng rng(4242);
   std::vector<Batch> out(count);
-  for (Batch& b : out) {
-    b.inputs.resize(B * T);
-    b.targets.resize(B * T);
-    for (int i = 0; i < B * T; ++i) {
-      b.inputs[i] = static_cast<int>(rng.below(s.vocab_size));
-      b.targets[i] = static_cast<int>(rng.below(s.vocab_size));
-      if (s.architecture == model::Architecture::kBert && rng.uniform() < 0.6f) b.targets[i] = -1;
-    }
-  }
+  for (Batch& b : out) b = test::make_batch(s, B, T, rng);
   return out;
 }
 
