@@ -5,6 +5,8 @@
 
 #include "core/timer.h"
 #include "parallel/pipeline_schedule.h"
+#include "train/data_parallel.h"
+#include "train/hf_weights.h"
 
 namespace cann::train {
 
@@ -167,6 +169,56 @@ Status ModelParts::gather_full(const std::vector<const float*>& locals, float* o
 
 model::ShardPlace ModelParts::shard_place() const {
   return mp_->shard_place();
+}
+
+StatusOr<std::unique_ptr<StepOptimizer>> ModelParts::make_optimizer(const TrainConfig& config) {
+  optim::AdamWConfig oc;
+  oc.weight_decay = config.weight_decay;
+  oc.grad_clip = config.grad_clip;
+  model::Model& model = *model_;
+  if (!world_) return std::unique_ptr<StepOptimizer>(std::make_unique<LocalOptimizer>(model, oc));
+  const plan::Strategy& s = layout_.strategy;
+  DataParallelConfig dc;
+  dc.zero = s.zero;
+  dc.compress = config.compress;
+  dc.onebit_warmup = config.onebit_warmup;
+  dc.buckets = plan::EngineBuckets::of_mib(config.bucket_mb);
+  ModelParallel* mp = mp_.get();
+  if (mp != nullptr) {
+    dc.grad_sum_of_squares = mp->grad_sum_of_squares(model.table());
+    dc.shards = {full_table_.get(), mp->shard_place()};
+    if (s.ep == 1) {  // ZeRO's norm over tp x pp shards (ep runs without ZeRO)
+      dc.norm_counted = mp->norm_counted();
+      dc.norm_across = [mp](double* v) { return mp->sum_over_model_parallel(v); };
+    } else {
+      dc.ep = s.ep;
+      dc.expert_dp_group = &mp->expert_dp_group();
+    }
+  }
+  CANN_ASSIGN_OR_RETURN(
+      auto engine,
+      DataParallelEngine::create(model, mp ? mp->gradient_group() : *world_, oc, dc, config.steps));
+  return std::unique_ptr<StepOptimizer>(std::move(engine));
+}
+
+Status ModelParts::load_hf(const model::ModelSpec& spec, const std::string& dir) {
+  std::vector<float> full;
+  CANN_RETURN_IF_ERROR(load_hf_weights(spec, dir, &full));
+  const model::ShardPlace at = mp_ ? mp_->shard_place() : model::ShardPlace{};
+  model::slice_from_full(model::build_param_table(spec), full.data(), model_->table(), at,
+                         model_->params());
+  return OkStatus();
+}
+
+Status ModelParts::export_hf(const model::ModelSpec& spec, const std::string& dir, bool writes) {
+  const float* params = model_->params();
+  std::vector<float> full;
+  if (mp_) {
+    full.resize(full_table_->total_floats());
+    CANN_RETURN_IF_ERROR(gather_full({params}, full.data()));
+    params = full.data();
+  }
+  return writes ? train::export_hf(spec, params, dir) : OkStatus();
 }
 
 std::string ModelParts::describe_mesh() const {

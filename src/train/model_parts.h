@@ -29,6 +29,7 @@
 #include "parallel/pipeline_runner.h"
 #include "parallel/reducer.h"
 #include "train/batch_source.h"
+#include "train/config.h"
 #include "train/model_parallel.h"
 #include "train/run_layout.h"
 #include "train/step_optimizer.h"
@@ -67,6 +68,11 @@ class ModelParts {
   // The whole model's parameter count (a tensor-parallel rank's table holds only its shards).
   double num_parameters() const;
 
+  // The optimizer of this layout: one process's, or the data-parallel engine over the world
+  // (or the mesh's gradient group) with ZeRO, compression and buckets as `config` says. Built
+  // again after an elastic rejoin (rebind_world first).
+  StatusOr<std::unique_ptr<StepOptimizer>> make_optimizer(const TrainConfig& config);
+
   // The step's forward and backward passes; `step` is 0-based (for messages).
   StatusOr<StepCompute> forward_backward(BatchSource& batches, StepOptimizer& opt, int step,
                                          StepProfiler* profiler);
@@ -84,6 +90,12 @@ class ModelParts {
   Status gather_full(const std::vector<const float*>& locals, float* out);
   const model::ParamTable& full_table() const { return *full_table_; }
   model::ShardPlace shard_place() const;
+
+  // Hugging Face weights (hf_weights.h). load_hf sets this rank's parameters (its shard, stage
+  // or experts) from DIR; export_hf writes the whole model into DIR from the rank that `writes`,
+  // a collective under model parallelism (ZeRO-3 parameters must be materialized first).
+  Status load_hf(const model::ModelSpec& spec, const std::string& dir);
+  Status export_hf(const model::ModelSpec& spec, const std::string& dir, bool writes);
 
   // The end-of-run sample (sample.cc); a collective under model parallelism.
   StatusOr<std::string> generate_sample(const data::Dataset& data, uint64_t seed, int tokens);

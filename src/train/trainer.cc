@@ -11,9 +11,7 @@
 #include "core/timer.h"
 #include "model/engine_support.h"
 #include "model/flops.h"
-#include "train/data_parallel.h"
 #include "train/grad_dump.h"
-#include "train/hf_weights.h"
 #include "train/link_probe.h"
 #include "train/run_description.h"
 
@@ -58,11 +56,14 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   CANN_ASSIGN_OR_RETURN(parts_,
                         ModelParts::build(spec_, layout_, world_.get(),
                                           [this](const Status& s) { return comm_failure(s); }));
-  CANN_RETURN_IF_ERROR(make_optimizer());
+  CANN_ASSIGN_OR_RETURN(opt_, parts_->make_optimizer(config_));
   schedule_ =
       optim::LrSchedule{config_.lr, config_.resolved_warmup(), config_.steps, config_.min_lr_ratio};
   parts_->model().init_params(config_.seed);
-  if (!config_.init_from.empty()) CANN_RETURN_IF_ERROR(load_initial_weights());
+  if (!config_.init_from.empty()) {
+    CANN_RETURN_IF_ERROR(parts_->load_hf(spec_, config_.init_from));
+    if (leader() && !config_.quiet) log_info("weights loaded from " + config_.init_from);
+  }
   if (Status adopted = opt_->adopt_params(); !adopted.ok()) return comm_failure(adopted);
   CANN_ASSIGN_OR_RETURN(keeper_, StateKeeper::create(config_, env, leader()));
   bind_state();
@@ -80,38 +81,6 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     grad_watch_ = std::make_unique<GradWatch>(parts_->model().table(), config_.halt_on_nan,
                                               dump_dir.empty() ? "." : dump_dir, rank);
   }
-  return OkStatus();
-}
-
-Status Trainer::make_optimizer() {
-  optim::AdamWConfig oc;
-  oc.weight_decay = config_.weight_decay;
-  oc.grad_clip = config_.grad_clip;
-  model::Model& model = parts_->model();
-  if (!world_) {
-    opt_ = std::make_unique<LocalOptimizer>(model, oc);
-    return OkStatus();
-  }
-  const plan::Strategy& s = layout_.strategy;
-  DataParallelConfig dc;
-  dc.zero = s.zero;
-  dc.compress = config_.compress;
-  dc.onebit_warmup = config_.onebit_warmup;
-  dc.buckets = plan::EngineBuckets::of_mib(config_.bucket_mb);
-  ModelParallel* mp = parts_->model_parallel();
-  if (mp != nullptr) {
-    dc.grad_sum_of_squares = mp->grad_sum_of_squares(model.table());
-    dc.shards = {&parts_->full_table(), mp->shard_place()};
-    if (s.ep == 1) {  // ZeRO's norm over tp x pp shards (ep runs without ZeRO)
-      dc.norm_counted = mp->norm_counted();
-      dc.norm_across = [mp](double* v) { return mp->sum_over_model_parallel(v); };
-    } else {
-      dc.ep = s.ep;
-      dc.expert_dp_group = &mp->expert_dp_group();
-    }
-  }
-  CANN_ASSIGN_OR_RETURN(opt_, DataParallelEngine::create(model, mp ? mp->gradient_group() : *world_,
-                                                         oc, dc, config_.steps));
   return OkStatus();
 }
 
@@ -326,47 +295,23 @@ Status Trainer::finish_profile() {
   return OkStatus();
 }
 
-Status Trainer::load_initial_weights() {
-  std::vector<float> full;
-  CANN_RETURN_IF_ERROR(load_hf_weights(spec_, config_.init_from, &full));
-  model::Model& m = parts_->model();
-  const model::ShardPlace at =
-      parts_->model_parallel() != nullptr ? parts_->shard_place() : model::ShardPlace{};
-  model::slice_from_full(model::build_param_table(spec_), full.data(), m.table(), at, m.params());
-  if (layout_.rank == 0 && !config_.quiet) log_info("weights loaded from " + config_.init_from);
-  return OkStatus();
-}
-
-Status Trainer::export_weights(bool show) {
-  if (world_) {
-    const Status gathered = opt_->materialize_params();
-    if (!gathered.ok()) return comm_failure(gathered);
-  }
-  const float* params = parts_->model().params();
-  std::vector<float> full;
-  if (parts_->model_parallel() != nullptr) {
-    full.resize(parts_->full_table().total_floats());
-    if (Status s = parts_->gather_full({params}, full.data()); !s.ok()) return comm_failure(s);
-    params = full.data();
-  }
-  if (layout_.rank != 0) return OkStatus();
-  CANN_RETURN_IF_ERROR(export_hf(spec_, params, config_.export_hf));
-  if (show) reporter_->line("weights written to " + config_.export_hf + " (Hugging Face layout)");
-  return OkStatus();
-}
-
 Status Trainer::finish_run(RunSummary* summary, bool show) {
   if (profiler_) CANN_RETURN_IF_ERROR(finish_profile());  // the run ended inside the window
   reporter_->finish();
-  if (!config_.export_hf.empty() && summary->last_step == config_.steps)
-    CANN_RETURN_IF_ERROR(export_weights(show));
-  // Under model parallelism the forward is a collective, so every rank samples (the leader
-  // prints); under ZeRO stage 3 every rank first gathers the whole model.
-  const bool sample = spec_.architecture == model::Architecture::kGpt &&
-                      config_.sample_tokens > 0 && summary->last_step == config_.steps;
-  if (sample && world_) {
+  // Under model parallelism the export's gather and the sample's forward are collectives, so
+  // every rank takes part (the leader writes and prints); under ZeRO stage 3 every rank first
+  // gathers the whole model.
+  const bool complete = summary->last_step == config_.steps;
+  const bool exporting = complete && !config_.export_hf.empty();
+  const bool sample =
+      complete && spec_.architecture == model::Architecture::kGpt && config_.sample_tokens > 0;
+  if ((exporting || sample) && world_) {
     const Status gathered = opt_->materialize_params();
     if (!gathered.ok()) return comm_failure(gathered);
+  }
+  if (exporting) {
+    CANN_RETURN_IF_ERROR(parts_->export_hf(spec_, config_.export_hf, leader()));
+    if (show) reporter_->line("weights written to " + config_.export_hf + " (Hugging Face layout)");
   }
   if (sample && (show || parts_->model_parallel() != nullptr)) {
     StatusOr<std::string> text =

@@ -65,11 +65,8 @@ class Trainer {
   explicit Trainer(TrainConfig config) : config_(std::move(config)) {}
   Status setup(const DistEnv* env, const CommConfig& comm);
   // The collaborators that depend on the world group (built again after a rejoin).
-  Status make_optimizer();
   // --init-from: every rank reads the directory and keeps its part (before the optimizer
   // adopts the parameters). --export-hf: a collective under model parallelism; rank 0 writes.
-  Status load_initial_weights();
-  Status export_weights(bool show);
   void bind_state();
   bool leader() const { return layout_.rank == 0; }
   Status train_steps(RunSummary* summary);

@@ -39,7 +39,7 @@ Status Trainer::rejoin(const Status& cause) {
   CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env_, comm_));
   if (beacon_) beacon_->start(*world_);
   parts_->rebind_world(world_.get());
-  CANN_RETURN_IF_ERROR(make_optimizer());
+  CANN_ASSIGN_OR_RETURN(opt_, parts_->make_optimizer(config_));
   bind_state();
   comm_failed_ = false;
   CANN_ASSIGN_OR_RETURN(start_step_, keeper_->restore_after_rejoin());
