@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "monitor/alerts.h"
 #include "monitor/hub.h"
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann::monitor {
@@ -114,9 +115,15 @@ TEST(AlertTest, TensorBoardScalarsFromARealRun) {
                    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 1\n"
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
   const auto r =
-      test::run_cann({"run", "--model", dir.file("m.yaml"), "--steps", "5", "--batch-size", "4",
-                      "--seq-len", "16", "--quiet", "--sample-tokens", "0", "--monitor",
-                      "tensorboard", "--tensorboard-dir", dir.file("tb")});
+      test::run_cann(test::RunArgs()
+                         .model(dir.file("m.yaml"))
+                         .steps(5)
+                         .batch_size(4)
+                         .seq_len(16)
+                         .quiet()
+                         .sample_tokens(0)
+                         .monitor("tensorboard")
+                         .flag("--tensorboard-dir", dir.file("tb")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir.file("tb")))

@@ -26,6 +26,7 @@
 #include "parallel/zero.h"
 #include "parallel/zero_params.h"
 #include "plan/buckets.h"
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann {
@@ -399,20 +400,9 @@ class MultiProcDataParallelTest : public ::testing::Test {
   void SetUp() override { test::write_text(dir_.file("m.yaml"), kModel); }
   // Runs training; returns the step log.
   std::vector<nlohmann::json> train(const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"run",
-                                     "--model",
-                                     dir_.file("m.yaml"),
-                                     "--seq-len",
-                                     "32",
-                                     "--eval-every",
-                                     "0",
-                                     "--sample-tokens",
-                                     "0",
-                                     "--quiet",
-                                     "--log-json",
-                                     dir_.file(name + ".jsonl")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = test::run_cann(args, 240);
+    test::RunArgs args;
+    args.model(dir_.file("m.yaml")).seq_len(32).eval_every(0).sample_tokens(0).quiet();
+    const auto r = test::run_cann(args.log_json(dir_.file(name + ".jsonl")).flags(extra), 240);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return read_log(dir_.file(name + ".jsonl"));
   }
@@ -465,11 +455,9 @@ TEST_F(MultiProcDataParallelTest, FollowsTheSingleProcessRun) {
 // reduction hides behind the one backward; mbs or --grad-accum ask for accumulation.
 TEST_F(MultiProcDataParallelTest, OmittedMbsMeansNoAccumulation) {
   auto micro = [&](std::vector<std::string> more) {
-    std::vector<std::string> args = {"run", "--model", dir_.file("m.yaml"), "--seq-len", "32",
-                                     "--steps", "1", "--batch-size", "8", "--eval-every", "0",
-                                     "--sample-tokens", "0", "--nproc-per-node", "2"};
-    args.insert(args.end(), more.begin(), more.end());
-    const auto r = test::run_cann(args, 120);
+    test::RunArgs args;
+    args.model(dir_.file("m.yaml")).seq_len(32).steps(1).batch_size(8).eval_every(0);
+    const auto r = test::run_cann(args.sample_tokens(0).nproc(2).flags(more), 120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const auto at = r.output.find("data parallel: 2 ranks, ");
     return at == std::string::npos ? std::string() : r.output.substr(at, 80);

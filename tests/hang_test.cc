@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann {
@@ -64,25 +65,11 @@ TEST(MultiProcHangTest, StoppedRankIsNamed) {
                    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 1\n"
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
   const std::vector<std::string> env = {"CANN_TRAIN_HOME=" + dir.file("home")};
-  std::vector<std::string> argv = {CANN_TRAIN_BINARY,
-                                   "run",
-                                   "--model",
-                                   dir.file("m.yaml"),
-                                   "--steps",
-                                   "1000000",
-                                   "--batch-size",
-                                   "6",
-                                   "--seq-len",
-                                   "16",
-                                   "--quiet",
-                                   "--sample-tokens",
-                                   "0",
-                                   "--nproc-per-node",
-                                   "3",
-                                   "--comm-timeout",
-                                   "6",
-                                   "--monitor",
-                                   "off"};
+  test::RunArgs run;
+  run.model(dir.file("m.yaml")).steps(1000000).batch_size(6).seq_len(16).quiet();
+  run.sample_tokens(0).nproc(3).flag("--comm-timeout", 6);
+  std::vector<std::string> argv = {CANN_TRAIN_BINARY};
+  argv.insert(argv.end(), run.args().begin(), run.args().end());
   auto job = std::async(std::launch::async, [&] { return test::run_command(argv, 120, env); });
   pid_t agent = -1, victim = -1;
   for (int i = 0; i < 100 && victim < 0; ++i) {

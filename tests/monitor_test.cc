@@ -15,6 +15,7 @@
 #include "monitor/hub.h"
 #include "monitor/server.h"
 #include "monitor/snapshot.h"
+#include "run_args.h"
 #include "test_util.h"
 
 namespace cann::monitor {
@@ -145,11 +146,11 @@ TEST(MultiProcMonitorTest, AgentGathersEveryRank) {
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
   const int port = 21000 + getpid() % 20000;
   auto run = std::async(std::launch::async, [&] {
+    test::RunArgs args;
+    args.monitor("dashboard,prometheus").model(dir.file("m.yaml")).steps(100000).batch_size(8);
+    args.seq_len(16).quiet().sample_tokens(0).nproc(2);
     return test::run_cann(
-        {"run", "--model", dir.file("m.yaml"), "--steps", "100000", "--batch-size", "8",
-         "--seq-len", "16", "--quiet", "--sample-tokens", "0", "--nproc-per-node", "2",
-         "--monitor-port", std::to_string(port), "--monitor-token", "t0k"},
-        120);
+        args.flag("--monitor-port", port).flag("--monitor-token", "t0k"), 120);
   });
   httplib::Client client("127.0.0.1", port);
   nlohmann::json status;
@@ -184,27 +185,11 @@ TEST(MultiProcMonitorTest, DashboardShowsALiveJobInChromium) {
                    "num_local_experts: 4\nnum_experts_per_tok: 2\n");
   const int port = 23000 + getpid() % 20000;
   auto run = std::async(std::launch::async, [&] {
-    return test::run_cann({"run",
-                           "--model",
-                           dir.file("m.yaml"),
-                           "--steps",
-                           "100000",
-                           "--batch-size",
-                           "8",
-                           "--seq-len",
-                           "32",
-                           "--quiet",
-                           "--sample-tokens",
-                           "0",
-                           "--eval-every",
-                           "10",
-                           "--nproc-per-node",
-                           "2",
-                           "--monitor-port",
-                           std::to_string(port),
-                           "--monitor-token",
-                           "t0k"},
-                          180);
+    test::RunArgs args;
+    args.monitor("dashboard,prometheus").model(dir.file("m.yaml")).steps(100000).batch_size(8);
+    args.seq_len(32).quiet().sample_tokens(0).eval_every(10).nproc(2);
+    return test::run_cann(
+        args.flag("--monitor-port", port).flag("--monitor-token", "t0k"), 180);
   });
   httplib::Client client("127.0.0.1", port);
   for (int i = 0; i < 150; ++i) {

@@ -42,6 +42,11 @@ class RunArgs {
   RunArgs& sample_tokens(int n) { return flag("--sample-tokens", n); }
   RunArgs& log_json(const std::string& path) { return flag("--log-json", path); }
   RunArgs& quiet() { return flag("--quiet"); }
+  // Serves the monitors of `spec` (`--monitor SPEC`) instead of none.
+  RunArgs& monitor(const std::string& spec) {
+    args_[2] = spec;
+    return *this;
+  }
 
   // The runs multi-process tests hold against one process: `steps` steps of `model` on
   // batches of 8 sequences of 64 tokens, no evaluation on the way.

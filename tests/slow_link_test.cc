@@ -14,6 +14,7 @@
 #include "monitor/alerts.h"
 #include "monitor/hub.h"
 #include "monitor/stragglers.h"
+#include "run_args.h"
 #include "test_util.h"
 #include "train/link_probe.h"
 
@@ -196,29 +197,11 @@ TEST(MultiProcSlowLinkTest, ProbeResultsReachTheAgentsHub) {
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
   const int port = 25000 + getpid() % 20000;
   auto run = std::async(std::launch::async, [&] {
-    return test::run_cann({"run",
-                           "--model",
-                           dir.file("m.yaml"),
-                           "--steps",
-                           "100000",
-                           "--batch-size",
-                           "6",
-                           "--seq-len",
-                           "16",
-                           "--quiet",
-                           "--sample-tokens",
-                           "0",
-                           "--eval-every",
-                           "0",
-                           "--nproc-per-node",
-                           "3",
-                           "--link-probe-every",
-                           "2",
-                           "--monitor-port",
-                           std::to_string(port),
-                           "--monitor-token",
-                           "t0k"},
-                          120);
+    test::RunArgs args;
+    args.monitor("dashboard,prometheus").model(dir.file("m.yaml")).steps(100000).batch_size(6);
+    args.seq_len(16).quiet().sample_tokens(0).eval_every(0).nproc(3);
+    args.flag("--link-probe-every", 2).flag("--monitor-port", port).flag("--monitor-token", "t0k");
+    return test::run_cann(args, 120);
   });
   httplib::Client client("127.0.0.1", port);
   nlohmann::json status;
