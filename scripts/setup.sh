@@ -6,6 +6,8 @@
 #   scripts/setup.sh              release build in build/
 #   BUILD_DIR=... CMAKE_ARGS=... scripts/setup.sh   another build directory or options
 #   EXTRA_PACKAGES="..." scripts/setup.sh          also install these Debian packages
+#   BUILD_TARGETS=all scripts/setup.sh             build everything (tests, benchmarks), not
+#                                                  only the cann-train binary that `run` needs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,4 +39,5 @@ fi
 build_dir=${BUILD_DIR:-build}
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir"
+# shellcheck disable=SC2086
+cmake --build "$build_dir" --target ${BUILD_TARGETS:-cann-train}

@@ -13,7 +13,7 @@ environment (OPENBLAS_CORETYPE included), so they use the same GEMM kernels.
 
     bench/train_vs_pytorch/run.py [--steps 30] [--threads 2] [--build build]
 
-Needs Debian's python3-torch (installed here when missing) and a built tree (scripts/setup.sh).
+Needs Debian's python3-torch (installed here when missing) and a built tree (BUILD_TARGETS=all scripts/setup.sh).
 """
 import argparse
 import json
