@@ -54,4 +54,7 @@ CommandMain add_search_command(CLI::App& app);
 // `cann-train simulate`: predict one strategy in detail, optionally as a Chrome trace.
 CommandMain add_simulate_command(CLI::App& app);
 
+// `cann-train plan diff A B`: compare two plan files (plan_command.cc).
+CommandMain add_plan_command(CLI::App& app);
+
 }  // namespace cann::cli

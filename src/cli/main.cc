@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   commands["scale"] = cann::cli::add_scale_command(app);
   commands["search"] = cann::cli::add_search_command(app);
   commands["simulate"] = cann::cli::add_simulate_command(app);
+  commands["plan"] = cann::cli::add_plan_command(app);
 
   try {
     app.parse(argc, argv);

@@ -8,6 +8,7 @@
 #include "cli/auto_strategy.h"
 #include "cli/commands.h"
 #include "cli/resilience_flags.h"
+#include "cli/run_plan.h"
 #include "cli/validators.h"
 #include "core/threads.h"
 #include "elastic/agent.h"
@@ -258,13 +259,15 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
 
   auto resilience = std::make_shared<ResilienceFlags>();
   add_resilience_flags(run, config.get(), resilience.get());
+  auto plan_flags = std::make_shared<PlanFlags>();
+  add_plan_flags(run, plan_flags.get());
 
   auto threads_given = run->get_option("--threads");
   auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
   return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
           monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text,
-          argv_after_binary]() -> int {
+          plan_flags, argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
     config->monitor_server.prometheus = false;
@@ -313,9 +316,14 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     auto compress = plan::parse_compression(*compress_text);
     if (!compress.ok()) return report(compress.status());
     config->compress = *compress;
-    std::vector<std::string> worker_args = argv_after_binary;
+    if (Status s = apply_plan(run, plan_flags.get(), config.get(), &launch->nproc_per_node,
+                              nproc_given->count() > 0, launch->nnodes,
+                              env->has_value() ? (*env)->world_size : 0);
+        !s.ok())
+      return report(s);
+    std::vector<std::string> worker_args = plan_worker_args(argv_after_binary, *plan_flags);
     if (argv_after_binary.size() <= 1 && !env->has_value()) *strategy_text = "auto";
-    if (!strategy_text->empty() && *strategy_text != "auto") {
+    if (!strategy_text->empty() && *strategy_text != "auto" && plan_flags->path.empty()) {
       auto strategy = plan::parse_strategy(*strategy_text);
       if (!strategy.ok()) return report(strategy.status());
       config->strategy = *strategy;
@@ -399,6 +407,12 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     Status s = (*trainer)->run(&summary);
     if (!s.ok()) return report(s);
     if (dist && dist->rank != 0) return summary.interrupted ? 130 : 0;
+    if (Status rec = record_plan_run(*plan_flags, *config, summary, dist ? dist->world_size : 1);
+        !rec.ok())
+      return report(rec);
+    else if (!plan_flags->out.empty() && !summary.step_times_s.empty() && !config->quiet)
+      std::printf("plan %s: measured figures written beside the predicted ones\n",
+                  plan_flags->out.c_str());
     std::printf("done: steps %d..%d, loss %.4f -> %.4f", summary.first_step + 1, summary.last_step,
                 summary.first_loss, summary.last_loss);
     if (summary.last_val_loss >= 0) std::printf(", val loss %.4f", summary.last_val_loss);

@@ -13,6 +13,7 @@
 #include "cli/validators.h"
 #include "core/fs.h"
 #include "plan/launch.h"
+#include "plan/plan_file.h"
 #include "plan/plan_input.h"
 #include "plan/report_html.h"
 #include "plan/report_json.h"
@@ -31,6 +32,7 @@ struct SearchFlags {
   bool json = false;
   bool engine_only = false;
   std::string report;
+  std::string out;
 };
 
 int fail(const Status& s) {
@@ -68,6 +70,11 @@ int run_search(const SearchFlags& f) {
     Status s = write_file_atomic(f.report, plan::html_report(*in, *r, explanation, launch));
     if (!s.ok()) return fail(s);
   }
+  if (!f.out.empty()) {
+    Status s =
+        plan::write_plan_file(f.out, plan::make_plan_file(*in, w, f.model, f.cluster, f.out));
+    if (!s.ok()) return fail(s);
+  }
   if (f.json) {
     std::printf("%s\n", plan::search_json(*in, *r, 2).c_str());
     return 0;
@@ -97,6 +104,9 @@ int run_search(const SearchFlags& f) {
   std::printf("%s\n%s\n%s\nLaunch\n%s", plan::strategy_table(r->top).c_str(), explanation.c_str(),
               plan::pareto_table(r->feasible).c_str(), launch.c_str());
   if (!f.report.empty()) std::printf("\nreport: %s\n", f.report.c_str());
+  if (!f.out.empty())
+    std::printf("plan: %s (train it with `cann-train run --plan %s`)\n", f.out.c_str(),
+                f.out.c_str());
   return 0;
 }
 
@@ -129,6 +139,8 @@ CommandMain add_search_command(CLI::App& app) {
                 "Only strategies cann-train's own engine trains (`run` refuses the others)");
   cmd->add_option("--report", f->report,
                   "Write a self-contained HTML report (scatter, Pareto front, winner's stages)");
+  cmd->add_option("--out", f->out,
+                  "Write the winner as a plan file that `cann-train run --plan FILE` trains");
   return [f]() { return run_search(*f); };
 }
 

@@ -11,6 +11,7 @@
 #include "cli/plan_flags.h"
 #include "cli/validators.h"
 #include "core/fs.h"
+#include "plan/plan_file.h"
 #include "plan/plan_input.h"
 #include "plan/report_json.h"
 #include "plan/report_text.h"
@@ -21,7 +22,7 @@ namespace cann::cli {
 namespace {
 
 struct SimulateFlags {
-  std::string model, cluster, strategy, trace;
+  std::string model, cluster, strategy, trace, out;
   int global_batch = 0;
   plan::PlanOverrides input;
   bool json = false;
@@ -90,12 +91,20 @@ int run_simulate(const SimulateFlags& f) {
     Status st = write_file_atomic(f.trace, plan::chrome_trace(*in, *p));
     if (!st.ok()) return fail(st);
   }
+  if (!f.out.empty()) {
+    Status st =
+        plan::write_plan_file(f.out, plan::make_plan_file(*in, *p, f.model, f.cluster, f.out));
+    if (!st.ok()) return fail(st);
+  }
   if (f.json) {
     std::printf("%s\n", plan::prediction_json(*in, *p, 2).c_str());
   } else {
     print_text(*in, *p);
     if (!f.trace.empty())
       std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", f.trace.c_str());
+    if (!f.out.empty())
+      std::printf("plan: %s (train it with `cann-train run --plan %s`)\n", f.out.c_str(),
+                  f.out.c_str());
   }
   return 0;
 }
@@ -120,6 +129,8 @@ CommandMain add_simulate_command(CLI::App& app) {
       ->check(kPositive);
   add_plan_input_options(cmd, &f->input);
   cmd->add_flag("--json", f->json, "Print the prediction as JSON (see docs/planner.md)");
+  cmd->add_option("--out", f->out,
+                  "Write the strategy as a plan file that `cann-train run --plan FILE` trains");
   cmd->add_option("--trace", f->trace, "Write the simulated schedule as a Chrome trace JSON");
   return [f]() { return run_simulate(*f); };
 }

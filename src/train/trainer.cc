@@ -172,6 +172,7 @@ Status Trainer::train_steps(RunSummary* summary) {
     if (step == start_step_) summary->first_loss = r.loss;
     summary->last_loss = r.loss;
     summary->last_step = done;
+    summary->step_times_s.push_back(r.step_time_s);
     const bool stop_now = stop_requested || (config_.exit_interval > 0 &&
                                              done % config_.exit_interval == 0 && !r.last);
     if ((config_.eval_every > 0 && done % config_.eval_every == 0) || r.last) {

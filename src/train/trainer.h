@@ -21,6 +21,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/group.h"
 #include "comm/store.h"
@@ -48,6 +49,7 @@ struct RunSummary {
   double last_loss = 0.0;
   double last_val_loss = -1.0;  // -1: never evaluated
   bool interrupted = false;     // stopped by a signal
+  std::vector<double> step_times_s;  // this run's steps, in order
 };
 
 class Trainer {
