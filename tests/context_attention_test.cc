@@ -35,13 +35,18 @@ double max_rel_diff(const Fv& a, const D& b) {
   return worst / scale;
 }
 
+// VS > 0: value heads of VS beside query/key heads of HS, with a score scale of its own
+// (multi-head latent attention's shape).
 struct CpCase {
   int B, chunk, cp, NH, KVH, HS;
   bool causal;
+  int VS = 0;
+  float scale = 0.0f;
 };
 void PrintTo(const CpCase& c, std::ostream* os) {
   *os << "B" << c.B << "_chunk" << c.chunk << "_cp" << c.cp << "_NH" << c.NH << "_KVH" << c.KVH
       << "_HS" << c.HS << (c.causal ? "_causal" : "_bidirectional");
+  if (c.VS > 0) *os << "_VS" << c.VS;
 }
 
 class ContextAttentionTest : public ::testing::TestWithParam<CpCase> {
@@ -52,8 +57,9 @@ class ContextAttentionTest : public ::testing::TestWithParam<CpCase> {
 TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
   const CpCase p = GetParam();
   const int T = 2 * p.cp * p.chunk, Tq = 2 * p.chunk;
-  const kernels::AttentionShape full{p.B, T, p.NH, p.KVH, p.HS, p.causal};
-  const int QKV = full.QKV(), C = full.C(), KV = 2 * p.KVH * p.HS;
+  const kernels::AttentionShape full{p.B, T, p.NH, p.KVH, p.HS, p.causal, p.VS, p.scale};
+  // QC: the query columns of a qkv row (the keys and values follow them).
+  const int QKV = full.QKV(), C = full.C(), QC = p.NH * p.HS, KV = QKV - QC;
   Rng rng(77);
   D qkv(static_cast<size_t>(p.B) * T * QKV), dout(static_cast<size_t>(p.B) * T * C);
   test::fill_normal(qkv, rng);
@@ -68,7 +74,7 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
     for (int t = 0; t < T; ++t)
       for (int j = 0; j < KV; ++j)
         kv[(static_cast<size_t>(b) * T + t) * KV + j] =
-            static_cast<float>(qkv[(static_cast<size_t>(b) * T + t) * QKV + C + j]);
+            static_cast<float>(qkv[(static_cast<size_t>(b) * T + t) * QKV + QC + j]);
   D dkv_sum(kv.size(), 0.0);
   for (int r = 0; r < p.cp; ++r) {
     std::vector<int> pos;
@@ -78,7 +84,7 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
     // reference's rows it must reproduce.
     Fv q(static_cast<size_t>(p.B) * Tq * QKV), dout_r(static_cast<size_t>(p.B) * Tq * C);
     D want_out(dout_r.size()), want_att(static_cast<size_t>(p.B) * p.NH * Tq * T);
-    D want_dq(static_cast<size_t>(p.B) * Tq * C);
+    D want_dq(static_cast<size_t>(p.B) * Tq * QC);
     for (int b = 0; b < p.B; ++b)
       for (int i = 0; i < Tq; ++i) {
         const size_t g = static_cast<size_t>(b) * T + pos[i], l = static_cast<size_t>(b) * Tq + i;
@@ -86,14 +92,15 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
         for (int j = 0; j < C; ++j) {
           dout_r[l * C + j] = static_cast<float>(dout[g * C + j]);
           want_out[l * C + j] = out[g * C + j];
-          want_dq[l * C + j] = dqkv[g * QKV + j];
         }
+        for (int j = 0; j < QC; ++j) want_dq[l * QC + j] = dqkv[g * QKV + j];
         for (int h = 0; h < p.NH; ++h)
           for (int k = 0; k < T; ++k)
             want_att[((static_cast<size_t>(b) * p.NH + h) * Tq + i) * T + k] =
                 att[((static_cast<size_t>(b) * p.NH + h) * T + pos[i]) * T + k];
       }
-    const kernels::ContextAttentionShape s{p.B, Tq, T, p.NH, p.KVH, p.HS, p.causal, pos.data()};
+    const kernels::ContextAttentionShape s{p.B,  Tq,       T,          p.NH, p.KVH,
+                                           p.HS, p.causal, pos.data(), p.VS, p.scale};
     Fv outf(dout_r.size()), attf(want_att.size(), 5.0f);
     kernels::context_attention_forward(outf.data(), attf.data(), q.data(), QKV, kv.data(), s);
     EXPECT_LT(max_rel_diff(outf, want_out), kFp32Tol) << "rank " << r;
@@ -108,8 +115,8 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
                                         kv.data(), attf.data(), s);
     Fv dq_cols(want_dq.size());
     for (size_t l = 0; l < static_cast<size_t>(p.B) * Tq; ++l) {
-      for (int j = 0; j < C; ++j) dq_cols[l * C + j] = dq[l * QKV + j];
-      for (int j = C; j < QKV; ++j) ASSERT_EQ(dq[l * QKV + j], 3.0f) << "rank " << r;
+      for (int j = 0; j < QC; ++j) dq_cols[l * QC + j] = dq[l * QKV + j];
+      for (int j = QC; j < QKV; ++j) ASSERT_EQ(dq[l * QKV + j], 3.0f) << "rank " << r;
     }
     EXPECT_LT(max_rel_diff(dq_cols, want_dq), kFp32Tol) << "rank " << r;
     for (size_t i = 0; i < dkv.size(); ++i) dkv_sum[i] += dkv[i];
@@ -117,18 +124,21 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
   Fv dkv_got(dkv_sum.begin(), dkv_sum.end());
   D dkv_want(kv.size());
   for (size_t row = 0; row < static_cast<size_t>(p.B) * T; ++row)
-    for (int j = 0; j < KV; ++j) dkv_want[row * KV + j] = dqkv[row * QKV + C + j];
+    for (int j = 0; j < KV; ++j) dkv_want[row * KV + j] = dqkv[row * QKV + QC + j];
   EXPECT_LT(max_rel_diff(dkv_got, dkv_want), kFp32Tol);
 }
 
 // chunk 35 at cp = 2 gives 70 queries per rank: a 64-row causal block that ends inside the
 // first chunk and a second one spanning the jump to the last chunk. cp = 3 with chunks of 2
-// puts queries of three ranks on every block boundary; NH = 4 over KVH = 2 and 1 is GQA.
+// puts queries of three ranks on every block boundary; NH = 4 over KVH = 2 and 1 is GQA; the
+// last two have value heads apart from the query/key heads and their own score scale (MLA).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ContextAttentionTest,
     ::testing::Values(CpCase{2, 2, 2, 2, 2, 3, true}, CpCase{2, 2, 2, 2, 2, 3, false},
                       CpCase{1, 2, 3, 4, 2, 4, true}, CpCase{1, 2, 3, 4, 1, 4, false},
-                      CpCase{1, 35, 2, 2, 1, 8, true}, CpCase{2, 35, 2, 2, 2, 8, false}));
+                      CpCase{1, 35, 2, 2, 1, 8, true}, CpCase{2, 35, 2, 2, 2, 8, false},
+                      CpCase{2, 2, 2, 3, 3, 5, true, 3, 0.7f},
+                      CpCase{1, 35, 2, 2, 2, 6, true, 9, 0.3f}));
 
 }  // namespace
 }  // namespace cann

@@ -19,7 +19,8 @@
 // for gpt_tiny (causal, load-balanced chunks) and for a dense BERT (bidirectional, masked
 // positions scored). A Qwen3-style dense model (today's blocks) runs the layouts where its
 // pieces split or place differently: tp with and without sp, pp (tied head absent), cp
-// (rotary positions are global ones), ZeRO and recomputation.
+// (rotary positions are global ones), ZeRO and recomputation. Dense DeepSeek models run them
+// with multi-head latent attention.
 //
 // Also: `debug grads --compare` exits 1 when a tensor is over --tolerance, and a malformed
 // dump is a one-line error with exit 2.
@@ -197,6 +198,54 @@ TEST_F(MultiProcGradientMatrixTest, DenseFamiliesMatchOneProcessPerTensor) {
                     {"cp2_pp2_1f1b", "single", np(4, "cp=2,pp=2,mbs=2")},
                     {"selective", "single", np(1, "dp=1,recompute=selective")},
                     {"tp2_full", "single", np(2, "tp=2,recompute=full")},
+                });
+}
+
+// DeepSeek's multi-head latent attention, dense: tp splits q_b and kv_b by heads while q_a,
+// kv_a and their norms are replicated with gradients summed over the ranks (with sp too), pp
+// and interleaving place its tensors, cp gathers every position's expanded keys and values
+// (the rotary key at global positions), ZeRO shards them, recomputation rebuilds the latents.
+// The plain q projection of DeepSeek-V2 (with biases on kv_a and o) runs the splits that
+// differ for it.
+TEST_F(MultiProcGradientMatrixTest, LatentAttentionMatchesOneProcessPerTensor) {
+  const std::string mla = dir_.file("deepseek_v3_dense.yaml");
+  const std::string dims =
+      "hidden_size: 64\nnum_hidden_layers: 4\nnum_attention_heads: 4\nkv_lora_rank: 24\n"
+      "qk_nope_head_dim: 16\nqk_rope_head_dim: 8\nv_head_dim: 12\nintermediate_size: 96\n"
+      "vocab_size: 256\nmax_position_embeddings: 64\nseq_length: 64\nn_routed_experts: 0\n"
+      "tie_word_embeddings: false\n";
+  test::write_text(mla,
+                   "model_type: deepseek_v3\nq_lora_rank: 32\nfirst_k_dense_replace: 4\n"
+                   "num_nextn_predict_layers: 0\n" +
+                       dims);
+  expect_matrix(mla, {{"single", {"--threads", "1"}}},
+                {
+                    {"dp2", "single", np(2, "dp=2")},
+                    {"tp2", "single", np(2, "tp=2")},
+                    {"tp2_sp", "single", np(2, "tp=2,sp=on")},
+                    {"pp2_1f1b", "single", np(2, "pp=2,mbs=2")},
+                    {"pp2_vpp2", "single", np(2, "pp=2,vpp=2,mbs=2")},
+                    {"pp2_tp2_sp", "single", np(4, "pp=2,tp=2,sp=on,mbs=2")},
+                    {"dp2_tp2", "single", np(4, "dp=2,tp=2,mbs=4")},
+                    {"dp2_tp2_zero3", "single", np(4, "dp=2,tp=2,zero=3")},
+                    {"dp2_zero1", "single", np(2, "dp=2,zero=1")},
+                    {"dp2_zero2", "single", np(2, "dp=2,zero=2")},
+                    {"cp2", "single", np(2, "cp=2")},
+                    {"cp2_tp2_sp", "single", np(4, "cp=2,tp=2,sp=on")},
+                    {"cp2_pp2_1f1b", "single", np(4, "cp=2,pp=2,mbs=2")},
+                    {"selective", "single", np(1, "dp=1,recompute=selective")},
+                    {"tp2_full", "single", np(2, "tp=2,recompute=full")},
+                    {"cp2_full", "single", np(2, "cp=2,recompute=full")},
+                });
+  const std::string plain = dir_.file("deepseek_v2_dense.yaml");
+  test::write_text(plain,
+                   "model_type: deepseek_v2\nq_lora_rank: null\nattention_bias: true\n" + dims);
+  expect_matrix(plain, {{"single", {"--threads", "1"}}},
+                {
+                    {"tp2", "single", np(2, "tp=2")},
+                    {"tp2_sp_full", "single", np(2, "tp=2,sp=on,recompute=full")},
+                    {"cp2_tp2", "single", np(4, "cp=2,tp=2")},
+                    {"pp2_vpp2_tp2", "single", np(4, "pp=2,vpp=2,tp=2,mbs=2")},
                 });
 }
 

@@ -19,6 +19,14 @@ const std::vector<HfTestModel>& hf_test_models() {
       R"("qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 8, "n_shared_experts": 1, )"
       R"("num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, )"
       R"("moe_layer_freq": 1, "tie_word_embeddings": false, "aux_loss_alpha": 0.0)";
+  // Dense DeepSeek models: multi-head latent attention (v_head_dim apart from nope + rope) and
+  // SwiGLU MLPs only.
+  static const std::string kMla =
+      R"("hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, )"
+      R"("num_key_value_heads": 4, "intermediate_size": 48, "vocab_size": 64, )"
+      R"("max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, )"
+      R"("kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 10, )"
+      R"("n_routed_experts": 0, "first_k_dense_replace": 2, "tie_word_embeddings": false)";
   static const std::vector<HfTestModel> kModels = {
       {"gpt2", R"({"architecture": "gpt", "hidden_size": 32, "num_hidden_layers": 2, )"
                R"("num_attention_heads": 4, "vocab_size": 64, "seq_length": 16})"},
@@ -45,6 +53,15 @@ const std::vector<HfTestModel>& hf_test_models() {
                           R"(, "q_lora_rank": 24, "topk_method": "noaux_tc", )"
                           R"("scoring_func": "sigmoid", "norm_topk_prob": true, )"
                           R"("routed_scaling_factor": 2.5, "num_nextn_predict_layers": 0})"},
+      {"deepseek_v3_dense", R"({"model_type": "deepseek_v3", )" + kMla +
+                                R"(, "q_lora_rank": 24, "num_nextn_predict_layers": 0})"},
+      // Yarn with DeepSeek's mscales: rotary cos/sin scaled by mscale / mscale_all_dim and the
+      // softmax by mscale_all_dim's factor squared; biases on kv_a and o.
+      {"deepseek_v2_dense_yarn",
+       R"({"model_type": "deepseek_v2", )" + kMla +
+           R"(, "q_lora_rank": null, "attention_bias": true, "rope_scaling": {"type": "yarn", )"
+           R"("factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32, )"
+           R"("beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8}})"},
   };
   return kModels;
 }

@@ -20,7 +20,8 @@ struct HfTestModel {
 
 // One small model per family (2-3 layers, hidden 32, vocab 64; MoE ones with 4-8 experts,
 // DeepSeek-V3 with MLA, a dense first layer, sigmoid scores and group-limited top-2 routing;
-// Mixtral with its balance loss on, so that the loss and gradients include it).
+// Mixtral with its balance loss on, so that the loss and gradients include it; two dense
+// DeepSeek models, with and without the low-rank query, for multi-head latent attention alone).
 const std::vector<HfTestModel>& hf_test_models();
 model::ModelSpec hf_test_spec(const HfTestModel& m);
 

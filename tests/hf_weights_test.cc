@@ -120,19 +120,25 @@ TEST(HfNames, EveryFamilyCoversItsTableOnce) {
       has("model.layers.0.mlp.shared_expert_gate.weight");
     }
     if (m.family.starts_with("deepseek")) {
-      has("model.layers.0.mlp.down_proj.weight");  // first_k_dense_replace: 1
-      has("model.layers.2.mlp.experts.7.gate_proj.weight");
-      has("model.layers.2.mlp.shared_experts.down_proj.weight");
+      has("model.layers.0.mlp.down_proj.weight");  // first_k_dense_replace: 1, or all dense
       has("model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
       has("model.layers.1.self_attn.kv_a_layernorm.weight");
       has("model.layers.1.self_attn.kv_b_proj.weight");
     }
-    if (m.family == "deepseek_v2") has("model.layers.1.self_attn.q_proj.weight");
-    if (m.family == "deepseek_v3") {
+    if (m.family == "deepseek_v2" || m.family == "deepseek_v3") {
+      has("model.layers.2.mlp.experts.7.gate_proj.weight");
+      has("model.layers.2.mlp.shared_experts.down_proj.weight");
+    }
+    if (m.family.starts_with("deepseek_v2")) has("model.layers.1.self_attn.q_proj.weight");
+    if (m.family.starts_with("deepseek_v3")) {
       has("model.layers.1.self_attn.q_a_proj.weight");
       has("model.layers.1.self_attn.q_a_layernorm.weight");
       has("model.layers.1.self_attn.q_b_proj.weight");
-      has("model.layers.2.mlp.gate.e_score_correction_bias");
+    }
+    if (m.family == "deepseek_v3") has("model.layers.2.mlp.gate.e_score_correction_bias");
+    if (m.family == "deepseek_v2_dense_yarn") {
+      has("model.layers.1.self_attn.kv_a_proj_with_mqa.bias");
+      has("model.layers.1.self_attn.o_proj.bias");
     }
   }
 }
@@ -291,7 +297,13 @@ TEST(MultiProcHfCli, EveryLayoutLoadsAndExportsTheSameBytes) {
   const model::ModelSpec llama = test::hf_test_spec(test::hf_test_models()[1]);
   ASSERT_TRUE(
       train::export_hf(llama, test::random_params(llama, 12).data(), llama_src.path()).ok());
-  for (const std::string& dir : {src.path(), llama_src.path()})
+  // And a dense DeepSeek-V3: latent attention's up projections are cut by heads, its down
+  // projections and latent norms replicated.
+  TempDir mla_src;
+  const model::ModelSpec mla = test::hf_test_spec(test::hf_test_models()[9]);
+  ASSERT_EQ(test::hf_test_models()[9].family, "deepseek_v3_dense");
+  ASSERT_TRUE(train::export_hf(mla, test::random_params(mla, 14).data(), mla_src.path()).ok());
+  for (const std::string& dir : {src.path(), llama_src.path(), mla_src.path()})
     for (const std::string strategy : {"", "tp=2", "pp=2", "dp=2", "dp=2,zero=3"}) {
       SCOPED_TRACE(dir + " " + strategy);
       TempDir out;

@@ -151,21 +151,26 @@ TEST_F(KernelTest, Gelu) {
 }
 
 // Attention over shapes that exercise the causal row blocking (T = 70: blocks of 64 and 6),
-// grouped-query attention (NH = 4 over KVH = 2) and the bidirectional path.
+// grouped-query attention (NH = 4 over KVH = 2), the bidirectional path, and multi-head latent
+// attention's shape: value heads narrower or wider than the query/key heads, with a score
+// scale of its own.
 struct AttnCase {
   int B, T, NH, KVH, HS;
   bool causal;
+  int VS = 0;
+  float scale = 0.0f;
 };
 void PrintTo(const AttnCase& c, std::ostream* os) {
   *os << "B" << c.B << "_T" << c.T << "_NH" << c.NH << "_KVH" << c.KVH << "_HS" << c.HS
       << (c.causal ? "_causal" : "_bidirectional");
+  if (c.VS > 0) *os << "_VS" << c.VS << "_scale" << c.scale;
 }
 
 class AttentionTest : public KernelTest, public ::testing::WithParamInterface<AttnCase> {};
 
 TEST_P(AttentionTest, MatchesReferenceAndFiniteDifferences) {
   const AttnCase p = GetParam();
-  const kernels::AttentionShape s{p.B, p.T, p.NH, p.KVH, p.HS, p.causal};
+  const kernels::AttentionShape s{p.B, p.T, p.NH, p.KVH, p.HS, p.causal, p.VS, p.scale};
   const size_t nqkv = static_cast<size_t>(p.B) * p.T * s.QKV();
   const size_t nout = static_cast<size_t>(p.B) * p.T * s.C();
   const size_t natt = static_cast<size_t>(p.B) * p.NH * p.T * p.T;
@@ -198,7 +203,9 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionTest,
     ::testing::Values(AttnCase{2, 5, 2, 2, 3, true}, AttnCase{2, 5, 2, 2, 3, false},
                       AttnCase{1, 7, 4, 2, 4, true}, AttnCase{1, 7, 4, 1, 4, false},
-                      AttnCase{2, 70, 2, 1, 8, true}, AttnCase{1, 70, 2, 2, 8, false}));
+                      AttnCase{2, 70, 2, 1, 8, true}, AttnCase{1, 70, 2, 2, 8, false},
+                      AttnCase{2, 7, 3, 3, 5, true, 3, 0.7f},
+                      AttnCase{1, 70, 2, 2, 6, true, 9, 0.3f}));
 
 TEST_F(KernelTest, Embedding) {
   const int B = 3, T = 5, C = 21, V = 7, maxT = 9;

@@ -1,10 +1,10 @@
 // Whole-model gradient checks of today's dense Hugging Face families on one process: each
 // tiny config turns on the pieces its family uses (RMSNorm, rotary positions with each scaling,
 // SwiGLU, an untied head, biases on or off, grouped KV heads, head_dim apart from
-// hidden/heads, Qwen3's QK-norm), and every parameter tensor is checked against central
-// differences (model_grad_check.h). Also: what the spec reader builds for these families has
-// exactly the tensors Hugging Face has (no wpe, no norm biases), and rotary positions make the
-// model depend on order (a model without positions would not).
+// hidden/heads, Qwen3's QK-norm, DeepSeek's latent attention), and every parameter tensor is
+// checked against central differences (model_grad_check.h). Also: what the spec reader builds for
+// these families has exactly the tensors Hugging Face has (no wpe, no norm biases), and rotary
+// positions make the model depend on order (a model without positions would not).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,6 +72,33 @@ const char* kQwen3 =
 
 TEST(ModelFamiliesGradientTest, Qwen3QkNormHeadDim) { check_model_gradients(kQwen3, kQkvScale); }
 
+// DeepSeek-V3's multi-head latent attention, dense: the low-rank query with its norm, the joint
+// key/value latent with its norm, a rotary key shared by the heads (interleaved pairs), value
+// heads of 6 beside query/key heads of 4 + 4.
+const char* kDeepseekMla =
+    "model_type: deepseek_v3\nhidden_size: 16\nnum_hidden_layers: 2\nnum_attention_heads: 2\n"
+    "q_lora_rank: 12\nkv_lora_rank: 8\nqk_nope_head_dim: 4\nqk_rope_head_dim: 4\n"
+    "v_head_dim: 6\nintermediate_size: 24\nvocab_size: 23\nmax_position_embeddings: 16\n"
+    "seq_length: 8\nn_routed_experts: 0\nfirst_k_dense_replace: 2\n"
+    "num_nextn_predict_layers: 0\ntie_word_embeddings: false\n";
+
+TEST(ModelFamiliesGradientTest, DeepseekLatentAttention) {
+  check_model_gradients(kDeepseekMla, kQkvScale);
+}
+
+// DeepSeek-V2's form: the plain q projection, biases on kv_a and o, rotary halves, and yarn
+// with DeepSeek's mscales (cos/sin and the softmax scale both changed).
+TEST(ModelFamiliesGradientTest, DeepseekLatentAttentionPlainQueryYarn) {
+  check_model_gradients(
+      "model_type: deepseek_v2\nhidden_size: 16\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "q_lora_rank: null\nkv_lora_rank: 6\nqk_nope_head_dim: 2\nqk_rope_head_dim: 4\n"
+      "v_head_dim: 3\nintermediate_size: 24\nvocab_size: 23\nmax_position_embeddings: 32\n"
+      "seq_length: 8\nn_routed_experts: 0\nattention_bias: true\nrope_interleave: false\n"
+      "tie_word_embeddings: false\nrope_scaling: {type: yarn, factor: 4.0, "
+      "original_max_position_embeddings: 8, mscale: 1.0, mscale_all_dim: 0.8}\n",
+      kQkvScale);
+}
+
 TEST(ModelFamiliesTest, TablesHoldTheFamiliesTensorsOnly) {
   for (const char* yaml : {kLlama, kQwen3}) {
     const ModelSpec s = spec_from(yaml);
@@ -86,6 +113,24 @@ TEST(ModelFamiliesTest, TablesHoldTheFamiliesTensorsOnly) {
     // SwiGLU: one (2F, C) fc weight holding gate then up.
     EXPECT_EQ(t.at(*t.find("h.1.mlp.fc.w")).shape, (std::vector<int64_t>{48, 16}));
   }
+}
+
+// Latent attention's tensors in place of the fused QKV, shaped as Hugging Face's: q_a (q_lora,
+// C), kv_a (kv_lora + rope, C), kv_b (heads * (nope + v), kv_lora), o (C, heads * v).
+TEST(ModelFamiliesTest, LatentAttentionTablesHoldDeepSeeksTensors) {
+  auto m = Model::create(spec_from(kDeepseekMla), 1, 8);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const auto& t = (*m)->table();
+  EXPECT_FALSE(t.find("h.0.attn.qkv.w").ok());
+  EXPECT_FALSE(t.find("h.0.attn.q.w").ok());
+  auto shape = [&](const std::string& name) { return t.at(*t.find(name)).shape; };
+  EXPECT_EQ(shape("h.1.attn.q_a.w"), (std::vector<int64_t>{12, 16}));
+  EXPECT_EQ(shape("h.1.attn.q_a_norm.w"), (std::vector<int64_t>{12}));
+  EXPECT_EQ(shape("h.1.attn.q_b.w"), (std::vector<int64_t>{16, 12}));
+  EXPECT_EQ(shape("h.1.attn.kv_a.w"), (std::vector<int64_t>{12, 16}));
+  EXPECT_EQ(shape("h.1.attn.kv_a_norm.w"), (std::vector<int64_t>{8}));
+  EXPECT_EQ(shape("h.1.attn.kv_b.w"), (std::vector<int64_t>{20, 8}));
+  EXPECT_EQ(shape("h.1.attn.proj.w"), (std::vector<int64_t>{16, 12}));
 }
 
 // With rotary positions and no position table, the logits of a token depend on where earlier

@@ -42,9 +42,11 @@ model::ModelSpec shipped(const std::string& name) {
 
 // Shipped tiny models and hand-made ones whose sizes are not multiples of 16, so the arena's
 // rounding and the parameter table's padding both show: grouped-query attention, bert, MoE on
-// every second layer with top-2 routing.
+// every second layer with top-2 routing, and a dense DeepSeek (multi-head latent attention with
+// its low-rank query, SwiGLU MLPs).
 std::vector<model::ModelSpec> models() {
-  return {shipped("gpt_tiny"), shipped("moe_bert_tiny"),
+  return {shipped("gpt_tiny"),
+          shipped("moe_bert_tiny"),
           spec_from("architecture: gpt\nhidden_size: 36\nnum_hidden_layers: 3\n"
                     "num_attention_heads: 6\nnum_key_value_heads: 2\nintermediate_size: 50\n"
                     "vocab_size: 77\nseq_length: 40\n"),
@@ -53,7 +55,13 @@ std::vector<model::ModelSpec> models() {
           spec_from("architecture: gpt\nhidden_size: 20\nnum_hidden_layers: 4\n"
                     "num_attention_heads: 4\nvocab_size: 45\nseq_length: 24\n"
                     "num_local_experts: 3\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n"
-                    "moe_intermediate_size: 28\ncapacity_factor: 1.1\n")};
+                    "moe_intermediate_size: 28\ncapacity_factor: 1.1\n"),
+          spec_from("model_type: deepseek_v3\nhidden_size: 20\nnum_hidden_layers: 2\n"
+                    "num_attention_heads: 2\nq_lora_rank: 9\nkv_lora_rank: 7\n"
+                    "qk_nope_head_dim: 3\nqk_rope_head_dim: 4\nv_head_dim: 5\n"
+                    "intermediate_size: 22\nvocab_size: 45\nmax_position_embeddings: 24\n"
+                    "seq_length: 24\nn_routed_experts: 0\nfirst_k_dense_replace: 2\n"
+                    "num_nextn_predict_layers: 0\n")};
 }
 
 Strategy data_parallel(int dp, int zero) {
@@ -268,10 +276,11 @@ TEST(PlanEngineMemoryTest, MoeUnderTensorAndSequenceParallelismIsTheEnginesArena
 // reduce-scatter scratch; with tp (and sp) and every recomputation mode. Creating a model
 // issues no collective, so one group serves as both the tp and the cp communicator.
 TEST(PlanEngineMemoryTest, ContextParallelArenaIsTheEnginesArena) {
-  // The dense models, the bert with a sequence cp divides (the planner checks seq_length).
+  // The dense models (latent attention too), the bert with a sequence cp divides (the planner
+  // checks seq_length).
   const std::vector<model::ModelSpec> all = models();
   const std::vector<model::ModelSpec> specs = {
-      all[0], all[2],
+      all[0], all[2], all[5],
       spec_from("architecture: bert\nhidden_size: 24\nnum_hidden_layers: 2\n"
                 "num_attention_heads: 3\nvocab_size: 61\nseq_length: 36\n")};
   for (const model::ModelSpec& m : specs)

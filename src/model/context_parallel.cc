@@ -112,10 +112,10 @@ void Model::cp_embedding_backward(const float* dout, int B) {
 // kv rows of rank j's block: sequence b, local row i -> position chunk_start(k, j) + i % Tc.
 void Model::cp_gather_kv(float* kv, const float* qkv) {
   const int B = B_, T = seq_, P = cp_.size, Tc = T / (2 * P), Tl = 2 * Tc;
-  const size_t KV = static_cast<size_t>(qkv_ - attn_c_), block = static_cast<size_t>(B) * Tl * KV;
+  const size_t KV = static_cast<size_t>(qkv_ - q_cols_), block = static_cast<size_t>(B) * Tl * KV;
   float* mine = cp_blocks_ + cp_.rank * block;
   for (size_t row = 0; row < static_cast<size_t>(B) * Tl; ++row)
-    std::memcpy(mine + row * KV, qkv + row * qkv_ + attn_c_, sizeof(float) * KV);
+    std::memcpy(mine + row * KV, qkv + row * qkv_ + q_cols_, sizeof(float) * KV);
   if (tp_status_.ok()) tp_status_ = cp_.comm->allgather(cp_blocks_, mine, block);
   for (int j = 0; j < P; ++j)
     for (int b = 0; b < B; ++b)
@@ -127,7 +127,7 @@ void Model::cp_gather_kv(float* kv, const float* qkv) {
 
 void Model::cp_scatter_dkv(float* dqkv) {
   const int B = B_, T = seq_, P = cp_.size, Tc = T / (2 * P), Tl = 2 * Tc;
-  const size_t KV = static_cast<size_t>(qkv_ - attn_c_), block = static_cast<size_t>(B) * Tl * KV;
+  const size_t KV = static_cast<size_t>(qkv_ - q_cols_), block = static_cast<size_t>(B) * Tl * KV;
   for (int j = 0; j < P; ++j)
     for (int b = 0; b < B; ++b)
       for (int k = 0; k < 2; ++k)
@@ -136,38 +136,43 @@ void Model::cp_scatter_dkv(float* dqkv) {
                     sizeof(float) * Tc * KV);
   if (tp_status_.ok()) tp_status_ = cp_.comm->reduce_scatter(cp_local_, cp_blocks_, block);
   for (size_t row = 0; row < static_cast<size_t>(B) * Tl; ++row)
-    std::memcpy(dqkv + row * qkv_ + attn_c_, cp_local_ + row * KV, sizeof(float) * KV);
+    std::memcpy(dqkv + row * qkv_ + q_cols_, cp_local_ + row * KV, sizeof(float) * KV);
+}
+
+AttentionShape Model::whole_attention() const {
+  return {B_, T_, nh_, kvh_, qk_hs_, spec_.causal(), v_hs_, attn_scale_};
+}
+
+ContextAttentionShape Model::context_attention() {
+  return {B_, T_, seq_, nh_, kvh_, qk_hs_, spec_.causal(), cp_positions(seq_), v_hs_, attn_scale_};
 }
 
 void Model::attention_fwd(const LayerActs& a) {
-  const int HS = spec_.head_size();
   if (cp_.size == 1) {
-    attention_forward(a.atty, a.att, a.qkv, {B_, T_, nh_, kvh_, HS, spec_.causal()});
+    attention_forward(a.atty, a.att, a.qkv, whole_attention());
     return;
   }
   cp_gather_kv(a.kv, a.qkv);
-  const ContextAttentionShape s{B_, T_, seq_, nh_, kvh_, HS, spec_.causal(), cp_positions(seq_)};
+  const ContextAttentionShape s = context_attention();
   context_attention_forward(a.atty, a.att, a.qkv, qkv_, a.kv, s);
 }
 
 void Model::attention_probs(float* att, const LayerActs& a) {
-  const int HS = spec_.head_size();
   if (cp_.size == 1) {
-    attention_probs_forward(att, a.qkv, {B_, T_, nh_, kvh_, HS, spec_.causal()});
+    attention_probs_forward(att, a.qkv, whole_attention());
     return;
   }
-  const ContextAttentionShape s{B_, T_, seq_, nh_, kvh_, HS, spec_.causal(), cp_positions(seq_)};
+  const ContextAttentionShape s = context_attention();
   context_attention_probs_forward(att, a.qkv, qkv_, a.kv, s);
 }
 
 // Into d_qkv_ from d_atty_, as Model::backward expects.
 void Model::attention_bwd(const LayerActs& a) {
-  const int HS = spec_.head_size();
   if (cp_.size == 1) {
-    attention_backward(d_qkv_, d_atty_, a.qkv, a.att, {B_, T_, nh_, kvh_, HS, spec_.causal()});
+    attention_backward(d_qkv_, d_atty_, a.qkv, a.att, whole_attention());
     return;
   }
-  const ContextAttentionShape s{B_, T_, seq_, nh_, kvh_, HS, spec_.causal(), cp_positions(seq_)};
+  const ContextAttentionShape s = context_attention();
   context_attention_backward(d_qkv_, d_kv_, d_atty_, a.qkv, qkv_, a.kv, a.att, s);
   cp_scatter_dkv(d_qkv_);
 }

@@ -12,7 +12,6 @@ Status engine_builds(const ModelSpec& s) {
                            ": the trainer runs gpt and bert models; vit specs are for planning "
                            "(cann-train search/simulate); hint: pick a gpt or bert config");
   std::vector<std::string> needs;
-  if (s.mla_enabled) needs.push_back("multi-head latent attention");
   if (!s.attention_window.empty()) needs.push_back("sliding-window attention");
   if (s.is_moe()) {
     if (s.has_shared_experts()) needs.push_back("shared experts");

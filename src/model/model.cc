@@ -116,10 +116,21 @@ void Model::layout_activations() {
       if (s.qk_norm) tp_qkgrad_ = take(2 * s.head_size());
     }
     if (cp_.size > 1) {
-      const size_t all_kv = static_cast<size_t>(max_batch_) * max_seq_ * (QKV - AC);
+      const size_t KV = QKV - q_cols_;  // the keys and values of a qkv row
+      const size_t all_kv = static_cast<size_t>(max_batch_) * max_seq_ * KV;
       cp_blocks_ = take(all_kv);
       d_kv_ = take(all_kv);
-      cp_local_ = take(N * (QKV - AC));
+      cp_local_ = take(N * KV);
+    }
+    if (s.mla_enabled) {
+      const MlaSpec& m = s.mla;
+      mla_q_ = take(N * q_cols_);
+      mla_kvb_ = take(N * nh_ * (m.qk_nope_head_dim + m.v_head_dim));
+      mla_kva_ = take(N * (m.kv_lora_rank + m.qk_rope_head_dim));
+      const size_t lat = std::max(m.q_lora_rank, m.kv_lora_rank);
+      mla_lat_ = take(N * lat);
+      mla_lat2_ = take(N * lat);
+      mla_dx_ = take(N * C);
     }
     carve_recompute_buffers(arena);
     if (pass == 0) {
@@ -286,9 +297,13 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
   const bool add_bias = !tp || tp_.rank == 0;
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, opt(P, o.ln1b), R, C);
   const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
-  linear_forward(a.qkv, ln1_all, P + o.qkvw, opt(P, o.qkvb), N, C, QKV);
-  if (s.qk_norm) qk_norm_forward(a, o, N);
-  if (s.positions == PositionKind::kRotary) rope_qk(a.qkv, N, false);
+  if (s.mla_enabled) {
+    mla_forward(a, o, ln1_all, N);
+  } else {
+    linear_forward(a.qkv, ln1_all, P + o.qkvw, opt(P, o.qkvb), N, C, QKV);
+    if (s.qk_norm) qk_norm_forward(a, o, N);
+    if (s.positions == PositionKind::kRotary) rope_qk(a.qkv, N, false);
+  }
   attention_fwd(a);
   float* attn_out = sp ? tp_full_ : a.resid_attn;
   linear_forward(attn_out, a.atty, P + o.projw, add_bias ? opt(P, o.projb) : nullptr, N, AC, C);
@@ -500,10 +515,14 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
     linear_backward(d_atty_, G + o.projw, opt(G, o.projb), dy, a.atty, P + o.projw, N, AC, C);
     ready(o.projw);
     attention_bwd(a);
-    if (s.positions == PositionKind::kRotary) rope_qk(d_qkv_, N, true);
-    if (s.qk_norm) qk_norm_backward(a, o, N);
     const float* ln1_all = sp ? tp_gather_rows(a.ln1, R) : a.ln1;
-    linear_backward(d_ln_, G + o.qkvw, opt(G, o.qkvb), d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
+    if (s.mla_enabled) {
+      mla_backward(a, o, ln1_all, N);
+    } else {
+      if (s.positions == PositionKind::kRotary) rope_qk(d_qkv_, N, true);
+      if (s.qk_norm) qk_norm_backward(a, o, N);
+      linear_backward(d_ln_, G + o.qkvw, opt(G, o.qkvb), d_qkv_, ln1_all, P + o.qkvw, N, C, QKV);
+    }
     ready(o.qkvw);
     const float* d_ln1 = tp ? tp_column_parallel_dinput(d_ln_, N) : d_ln_;
     norm_backward_tp(d_branch_, G + o.ln1w, opt(G, o.ln1b), d_ln1, x_in, P + o.ln1w, a.ln1_mean,

@@ -27,6 +27,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/status.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
@@ -174,6 +175,12 @@ class Model {
   struct LayerOffsets {
     size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
     size_t q_norm = kAbsent, k_norm = kAbsent;          // QK-norm (Qwen3)
+    // Multi-head latent attention (mla.cc): qkvw is then the layer's first attention tensor.
+    // q_down / kv_down: the tensors replicated over tp from the down projection to its norm,
+    // contiguous in the table ([q_a.w, q_a.b, q_a_norm.w], [kv_a.w, kv_a.b, kv_a_norm.w]).
+    size_t q_a = kAbsent, q_a_b = kAbsent, q_a_norm = kAbsent, q_b = kAbsent, q = kAbsent;
+    size_t kv_a = 0, kv_a_b = kAbsent, kv_a_norm = 0, kv_b = 0;
+    size_t q_down_floats = 0, kv_down_floats = 0;
     size_t fcw = 0, fcb = 0, fcprojw = 0, fcprojb = 0;  // dense layers
     MoeOffsets moe;                                     // MoE layers
   };
@@ -183,6 +190,10 @@ class Model {
     // QK-norm: the q heads then the k heads before the norm, (N*nh + N*kvh, head_size), and
     // their 1/rms (N*nh + N*kvh).
     float *qk_raw = nullptr, *qk_rstd = nullptr;
+    // MLA: q_a's output before and after its norm (N,q_lora) and 1/rms (N); the latent before
+    // and after kv_a's norm (N,kv_lora) and 1/rms (N).
+    float *q_lat = nullptr, *q_lat_n = nullptr, *q_lat_rstd = nullptr;
+    float *kv_lat = nullptr, *kv_lat_n = nullptr, *kv_lat_rstd = nullptr;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
     int moe_index = -1;  // into moe_layers_
   };
@@ -265,6 +276,12 @@ class Model {
   void qk_norm_backward(const LayerActs& a, const LayerOffsets& o, int N);
   // Rotary embedding of the q and k heads of qkv rows (N = B_*T_), or its backward on d_qkv_.
   void rope_qk(float* qkv, int N, bool backward);
+  // Multi-head latent attention (mla.cc): a.qkv from the normed input x (N rows, gathered under
+  // sp), with the rotary part rotated; and from d_qkv_ (rotated) the parameter gradients and
+  // d_ln_ = d(x) (partial over tp). Its scratch and the tp sums of the replicated tensors are
+  // mla.cc's too.
+  void mla_forward(const LayerActs& a, const LayerOffsets& o, const float* x, int N);
+  void mla_backward(const LayerActs& a, const LayerOffsets& o, const float* x, int N);
   // Positions of this rank's B_*T_ rows (global positions under cp).
   const int* rope_positions();
   // The MLP's activation: GeLU of fch, or SwiGLU of fch's [gate | up] halves.
@@ -287,6 +304,10 @@ class Model {
   // d_kv_ (every position's key/value gradients from this rank's queries) summed over the
   // ranks, each rank's own rows into the key/value columns of dqkv.
   void cp_scatter_dkv(float* dqkv);
+  // The attention kernels' shapes for the current batch: the whole sequence, or this rank's
+  // queries against every position (cp).
+  kernels::AttentionShape whole_attention() const;
+  kernels::ContextAttentionShape context_attention();
   // Attention of the current layer: whole-sequence, or this rank's queries against kv.
   void attention_fwd(const LayerActs& a);
   void attention_bwd(const LayerActs& a);
@@ -315,10 +336,15 @@ class Model {
   float* recompute_att_ = nullptr;
   LayerActs recompute_dense_{}, recompute_moe_{};
   MoeActs recompute_moe_acts_{};
-  // This rank's widths: heads, kv heads, attention output (heads * head size), fused QKV,
+  // This rank's widths: heads, kv heads, attention output (heads * value head size), fused QKV,
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;
   int vocab_begin_ = 0;
+  // Query/key and value head sizes (MLA: qk_nope + qk_rope and v_head_dim), the query columns
+  // of a qkv row (where the keys start), where the rotary part starts in a q/k head, and the
+  // attention's score scale (0: 1/sqrt(qk_hs_)).
+  int qk_hs_ = 0, v_hs_ = 0, q_cols_ = 0, rope_offset_ = 0;
+  float attn_scale_ = 0.0f;
   // Pipeline stage: the current chunk's layers [first_layer_, end_layer_); offsets_ and layers_
   // are indexed from first_layer_. holds_embed_ / holds_head_: some chunk has them.
   std::vector<LayerRange> chunks_;
@@ -354,6 +380,11 @@ class Model {
   float *d_qkv_ = nullptr, *d_fch_ = nullptr, *d_act_ = nullptr;
   // QK-norm scratch: the normed heads in forward, their gradient and the input's in backward.
   float* d_qk_ = nullptr;
+  // MLA scratch, in forward and backward: q (N, heads*qk), kv_b's output (N, heads*(nope+v)),
+  // kv_a's output (N, kv_lora+rope), two latent-wide buffers (N, max(q_lora, kv_lora)) and d(x)
+  // of the query path (N,C).
+  float *mla_q_ = nullptr, *mla_kvb_ = nullptr, *mla_kva_ = nullptr;
+  float *mla_lat_ = nullptr, *mla_lat2_ = nullptr, *mla_dx_ = nullptr;
   MoeScratch moe_scratch_;
   // Tensor parallelism only (null with tp = 1): a full (N,C) staging buffer for partial sums and
   // gathered gradients; per-row max, sums and shift of the vocabulary-parallel loss; layernorm

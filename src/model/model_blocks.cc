@@ -103,8 +103,8 @@ const int* Model::rope_positions() {
 }
 
 void Model::rope_qk(float* qkv, int N, bool backward) {
-  const RopeShape shape{N, nh_ + kvh_, spec_.head_size(), qkv_, 0,
-                        spec_.rope.interleaved ? RopeLayout::kInterleaved : RopeLayout::kHalves};
+  const RopeLayout layout = spec_.rope.interleaved ? RopeLayout::kInterleaved : RopeLayout::kHalves;
+  const RopeShape shape{N, nh_ + kvh_, qk_hs_, qkv_, rope_offset_, layout};
   if (backward)
     rope_backward(qkv, rope_positions(), rope_, shape);
   else

@@ -2,6 +2,7 @@
 // parameter offsets of every layer, the rotary table and the MoE router of the spec's family.
 // The passes themselves are model.cc's.
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/rope_scaling.h"
 #include "model/engine_support.h"
@@ -18,7 +19,9 @@ kernels::RopeConfig rope_config(const ModelSpec& s) {
   const RopeSpec& r = s.rope;
   kernels::RopeConfig c;
   c.theta = r.theta;
-  c.rotary_dim = static_cast<int>(s.head_size() * r.partial_rotary_factor) / 2 * 2;
+  // MLA rotates the qk_rope_head_dim part of each query/key head.
+  c.rotary_dim = s.mla_enabled ? s.mla.qk_rope_head_dim
+                               : static_cast<int>(s.head_size() * r.partial_rotary_factor) / 2 * 2;
   c.scaling = static_cast<kernels::RopeScaling>(static_cast<int>(r.scaling));
   c.factor = r.factor;
   c.low_freq_factor = r.low_freq_factor;
@@ -57,9 +60,14 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
   }
   const int t = tp_.size;
   nh_ = spec_.num_attention_heads / t;
-  kvh_ = spec_.num_key_value_heads / t;
-  attn_c_ = nh_ * spec_.head_size();
-  qkv_ = (nh_ + 2 * kvh_) * spec_.head_size();
+  // MLA: every query head has its own key and value head (from the latent's up projection).
+  kvh_ = spec_.mla_enabled ? nh_ : spec_.num_key_value_heads / t;
+  qk_hs_ = spec_.mla_enabled ? spec_.mla.qk_head_dim() : spec_.head_size();
+  v_hs_ = spec_.mla_enabled ? spec_.mla.v_head_dim : spec_.head_size();
+  rope_offset_ = spec_.mla_enabled ? spec_.mla.qk_nope_head_dim : 0;
+  q_cols_ = nh_ * qk_hs_;
+  attn_c_ = nh_ * v_hs_;
+  qkv_ = (nh_ + kvh_) * qk_hs_ + kvh_ * v_hs_;
   ff_ = spec_.intermediate_size / t;
   vocab_ = (spec_.vocab_size + t - 1) / t;
   vocab_begin_ = std::min(spec_.vocab_size, tp_.rank * vocab_);
@@ -181,6 +189,10 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
       return InvalidArgument("model '" + spec.name + "' (" + spec.source +
                              "): rotary positions: " + freqs.status().message());
     m->rope_ = kernels::rope_table(*freqs, spec.position_rows());
+    // DeepSeek's softmax scale carries yarn's mscale_all_dim factor (rope_scaling.h); the
+    // other families keep 1/sqrt(head_dim).
+    if (spec.mla_enabled)
+      m->attn_scale_ = freqs->softmax_scale_factor / std::sqrt(static_cast<float>(m->qk_hs_));
   }
   for (const LayerRange& chunk : m->chunks_) {
     m->chunk_offsets_.push_back(m->all_offsets_.size());
@@ -189,8 +201,26 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
       LayerOffsets o{};
       o.ln1w = off(p + "ln1.w");
       o.ln1b = opt_off(p + "ln1.b");
-      o.qkvw = off(p + "attn.qkv.w");
-      o.qkvb = opt_off(p + "attn.qkv.b");
+      if (spec.mla_enabled) {
+        // The q-down tensors (or the plain q projection) come first in the layer's attention.
+        o.q_a = opt_off(p + "attn.q_a.w");
+        o.q_a_b = opt_off(p + "attn.q_a.b");
+        o.q_a_norm = opt_off(p + "attn.q_a_norm.w");
+        o.q_b = opt_off(p + "attn.q_b.w");
+        o.q = opt_off(p + "attn.q.w");
+        o.kv_a = off(p + "attn.kv_a.w");
+        o.kv_a_b = opt_off(p + "attn.kv_a.b");
+        o.kv_a_norm = off(p + "attn.kv_a_norm.w");
+        o.kv_b = off(p + "attn.kv_b.w");
+        const size_t kv_lora = spec.mla.kv_lora_rank;
+        o.kv_down_floats = o.kv_a_norm + kv_lora - o.kv_a;
+        if (o.q_a != kAbsent) o.q_down_floats = o.q_a_norm + spec.mla.q_lora_rank - o.q_a;
+        o.qkvw = o.q_a != kAbsent ? o.q_a : o.q;
+        o.qkvb = kAbsent;
+      } else {
+        o.qkvw = off(p + "attn.qkv.w");
+        o.qkvb = opt_off(p + "attn.qkv.b");
+      }
       o.q_norm = opt_off(p + "attn.q_norm.w");
       o.k_norm = opt_off(p + "attn.k_norm.w");
       o.projw = off(p + "attn.proj.w");

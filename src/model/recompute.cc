@@ -71,7 +71,18 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
     a.qk_raw = arena.take(heads * s.head_size());
     a.qk_rstd = arena.take(heads);
   }
-  if (cp_.size > 1) a.kv = arena.take(static_cast<size_t>(max_batch_) * max_seq_ * (QKV - AC));
+  if (s.mla_enabled) {
+    const size_t q_lora = s.mla.q_lora_rank, kv_lora = s.mla.kv_lora_rank;
+    if (q_lora > 0) {
+      a.q_lat = arena.take(N * q_lora);
+      a.q_lat_n = arena.take(N * q_lora);
+      a.q_lat_rstd = arena.take(N);
+    }
+    a.kv_lat = arena.take(N * kv_lora);
+    a.kv_lat_n = arena.take(N * kv_lora);
+    a.kv_lat_rstd = arena.take(N);
+  }
+  if (cp_.size > 1) a.kv = arena.take(static_cast<size_t>(max_batch_) * max_seq_ * (QKV - q_cols_));
   if (keep != Keep::kAllButProbs) a.att = arena.take(att);
   a.atty = arena.take(N * AC);
   a.resid_attn = arena.take(R * C);

@@ -175,6 +175,10 @@ std::string spec_to_json(const ModelSpec& s) {
   if (s.hidden_dropout > 0) j.add("hidden_dropout", s.hidden_dropout);
   add_attention(s, j);
   if (s.is_moe()) add_moe(s, j);
+  // A dense DeepSeek says so: the family's defaults are 256 routed experts (V3) after 3 dense
+  // layers, which a reader would otherwise take.
+  if (deepseek(f) && !s.is_moe())
+    j.add("n_routed_experts", 0).add("first_k_dense_replace", s.num_hidden_layers);
   if (deepseek(f)) j.add("num_nextn_predict_layers", s.num_nextn_predict_layers);
   return j.str();
 }

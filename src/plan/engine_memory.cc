@@ -42,7 +42,15 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   const size_t H = m.num_attention_heads / t, d = m.head_size();
   // Key/value heads fewer than tp are replicated, one per rank (as the cost model assumes).
   const size_t KV = std::max<size_t>(1, m.num_key_value_heads / t);
-  const size_t QKV = tp == 1 ? static_cast<size_t>(m.qkv_size()) : (H + 2 * KV) * d;
+  // Multi-head latent attention (model/mla.cc) lays out every head's q, k and v in one qkv row:
+  // H * (2 * qk + v) floats, its attention output H * v.
+  const bool mla = m.mla_enabled;
+  const model::MlaSpec& ml = m.mla;
+  const size_t qk = mla ? ml.qk_head_dim() : d, vd = mla ? ml.v_head_dim : d;
+  const size_t QKV = mla       ? H * (2 * qk + vd)
+                     : tp == 1 ? static_cast<size_t>(m.qkv_size())
+                               : (H + 2 * KV) * d;
+  const size_t kv_cols = QKV - H * qk;  // the keys and values of a qkv row
   const size_t F = ceil_div(m.intermediate_size, t);
   const size_t E = m.num_local_experts, K = m.num_experts_per_tok;
   // The engine shards experts by ep only: every tensor-parallel rank holds its experts whole
@@ -57,17 +65,24 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   const size_t att = b * H * sq * static_cast<size_t>(seq);
   // Context parallelism: each layer keeps every position's keys and values, gathered from the
   // cp ranks (model/context_parallel.cc).
-  const size_t all_kv = cp > 1 ? b * static_cast<size_t>(seq) * 2 * KV * d : 0;
+  const size_t all_kv = cp > 1 ? b * static_cast<size_t>(seq) * kv_cols : 0;
+  // MLA's saved latents: q_a's output before and after its norm and 1/rms, the same for the
+  // key/value latent.
+  const size_t QR = mla ? ml.q_lora_rank : 0, KR = mla ? ml.kv_lora_rank : 0;
+  const size_t latents =
+      mla ? (QR > 0 ? 2 * take(N * QR) + take(N) : 0) + 2 * take(N * KR) + take(N) : 0;
 
   EngineArena a;
   // encoded, then the int buffers inputs and targets.
   a.embedding = take(Nsp * C) + take(N) + take(N);
   // ln1, ln1 mean, rstd, qkv, att, atty, resid_attn, ln2, mean, rstd, out.
   // Under cp also the gathered keys and values.
-  const size_t shared = take(Nsp * C) + 2 * take(Nsp) + take(N * QKV) + take(att) +
-                        take(N * H * d) + take(Nsp * C) + take(Nsp * C) + 2 * take(Nsp) +
+  const size_t shared = take(Nsp * C) + 2 * take(Nsp) + take(N * QKV) + latents + take(att) +
+                        take(N * H * vd) + take(Nsp * C) + take(Nsp * C) + 2 * take(Nsp) +
                         take(Nsp * C) + (cp > 1 ? take(all_kv) : 0);
-  a.dense_layer = shared + 2 * take(N * F);  // fch, fch_gelu
+  // fch, fch_gelu; SwiGLU's fch holds the gate and up halves.
+  const bool glu = m.mlp == model::MlpKind::kSwiGlu;
+  a.dense_layer = shared + take(N * (glu ? 2 * F : F)) + take(N * F);
   // Routing covers every token of the micro-batch, gathered under sp (each tensor-parallel
   // rank routes them all, then computes the experts for its own Nsp).
   if (m.is_moe()) {
@@ -88,9 +103,11 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
   // Under tp the vocabulary-parallel loss keeps per-token row maxima, two sums and a shift.
   if (tp > 1) a.head += take(N) + take(2 * N) + take(N);
-  // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch; MoE: d_xe, d_ge, d_ye, d_gate, d_router.
-  size_t scratch =
-      take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * d) + take(N * QKV) + take(N * F);
+  // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch (and SwiGLU's d_act); MoE: d_xe, d_ge,
+  // d_ye, d_gate, d_router.
+  size_t scratch = take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * vd) + take(N * QKV) +
+                   take(N * (glu ? 2 * F : F));
+  if (glu) scratch += take(N * F);  // d_act, apart from d_fch
   if (m.is_moe()) {
     scratch +=
         take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(N * K) + take(N * E);
@@ -100,7 +117,11 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   if (tp > 1) scratch += take(N * C) + take(2 * C);
   // Under cp: the rank-ordered gather / reduce-scatter blocks, every position's key/value
   // gradients, and this rank's reduced ones.
-  if (cp > 1) scratch += 2 * take(all_kv) + take(N * 2 * KV * d);
+  if (cp > 1) scratch += 2 * take(all_kv) + take(N * kv_cols);
+  // MLA: q, kv_b's output, kv_a's output, two latent-wide buffers and the query path's d(x).
+  if (mla)
+    scratch += take(N * H * qk) + take(N * H * (ml.qk_nope_head_dim + vd)) +
+               take(N * (KR + ml.qk_rope_head_dim)) + 2 * take(N * std::max(QR, KR)) + take(N * C);
   a.scratch = static_cast<double>(scratch);
   return a;
 }

@@ -29,6 +29,8 @@ constexpr int kRowBlock = 64;
 struct Operands {
   int B, Tq, Tk, NH, KVH, HS;
   bool causal;
+  int VS;                    // value head width
+  float scale;               // of the scores
   const int* q_pos;          // null: query i is at position i
   int q_stride, kv_stride;   // floats between consecutive rows
   size_t q_batch, kv_batch;  // floats between consecutive sequences
@@ -36,8 +38,13 @@ struct Operands {
   // in the gradient buffers.
   size_t k_col, v_col;
   int pos(int i) const { return q_pos == nullptr ? i : q_pos[i]; }
-  int C() const { return NH * HS; }
+  int C() const { return NH * VS; }
 };
+
+// 1/sqrt(HS) unless the shape gives its own.
+float score_scale(float scale, int HS) {
+  return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(HS));
+}
 
 Operands fused(const AttentionShape& s) {
   const int QKV = s.QKV();
@@ -49,13 +56,15 @@ Operands fused(const AttentionShape& s) {
           s.KVH,
           s.HS,
           s.causal,
+          s.vs(),
+          score_scale(s.scale, s.HS),
           nullptr,
           QKV,
           QKV,
           batch,
           batch,
-          static_cast<size_t>(s.C()),
-          static_cast<size_t>(s.C() + s.KVH * s.HS)};
+          static_cast<size_t>(s.NH * s.HS),
+          static_cast<size_t>((s.NH + s.KVH) * s.HS)};
 }
 
 Operands split(const ContextAttentionShape& s, int q_stride) {
@@ -67,6 +76,8 @@ Operands split(const ContextAttentionShape& s, int q_stride) {
           s.KVH,
           s.HS,
           s.causal,
+          s.vs(),
+          score_scale(s.scale, s.HS),
           s.q_pos,
           q_stride,
           KV,
@@ -100,18 +111,18 @@ void softmax_rows(float* a, const Operands& o, int i0, int i1) {
 
 // q and kv: the query buffer and the key/value buffer (the same fused buffer for attention_*).
 void forward(float* out, float* att, const float* q_buf, const float* kv_buf, const Operands& o) {
-  const int Tq = o.Tq, Tk = o.Tk, HS = o.HS, C = o.C();
+  const int Tq = o.Tq, Tk = o.Tk, HS = o.HS, VS = o.VS, C = o.C();
   const int group = o.NH / o.KVH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = o.scale;
   const int block = o.causal ? kRowBlock : Tq;
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < o.B * o.NH; ++bh) {
     const int b = bh / o.NH, h = bh % o.NH, kh = h / group;
     const float* q = q_buf + b * o.q_batch + h * HS;
     const float* k = kv_buf + b * o.kv_batch + o.k_col + kh * HS;
-    const float* v = kv_buf + b * o.kv_batch + o.v_col + kh * HS;
+    const float* v = kv_buf + b * o.kv_batch + o.v_col + kh * VS;
     float* a = att + static_cast<size_t>(bh) * Tq * Tk;
-    float* out_h = out == nullptr ? nullptr : out + static_cast<size_t>(b) * Tq * C + h * HS;
+    float* out_h = out == nullptr ? nullptr : out + static_cast<size_t>(b) * Tq * C + h * VS;
     for (int i0 = 0; i0 < Tq; i0 += block) {
       const int i1 = std::min(Tq, i0 + block);
       const int keys = o.causal ? o.pos(i1 - 1) + 1 : Tk;
@@ -122,7 +133,7 @@ void forward(float* out, float* att, const float* q_buf, const float* kv_buf, co
       softmax_rows(a, o, i0, i1);
       if (out_h == nullptr) continue;  // probabilities only
       // out[i0:i1] = a[i0:i1, 0:keys] v[0:keys]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, HS, keys, 1.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, VS, keys, 1.0f,
                   a + static_cast<size_t>(i0) * Tk, Tk, v, o.kv_stride, 0.0f,
                   out_h + static_cast<size_t>(i0) * C, C);
     }
@@ -132,9 +143,9 @@ void forward(float* out, float* att, const float* q_buf, const float* kv_buf, co
 // dq_buf and dkv_buf have the layouts of q_buf and kv_buf (the same buffer when fused).
 void backward(float* dq_buf, float* dkv_buf, const float* dout, const float* q_buf,
               const float* kv_buf, const float* att, const Operands& o) {
-  const int Tq = o.Tq, Tk = o.Tk, HS = o.HS, C = o.C();
+  const int Tq = o.Tq, Tk = o.Tk, HS = o.HS, VS = o.VS, C = o.C();
   const int group = o.NH / o.KVH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = o.scale;
   const int block = o.causal ? kRowBlock : Tq;
   // One task per (batch, kv head): the query heads sharing a kv head add into the same dk, dv.
 #pragma omp parallel
@@ -143,20 +154,21 @@ void backward(float* dq_buf, float* dkv_buf, const float* dout, const float* q_b
 #pragma omp for schedule(static)
     for (int bk = 0; bk < o.B * o.KVH; ++bk) {
       const int b = bk / o.KVH, kh = bk % o.KVH;
-      const size_t kv_at = b * o.kv_batch + kh * HS;
-      const float* k = kv_buf + kv_at + o.k_col;
-      const float* v = kv_buf + kv_at + o.v_col;
-      float* dk = dkv_buf + kv_at + o.k_col;
-      float* dv = dkv_buf + kv_at + o.v_col;
+      const size_t k_at = b * o.kv_batch + o.k_col + kh * HS;
+      const size_t v_at = b * o.kv_batch + o.v_col + kh * VS;
+      const float* k = kv_buf + k_at;
+      const float* v = kv_buf + v_at;
+      float* dk = dkv_buf + k_at;
+      float* dv = dkv_buf + v_at;
       for (int t = 0; t < Tk; ++t) {
         std::memset(dk + static_cast<size_t>(t) * o.kv_stride, 0, sizeof(float) * HS);
-        std::memset(dv + static_cast<size_t>(t) * o.kv_stride, 0, sizeof(float) * HS);
+        std::memset(dv + static_cast<size_t>(t) * o.kv_stride, 0, sizeof(float) * VS);
       }
       for (int h = kh * group; h < (kh + 1) * group; ++h) {
         const float* q = q_buf + b * o.q_batch + h * HS;
         float* dq = dq_buf + b * o.q_batch + h * HS;
         const float* a = att + (static_cast<size_t>(b) * o.NH + h) * Tq * Tk;
-        const float* dout_h = dout + static_cast<size_t>(b) * Tq * C + h * HS;
+        const float* dout_h = dout + static_cast<size_t>(b) * Tq * C + h * VS;
         for (int i0 = 0; i0 < Tq; i0 += block) {
           const int i1 = std::min(Tq, i0 + block);
           const int rows = i1 - i0;
@@ -165,10 +177,10 @@ void backward(float* dq_buf, float* dkv_buf, const float* dout, const float* q_b
           float* da_blk = datt.data() + static_cast<size_t>(i0) * Tk;
           const float* do_blk = dout_h + static_cast<size_t>(i0) * C;
           // datt = dout v^T
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, HS, 1.0f, do_blk, C, v,
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, VS, 1.0f, do_blk, C, v,
                       o.kv_stride, 0.0f, da_blk, Tk);
           // dv[0:keys] += a^T dout
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, HS, rows, 1.0f, a_blk, Tk,
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, VS, rows, 1.0f, a_blk, Tk,
                       do_blk, C, 1.0f, dv, o.kv_stride);
           // softmax backward: ds = a * (datt - sum_j a*datt), times the score scale
           for (int i = 0; i < rows; ++i) {

@@ -7,14 +7,20 @@
 
 namespace cann::kernels {
 
-// qkv is (B,T,QKV) with QKV = (NH + 2*KVH)*HS, each token laid out [q heads | k heads | v heads];
-// query head h reads kv head h / (NH/KVH). out is (B,T,C) with C = NH*HS. att is (B,NH,T,T):
-// the softmax probabilities, saved for backward (entries above the diagonal are 0 when causal).
+// qkv is (B,T,QKV) with QKV = (NH + KVH)*HS + KVH*VS, each token laid out [q heads | k heads |
+// v heads]; query head h reads kv head h / (NH/KVH). out is (B,T,C) with C = NH*VS. att is
+// (B,NH,T,T): the softmax probabilities, saved for backward (entries above the diagonal are 0
+// when causal). Query and key heads are HS wide, value heads VS (0: HS; multi-head latent
+// attention's v_head_dim differs from its qk_nope + qk_rope). The scores are scaled by `scale`
+// (0: 1/sqrt(HS); DeepSeek multiplies that by a yarn factor).
 struct AttentionShape {
   int B, T, NH, KVH, HS;
   bool causal;
-  int C() const { return NH * HS; }
-  int QKV() const { return (NH + 2 * KVH) * HS; }
+  int VS = 0;
+  float scale = 0.0f;
+  int vs() const { return VS > 0 ? VS : HS; }
+  int C() const { return NH * vs(); }
+  int QKV() const { return (NH + KVH) * HS + KVH * vs(); }
 };
 
 // out may be null: then only att is computed.
@@ -29,14 +35,18 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 // Context parallelism: Tq queries per sequence, at positions q_pos[0..Tq) (strictly ascending)
 // of a sequence of Tk; the causal mask is by position, so query i sees keys [0, q_pos[i]].
 // Queries are read from rows of q_stride floats, query head h at column h*HS (q may point into
-// a fused qkv buffer); kv is (B,Tk,KV) with KV = 2*KVH*HS, each position [k heads | v heads].
+// a fused qkv buffer); kv is (B,Tk,KV) with KV = KVH*(HS + VS), each position [k heads | v heads].
 // out is (B,Tq,C); att is (B,NH,Tq,Tk). With Tq = Tk and q_pos[i] = i this is attention_forward.
+// VS and scale as in AttentionShape.
 struct ContextAttentionShape {
   int B, Tq, Tk, NH, KVH, HS;
   bool causal;
   const int* q_pos;
-  int C() const { return NH * HS; }
-  int KV() const { return 2 * KVH * HS; }
+  int VS = 0;
+  float scale = 0.0f;
+  int vs() const { return VS > 0 ? VS : HS; }
+  int C() const { return NH * vs(); }
+  int KV() const { return KVH * (HS + vs()); }
 };
 
 void context_attention_forward(float* out, float* att, const float* q, int q_stride,

@@ -1,5 +1,6 @@
 // Naive reference for kernels/cpu/attention: full (T,T) scores, mask applied by -inf, softmax,
-// weighted sum; the backward follows the textbook chain rule with no blocking.
+// weighted sum; the backward follows the textbook chain rule with no blocking. Value heads of
+// VS and the score scale as kernels::AttentionShape says.
 #pragma once
 
 #include <cmath>
@@ -12,8 +13,9 @@ namespace cann::ref {
 
 template <typename F>
 void attention_forward(F* out, F* att, const F* qkv, const kernels::AttentionShape& s) {
-  const int T = s.T, HS = s.HS, C = s.C(), QKV = s.QKV(), g = s.NH / s.KVH;
-  const F scale = F(1) / std::sqrt(F(HS));
+  const int T = s.T, HS = s.HS, VS = s.vs(), C = s.C(), QKV = s.QKV(), g = s.NH / s.KVH;
+  const int QC = s.NH * HS;  // where the k heads start
+  const F scale = s.scale != 0.0f ? F(s.scale) : F(1) / std::sqrt(F(HS));
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.NH; ++h) {
       const int kh = h / g;
@@ -23,7 +25,7 @@ void attention_forward(F* out, F* att, const F* qkv, const kernels::AttentionSha
         for (int j = 0; j < T; ++j) {
           F dot = 0;
           for (int d = 0; d < HS; ++d)
-            dot += qkv[(b * T + i) * QKV + h * HS + d] * qkv[(b * T + j) * QKV + C + kh * HS + d];
+            dot += qkv[(b * T + i) * QKV + h * HS + d] * qkv[(b * T + j) * QKV + QC + kh * HS + d];
           a[i * T + j] = (s.causal && j > i) ? -std::numeric_limits<F>::infinity() : dot * scale;
           if (a[i * T + j] > mx) mx = a[i * T + j];
         }
@@ -33,11 +35,11 @@ void attention_forward(F* out, F* att, const F* qkv, const kernels::AttentionSha
           sum += a[i * T + j];
         }
         for (int j = 0; j < T; ++j) a[i * T + j] /= sum;
-        for (int d = 0; d < HS; ++d) {
+        for (int d = 0; d < VS; ++d) {
           F acc = 0;
           for (int j = 0; j < T; ++j)
-            acc += a[i * T + j] * qkv[(b * T + j) * QKV + C + s.KVH * HS + kh * HS + d];
-          out[(b * T + i) * C + h * HS + d] = acc;
+            acc += a[i * T + j] * qkv[(b * T + j) * QKV + QC + s.KVH * HS + kh * VS + d];
+          out[(b * T + i) * C + h * VS + d] = acc;
         }
       }
     }
@@ -46,8 +48,9 @@ void attention_forward(F* out, F* att, const F* qkv, const kernels::AttentionSha
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att,
                         const kernels::AttentionShape& s) {
-  const int T = s.T, HS = s.HS, C = s.C(), QKV = s.QKV(), g = s.NH / s.KVH;
-  const F scale = F(1) / std::sqrt(F(HS));
+  const int T = s.T, HS = s.HS, VS = s.vs(), C = s.C(), QKV = s.QKV(), g = s.NH / s.KVH;
+  const int QC = s.NH * HS;
+  const F scale = s.scale != 0.0f ? F(s.scale) : F(1) / std::sqrt(F(HS));
   for (size_t i = 0; i < static_cast<size_t>(s.B) * T * QKV; ++i) dqkv[i] = 0;
   std::vector<F> da(T), ds(T);
   for (int b = 0; b < s.B; ++b)
@@ -55,11 +58,11 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att,
       const int kh = h / g;
       const F* a = att + (static_cast<size_t>(b) * s.NH + h) * T * T;
       for (int i = 0; i < T; ++i) {
-        const F* dor = dout + (b * T + i) * C + h * HS;
+        const F* dor = dout + (b * T + i) * C + h * VS;
         for (int j = 0; j < T; ++j) {
           F acc = 0;
-          for (int d = 0; d < HS; ++d) {
-            const size_t vj = (b * T + j) * QKV + C + s.KVH * HS + kh * HS + d;
+          for (int d = 0; d < VS; ++d) {
+            const size_t vj = (b * T + j) * QKV + QC + s.KVH * HS + kh * VS + d;
             acc += dor[d] * qkv[vj];
             dqkv[vj] += a[i * T + j] * dor[d];
           }
@@ -71,7 +74,7 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att,
         for (int j = 0; j < T; ++j)
           for (int d = 0; d < HS; ++d) {
             const size_t qi = (b * T + i) * QKV + h * HS + d;
-            const size_t kj = (b * T + j) * QKV + C + kh * HS + d;
+            const size_t kj = (b * T + j) * QKV + QC + kh * HS + d;
             dqkv[qi] += ds[j] * qkv[kj];
             dqkv[kj] += ds[j] * qkv[qi];
           }
