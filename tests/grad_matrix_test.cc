@@ -48,15 +48,22 @@ std::vector<std::string> np(int n, const std::string& strategy,
 }
 
 class MultiProcGradientMatrixTest : public ::testing::Test {
+ public:
+  struct Case {
+    std::string name, reference;
+    std::vector<std::string> flags;
+  };
+
  protected:
-  // One step of `model` under `flags`; returns the dump's path.
+  // `steps` steps of `model` under `flags`; returns the path of the last step's dump.
   std::string dump(const std::string& model, const std::string& name,
-                   std::vector<std::string> flags) {
+                   std::vector<std::string> flags, int steps) {
     const std::string path = dir_.file(name + ".safetensors");
     const auto r = test::run_cann(test::RunArgs()
                                       .model(model)
                                       .seq_len(64)
-                                      .steps(1)
+                                      .steps(steps)
+                                      .flag("--dump-grads-step", steps)
                                       .batch_size(8)
                                       .eval_every(0)
                                       .flag("--eval-batches", 1)
@@ -69,22 +76,17 @@ class MultiProcGradientMatrixTest : public ::testing::Test {
     return path;
   }
 
-  struct Case {
-    std::string name, reference;
-    std::vector<std::string> flags;
-  };
-
   void expect_matrix(const std::string& model,
                      const std::map<std::string, std::vector<std::string>>& refs,
-                     const std::vector<Case>& cases) {
+                     const std::vector<Case>& cases, int steps = 1) {
     std::map<std::string, ckpt::SafeTensors> want;
     for (const auto& [name, flags] : refs) {
-      auto r = ckpt::read_safetensors(dump(model, name, flags));
+      auto r = ckpt::read_safetensors(dump(model, name, flags, steps));
       ASSERT_TRUE(r.ok()) << r.status().message();
       want[name] = std::move(*r);
     }
     for (const Case& c : cases) {
-      auto got = ckpt::read_safetensors(dump(model, c.name, c.flags));
+      auto got = ckpt::read_safetensors(dump(model, c.name, c.flags, steps));
       ASSERT_TRUE(got.ok()) << got.status().message();
       auto rows = debug::compare_grads(*got, want.at(c.reference), c.name, c.reference);
       ASSERT_TRUE(rows.ok()) << rows.status().message();
@@ -277,6 +279,31 @@ TEST_F(MultiProcGradientMatrixTest, MoeBertTinyMatchesItsReferencePerTensor) {
       });
 }
 
+// The references of the MoE families' rows below: the same micro-batches (the balance loss is
+// over a micro-batch's tokens), on one process or data-parallel.
+const std::map<std::string, std::vector<std::string>> kMoeFamilyRefs = {
+    {"single_accum2", {"--threads", "1", "--grad-accum", "2"}},
+    {"dp2", np(2, "dp=2,mbs=4")},
+    {"dp2_mbs2", np(2, "dp=2,mbs=2")}};
+
+// The MoE families' layouts, each against its reference, and `more` after them.
+std::vector<MultiProcGradientMatrixTest::Case> moe_family_rows(
+    std::vector<MultiProcGradientMatrixTest::Case> more) {
+  std::vector<MultiProcGradientMatrixTest::Case> rows = {
+      {"tp2", "single_accum2", np(2, "tp=2,mbs=4")},
+      {"tp2_sp", "single_accum2", np(2, "tp=2,sp=on,mbs=4")},
+      {"pp2_1f1b", "single_accum2", np(2, "pp=2,mbs=4")},
+      {"pp2_vpp2", "single_accum2", np(2, "pp=2,vpp=2,mbs=4")},
+      {"tp2_full", "single_accum2", np(2, "tp=2,recompute=full,mbs=4")},
+      {"dp2_ep2", "dp2", np(2, "dp=2,ep=2,mbs=4")},
+      {"dp2_tp2_ep2", "dp2", np(4, "dp=2,tp=2,ep=2,mbs=4")},
+      {"dp2_pp2_ep2", "dp2_mbs2", np(4, "dp=2,pp=2,ep=2,mbs=2")},
+      {"dp2_zero3", "dp2", np(2, "dp=2,zero=3,mbs=4")},
+  };
+  rows.insert(rows.end(), more.begin(), more.end());
+  return rows;
+}
+
 // Today's MoE families: a small Qwen3-MoE (a dense first layer, 4 SwiGLU experts without
 // biases, normalized top-2, dropless, the Switch balance loss, QK-norm), against references of
 // the same micro-batches as moe_bert_tiny's: the balance loss is over a micro-batch's tokens.
@@ -289,21 +316,64 @@ TEST_F(MultiProcGradientMatrixTest, MoeFamiliesMatchTheirReferencePerTensor) {
                    "num_experts_per_tok: 2\nnorm_topk_prob: true\nmlp_only_layers: [0]\n"
                    "output_router_logits: true\nrouter_aux_loss_coef: 0.01\nvocab_size: 256\n"
                    "max_position_embeddings: 64\nseq_length: 64\ntie_word_embeddings: false\n");
-  expect_matrix(qwen,
-                {{"single_accum2", {"--threads", "1", "--grad-accum", "2"}},
-                 {"dp2", np(2, "dp=2,mbs=4")},
-                 {"dp2_mbs2", np(2, "dp=2,mbs=2")}},
+  expect_matrix(qwen, kMoeFamilyRefs, moe_family_rows({}));
+}
+
+// Shared experts: a small Qwen2-MoE (a shared expert of width 48 scaled by its sigmoid gate,
+// 4 routed experts, dropless, the Switch balance loss), on the same layouts and references,
+// plus sp with selective recomputation and ZeRO-1. The shared expert splits over tp like a
+// dense MLP (also under sp, where its gate's weight sees only a rank's rows) and is whole on
+// every ep rank, its gradient reduced over the data-parallel group with the router's.
+TEST_F(MultiProcGradientMatrixTest, MoeSharedExpertsMatchTheirReferencePerTensor) {
+  const std::string qwen = dir_.file("qwen2_moe.yaml");
+  test::write_text(qwen,
+                   "model_type: qwen2_moe\nhidden_size: 64\nnum_hidden_layers: 4\n"
+                   "num_attention_heads: 4\nnum_key_value_heads: 2\nintermediate_size: 96\n"
+                   "moe_intermediate_size: 32\nshared_expert_intermediate_size: 48\n"
+                   "num_experts: 4\nnum_experts_per_tok: 2\nmlp_only_layers: [0]\n"
+                   "output_router_logits: true\nrouter_aux_loss_coef: 0.01\nvocab_size: 256\n"
+                   "max_position_embeddings: 64\nseq_length: 64\ntie_word_embeddings: false\n");
+  expect_matrix(qwen, kMoeFamilyRefs,
+                moe_family_rows({
+                    {"tp2_sp_sel", "single_accum2", np(2, "tp=2,sp=on,recompute=selective,mbs=4")},
+                    {"dp2_zero1", "dp2", np(2, "dp=2,zero=1,mbs=4")},
+                }));
+}
+
+// DeepSeek-V3's selection bias (noaux_tc) on cann-train's own MoE GPT (DeepSeek's configs also
+// need MLA): the third step's gradient, after two bias updates at speed 0.05, which move the
+// biases well past the spread of the scores and so change the routing. Every layout must
+// count the step's loads over the ranks that route distinct tokens and move every copy of a
+// bias alike (under ZeRO-3 the shard's). Dropless routing and no balance loss make a token's
+// output independent of which tokens share its micro-batch, so the reference is one process;
+// a learning rate of 1e-7 keeps the layouts' parameters (whose updates differ in rounding)
+// within the tolerance after three steps, while the biases move by the full speed.
+TEST_F(MultiProcGradientMatrixTest, MoeExpertBiasMatchesOneProcessPerTensor) {
+  const std::string gpt = dir_.file("gpt_noaux.yaml");
+  test::write_text(gpt,
+                   "architecture: gpt\nhidden_size: 64\nnum_hidden_layers: 4\n"
+                   "num_attention_heads: 4\nvocab_size: 256\nseq_length: 64\n"
+                   "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n"
+                   "moe_routing: dropless\nrouter_aux_loss_coef: 0\ntopk_method: noaux_tc\n"
+                   "expert_bias_update_speed: 0.05\n");
+  const std::vector<std::string> lr = {"--lr", "1e-7"};
+  auto with = [&](int n, const std::string& strategy) { return np(n, strategy, lr); };
+  expect_matrix(gpt, {{"single", {"--threads", "1", "--lr", "1e-7"}}},
                 {
-                    {"tp2", "single_accum2", np(2, "tp=2,mbs=4")},
-                    {"tp2_sp", "single_accum2", np(2, "tp=2,sp=on,mbs=4")},
-                    {"pp2_1f1b", "single_accum2", np(2, "pp=2,mbs=4")},
-                    {"pp2_vpp2", "single_accum2", np(2, "pp=2,vpp=2,mbs=4")},
-                    {"tp2_full", "single_accum2", np(2, "tp=2,recompute=full,mbs=4")},
-                    {"dp2_ep2", "dp2", np(2, "dp=2,ep=2,mbs=4")},
-                    {"dp2_tp2_ep2", "dp2", np(4, "dp=2,tp=2,ep=2,mbs=4")},
-                    {"dp2_pp2_ep2", "dp2_mbs2", np(4, "dp=2,pp=2,ep=2,mbs=2")},
-                    {"dp2_zero3", "dp2", np(2, "dp=2,zero=3,mbs=4")},
-                });
+                    {"dp2", "single", with(2, "dp=2")},
+                    {"tp2", "single", with(2, "tp=2")},
+                    {"tp2_sp", "single", with(2, "tp=2,sp=on")},
+                    {"pp2_1f1b", "single", with(2, "pp=2,mbs=2")},
+                    {"pp2_vpp2", "single", with(2, "pp=2,vpp=2,mbs=2")},
+                    {"tp2_full", "single", with(2, "tp=2,recompute=full")},
+                    {"dp2_ep2", "single", with(2, "dp=2,ep=2")},
+                    {"dp2_tp2_ep2", "single", with(4, "dp=2,tp=2,ep=2")},
+                    {"dp2_pp2_ep2", "single", with(4, "dp=2,pp=2,ep=2,mbs=2")},
+                    {"dp2_zero1", "single", with(2, "dp=2,zero=1")},
+                    {"dp2_zero2", "single", with(2, "dp=2,zero=2")},
+                    {"dp2_zero3", "single", with(2, "dp=2,zero=3")},
+                },
+                3);
 }
 
 // The comparison as a user runs it: within the tolerance exit 0, over it exit 1 with the

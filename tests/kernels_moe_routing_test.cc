@@ -1,4 +1,5 @@
-// The MoE routers of the Mixtral, Qwen-MoE and DeepSeek families, checked as
+// The MoE routers of the Mixtral, Qwen-MoE and DeepSeek families (and Qwen2-MoE's
+// shared-expert gate), checked as
 // tests/kernel_check.h describes (the double reference against finite differences, the fp32
 // kernel against the reference) and against small worked examples computed by hand from the
 // published formulas. Every check prints its max difference.
@@ -11,7 +12,9 @@
 #include "family_kernel_check.h"
 #include "kernels/cpu/moe_balance.h"
 #include "kernels/cpu/moe_routing.h"
+#include "kernels/cpu/shared_expert_gate.h"
 #include "kernels/reference/moe_routing.h"
+#include "kernels/reference/shared_expert_gate.h"
 
 namespace cann {
 namespace {
@@ -209,6 +212,35 @@ TEST(MoeRouting, ExpertBiasUpdate) {
   EXPECT_FLOAT_EQ(bias[1], 0.101f);
   EXPECT_FLOAT_EQ(bias[2], 0.1f);
   EXPECT_FLOAT_EQ(bias[3], -0.2f);
+}
+
+// Qwen2-MoE's shared-expert gate: the fp32 forward against the double reference, and the fp32
+// backward of loss = sum dout * out against central differences of the reference in y, x and g
+// (out = routed + sigmoid(x . g) * y). dx_add starts at 1 to check that the kernel adds.
+TEST_F(FamilyKernelTest, SharedExpertGateMatchesReference) {
+  const int N = 7, C = 5;
+  D x = float_exact(randn(N * C, rng_)), y = float_exact(randn(N * C, rng_));
+  D g = float_exact(randn(C, rng_, 0.5)), routed = float_exact(randn(N * C, rng_));
+  D dout = float_exact(randn(N * C, rng_));
+  D out(N * C);
+  ref::shared_expert_gate_forward(out.data(), routed.data(), y.data(), x.data(), g.data(), N, C);
+  Fv of = to_float(routed), gate(N);
+  const Fv xf = to_float(x), yf = to_float(y), gf = to_float(g), df = to_float(dout);
+  kernels::shared_expert_gate_forward(of.data(), gate.data(), yf.data(), xf.data(), gf.data(), N,
+                                      C);
+  expect_below(max_rel_diff(of, out), kFp32Tol, "shared gate fp32 out");
+
+  Fv dy(N * C, 9.0f), dg(C, 0.0f), dx(N * C, 1.0f);
+  kernels::shared_expert_gate_backward(dy.data(), dg.data(), dx.data(), df.data(), yf.data(),
+                                       xf.data(), gf.data(), gate.data(), N, C);
+  for (float& v : dx) v -= 1.0f;
+  auto loss = [&] {
+    ref::shared_expert_gate_forward(out.data(), routed.data(), y.data(), x.data(), g.data(), N, C);
+    return dot(out, dout);
+  };
+  expect_below(max_rel_diff(dy, fd_gradient(y, loss)), kFp32Tol, "shared gate dy vs fd");
+  expect_below(max_rel_diff(dx, fd_gradient(x, loss)), kFp32Tol, "shared gate dx vs fd");
+  expect_below(max_rel_diff(dg, fd_gradient(g, loss)), kFp32Tol, "shared gate dg vs fd");
 }
 
 // Perfectly even routing: 4 experts, 4 tokens per sequence, each token choosing one distinct

@@ -124,6 +124,11 @@ inline void check_model_gradients(const ModelSpec& s, float qkv_scale = 1.0f) {
   for (const auto& t : m.table().tensors())
     if (t.name.ends_with("moe.router.w"))
       for (size_t i = 0; i < t.numel; ++i) m.params()[t.offset + i] *= 50.0f;
+  // DeepSeek-V3's selection biases (initialized to zero) of the scores' size, so they steer
+  // the choice that the gradients follow.
+  for (const auto& t : m.table().tensors())
+    if (t.name.ends_with("moe.router.bias"))
+      for (size_t i = 0; i < t.numel; ++i) m.params()[t.offset + i] = 0.3f * rng.normal();
   const Batch batch = make_batch(s, B, T, rng);
 
   m.zero_grads();

@@ -214,5 +214,44 @@ TEST_F(MultiProcModelParallelCheckpointTest, ExpertPipelineResumesExactlyAndAsTe
   EXPECT_LT(max_rel_diff(a, read("as_tp2", 8), "params"), 1e-3);
 }
 
+// DeepSeek-V3's expert selection bias is model state: an ep=2 run stopped at step 4 and
+// resumed ends exactly where the uninterrupted one ends, and the checkpoint's biases have
+// moved by whole steps of the update speed (0.05 here), towards balance.
+TEST_F(MultiProcModelParallelCheckpointTest, ExpertBiasResumesExactly) {
+  const std::string yaml =
+      "architecture: gpt\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "vocab_size: 256\nseq_length: 64\nnum_local_experts: 4\nnum_experts_per_tok: 2\n"
+      "moe_routing: dropless\nrouter_aux_loss_coef: 0\ntopk_method: noaux_tc\n"
+      "expert_bias_update_speed: 0.05\n";
+  const std::string model = dir_.file("gpt_noaux.yaml");
+  test::write_text(model, yaml);
+  const std::vector<std::string> ep = {"--nproc-per-node", "2", "--strategy", "dp=2,ep=2"};
+  train(model, "straight", ep);
+  auto part = ep;
+  part.insert(part.end(), {"--exit-interval", "4"});
+  train(model, "resumed", part);
+  part = ep;
+  part.push_back("--resume");
+  train(model, "resumed", part);
+  const auto a = read("straight", 8);
+  for (const char* s : {"params", "adam_m", "adam_v"})
+    EXPECT_EQ(max_rel_diff(a, read("resumed", 8), s), 0.0) << s;
+  auto spec = model::parse_model_spec(yaml, "gpt_noaux.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const ParamTable table = model::build_param_table(*spec);
+  const float* p = reinterpret_cast<const float*>(a.find("params")->data.data());
+  int moved = 0;
+  for (const TensorInfo& t : table.tensors()) {
+    if (!t.name.ends_with("moe.router.bias")) continue;
+    for (size_t e = 0; e < t.numel; ++e) {
+      const double steps = p[t.offset + e] / 0.05;
+      EXPECT_NEAR(steps, std::round(steps), 1e-4) << t.name << " expert " << e;
+      EXPECT_LE(std::abs(steps), 8.0 + 1e-4) << t.name;
+      moved += std::round(steps) != 0;
+    }
+  }
+  EXPECT_GT(moved, 0);
+}
+
 }  // namespace
 }  // namespace cann

@@ -104,6 +104,11 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   run->add_option("--grad-clip", config->grad_clip, "Max global gradient norm (0: no clipping)")
       ->check(kNonNegative)
       ->capture_default_str();
+  run->add_option("--expert-bias-update-speed", config->expert_bias_update_speed,
+                  "noaux_tc MoE models: how far each expert's selection bias moves per step "
+                  "towards balance (default: the model spec's expert_bias_update_speed, 0.001; "
+                  "0 freezes it)")
+      ->check(kNonNegative);
   run->add_option("--seed", config->seed, "Seed for initialization, sampling and masking")
       ->capture_default_str();
   run->add_option("--threads", config->threads,

@@ -14,11 +14,6 @@ Status engine_builds(const ModelSpec& s) {
   std::vector<std::string> needs;
   if (!s.attention_window.empty()) needs.push_back("sliding-window attention");
   if (s.is_moe()) {
-    if (s.has_shared_experts()) needs.push_back("shared experts");
-    // DeepSeek-V3's router chooses with a per-expert bias that a step moves towards balance
-    // (noaux_tc); the engine has no such state yet.
-    if (s.topk_method == TopkMethod::kNoAuxTc)
-      needs.push_back("the auxiliary-loss-free expert bias (topk_method noaux_tc)");
     // The Switch/Mixtral loss is defined over softmax probabilities.
     if (s.router_score == RouterScore::kSigmoid && s.aux_loss == AuxLoss::kBatch &&
         s.router_aux_loss_coef > 0)

@@ -4,10 +4,10 @@
 // head_dim, biases on or off, Qwen3's QK-norm, DeepSeek's multi-head latent attention, a tied
 // or untied head; and routed experts (GeLU or SwiGLU, biases on or off) behind GShard's router
 // or the families' (softmax or sigmoid scores, group-limited top-k, normalized and scaled
-// weights, capacity or dropless, the Switch/Mixtral or sequence-wise balance loss). A spec that
-// needs anything else (shared experts, DeepSeek-V3's balancing bias, sliding windows, ...)
-// is refused in one line naming what it needs, rather than trained as something it is not.
-// The planner prices every family.
+// weights, capacity or dropless, the Switch/Mixtral or sequence-wise balance loss, DeepSeek-V3's
+// balancing bias), with shared experts (DeepSeek's, Qwen2-MoE's gated one). A spec that needs
+// anything else (sliding windows, multi-token prediction, ...) is refused in one line naming
+// what it needs, rather than trained as something it is not. The planner prices every family.
 #pragma once
 
 #include <string>

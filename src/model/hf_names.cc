@@ -110,12 +110,8 @@ Status Namer::layer(const std::string& p, const std::string& part, const TensorI
   if (part.starts_with("mlp.")) return mlp(p + "mlp.", part.substr(4));
   if (part.starts_with("moe.shared.")) return mlp(shared, part.substr(11));
   if (part == "moe.shared_gate.w") return whole(moe + "shared_expert_gate.weight", t), OkStatus();
-  if (part == "moe.router.w") {
-    whole(moe + "gate.weight", t);
-    if (s_.topk_method == TopkMethod::kNoAuxTc)
-      out_->push_back({moe + "gate.e_score_correction_bias", {s_.num_local_experts}, "", 0, false});
-    return OkStatus();
-  }
+  if (part == "moe.router.w") return whole(moe + "gate.weight", t), OkStatus();
+  if (part == "moe.router.bias") return whole(moe + "gate.e_score_correction_bias", t), OkStatus();
   if (part.starts_with("moe.fc.") || part.starts_with("moe.proj.")) {
     const std::string sfx = part.back() == 'w' ? ".weight" : ".bias";
     const int dims = static_cast<int>(t.shape.size()) - 1;

@@ -28,9 +28,8 @@ struct HfTensor {
   std::string name;            // "model.layers.3.self_attn.k_proj.weight"
   std::vector<int64_t> shape;  // as the checkpoint stores it
   // The block of the single-process table's tensor `param` (empty: a tensor the engine holds
-  // no parameter for, which must be zero; today DeepSeek-V3's e_score_correction_bias, the
-  // router's selection bias, which cann-train's router does not keep) starting `offset` floats
-  // into it, of product(shape) floats.
+  // no parameter for, which must be zero; none today) starting `offset` floats into it, of
+  // product(shape) floats.
   std::string param;
   size_t offset = 0;
   bool transposed = false;  // GPT-2's Conv1D: the checkpoint holds the (in, out) transpose

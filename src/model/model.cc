@@ -95,8 +95,12 @@ void Model::layout_activations() {
     d_ln_ = take(N * C);
     d_atty_ = take(N * AC);
     d_qkv_ = take(N * QKV);
-    d_fch_ = take(N * FC);
-    d_act_ = s.mlp == MlpKind::kSwiGlu ? take(N * F) : d_fch_;
+    // The dense MLP's gradients, also the shared experts' (whichever is wider).
+    const size_t FW = std::max(F, static_cast<size_t>(shared_ff_));
+    const size_t FCW = s.mlp == MlpKind::kSwiGlu ? 2 * FW : FW;
+    d_fch_ = take(N * std::max(FC, FCW));
+    d_act_ = s.mlp == MlpKind::kSwiGlu ? take(N * FW) : d_fch_;
+    if (s.has_shared_experts()) d_shared_x_ = take(N * C);
     if (s.qk_norm) d_qk_ = take(2 * N * (nh_ + kvh_) * s.head_size());
     if (s.is_moe()) {
       moe_scratch_.d_xe = take(E * cap * C);
@@ -242,7 +246,8 @@ void Model::init_params(uint64_t seed) {
       for (size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
     } else if (t.shape.size() >= 2) {
       float std = n == "wpe" ? 0.01f : 0.02f;
-      if (n.ends_with("attn.proj.w") || n.ends_with("mlp.proj.w") || n.ends_with("moe.proj.w"))
+      if (n.ends_with("attn.proj.w") || n.ends_with("mlp.proj.w") || n.ends_with("moe.proj.w") ||
+          n.ends_with("moe.shared.proj.w"))
         std *= residual_scale;
       for (size_t i = 0; i < t.numel; ++i) p[i] = std * rng.normal();
     }
@@ -254,6 +259,13 @@ void Model::init_params(uint64_t seed) {
 
 std::span<const int> Model::expert_counts(int i) const {
   return {moe_layers_[i].expert_count, static_cast<size_t>(spec_.num_local_experts)};
+}
+
+int Model::moe_layer(int i) const {
+  for (size_t j = 0; j < layers_.size(); ++j)
+    if (layers_[j].moe_index == i) return first_layer_ + static_cast<int>(j);
+  CANN_CHECK(false) << "no MoE layer " << i << " in this chunk";
+  return -1;
 }
 
 std::span<const int> Model::expert_assignments(int i) const {
@@ -321,9 +333,10 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
     MoeActs& kept = moe_layers_[a.moe_index];
     MoeActs& m = shared ? recompute_moe_acts_ : kept;
     const MoeTokenShard shard = sp ? MoeTokenShard{tp_.rank * R, R} : MoeTokenShard{};
-    aux = moe_forward(recomputing ? d_ln_ : a.out, ln2_all, P, o.moe, m, md, N, moe_scratch_, &ep_,
-                      &tp_status_, shard);
+    float* moe_out = recomputing ? d_ln_ : a.out;
+    aux = moe_forward(moe_out, ln2_all, P, o.moe, m, md, N, moe_scratch_, &ep_, &tp_status_, shard);
     if (shared) record_routing(kept, m, recomputing);
+    if (s.has_shared_experts()) shared_experts_forward(a, o, ln2_all, moe_out, N);
   } else {
     const int FC = s.mlp == MlpKind::kSwiGlu ? 2 * F : F;
     linear_forward(a.fch, ln2_all, P + o.fcw, opt(P, o.fcb), N, C, FC);
@@ -491,8 +504,11 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
       if (sp) moe_grads_sum_begin(o.moe);
       moe_backward(d_ln_, G, d_resid_, ln2_all, P, o.moe, *moe, moe_scratch_, md, moe_aux_grad,
                    d_branch_, &ep_, &tp_status_);
-      if (sp) {
-        moe_grads_sum_end(o.moe);
+      if (sp) moe_grads_sum_end(o.moe);
+      if (s.has_shared_experts()) {
+        d_ln2 = shared_experts_backward(a, o, N);
+        ready(o.fcprojw);
+      } else if (sp) {
         d_ln2 = tp_column_parallel_dinput(d_ln_, N);
       }
     } else {

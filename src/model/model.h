@@ -156,6 +156,8 @@ class Model {
   std::vector<size_t> grad_ready_offsets() const;
 
   int num_moe_layers() const { return static_cast<int>(moe_layers_.size()); }
+  // The model layer of MoE layer i of the current chunk (in forward order).
+  int moe_layer(int i) const;
   // Tokens kept per expert in MoE layer i (in forward order) during the last forward.
   std::span<const int> expert_counts(int i) const;
   // Expert chosen for each (token, k) in MoE layer i during the last forward, (N,K) row-major.
@@ -181,8 +183,11 @@ class Model {
     size_t q_a = kAbsent, q_a_b = kAbsent, q_a_norm = kAbsent, q_b = kAbsent, q = kAbsent;
     size_t kv_a = 0, kv_a_b = kAbsent, kv_a_norm = 0, kv_b = 0;
     size_t q_down_floats = 0, kv_down_floats = 0;
-    size_t fcw = 0, fcb = 0, fcprojw = 0, fcprojb = 0;  // dense layers
-    MoeOffsets moe;                                     // MoE layers
+    // Dense layers: the MLP. MoE layers: the shared experts' MLP (0 without shared experts),
+    // and Qwen2-MoE's gate on it.
+    size_t fcw = 0, fcb = 0, fcprojw = 0, fcprojb = 0;
+    size_t shared_gate = kAbsent;
+    MoeOffsets moe;  // MoE layers
   };
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *resid_attn;
@@ -194,7 +199,10 @@ class Model {
     // and after kv_a's norm (N,kv_lora) and 1/rms (N).
     float *q_lat = nullptr, *q_lat_n = nullptr, *q_lat_rstd = nullptr;
     float *kv_lat = nullptr, *kv_lat_n = nullptr, *kv_lat_rstd = nullptr;
+    // fch and fch_gelu: the dense MLP's, or an MoE layer's shared experts'.
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
+    // Shared experts: their output (R,C) and, gated, each token's gate (R).
+    float *shared_out = nullptr, *shared_gate = nullptr;
     int moe_index = -1;  // into moe_layers_
   };
 
@@ -322,6 +330,17 @@ class Model {
   // an MoE layer's gradients can be large, unlike the layernorms' (layernorm_backward_tp).
   void moe_grads_sum_begin(const MoeOffsets& o);
   void moe_grads_sum_end(const MoeOffsets& o);
+  // The shared experts of an MoE layer (moe_shared.cc): a dense MLP split over tp like the
+  // dense layers', on every token, its output added to `out` (this rank's R rows, holding the
+  // routed experts' output), scaled by Qwen2-MoE's gate where the spec has it. ln2_all is the
+  // layer input for all N tokens (gathered under sp).
+  void shared_experts_forward(const LayerActs& a, const LayerOffsets& o, const float* ln2_all,
+                              float* out, int N);
+  // Backward from d_resid_ (the layer output's gradient), after moe_backward left the routed
+  // path's input gradient in d_ln_ (partial under sp): adds the shared experts' parameter
+  // gradients and their input gradient, and returns the whole input gradient of this rank's
+  // rows (d_ln_, or under sp its reduce-scatter).
+  float* shared_experts_backward(const LayerActs& a, const LayerOffsets& o, int N);
 
   ModelSpec spec_;
   TensorParallel tp_;
@@ -339,6 +358,7 @@ class Model {
   // This rank's widths: heads, kv heads, attention output (heads * value head size), fused QKV,
   // MLP hidden, vocabulary rows held (with padding), of which valid, starting at vocab_begin_.
   int nh_ = 0, kvh_ = 0, attn_c_ = 0, qkv_ = 0, ff_ = 0, vocab_ = 0, vocab_valid_ = 0;
+  int shared_ff_ = 0;  // the shared experts' MLP width on this rank
   int vocab_begin_ = 0;
   // Query/key and value head sizes (MLA: qk_nope + qk_rope and v_head_dim), the query columns
   // of a qkv row (where the keys start), where the rotary part starts in a q/k head, and the
@@ -385,6 +405,7 @@ class Model {
   // of the query path (N,C).
   float *mla_q_ = nullptr, *mla_kvb_ = nullptr, *mla_kva_ = nullptr;
   float *mla_lat_ = nullptr, *mla_lat2_ = nullptr, *mla_dx_ = nullptr;
+  float* d_shared_x_ = nullptr;  // shared experts: their input gradient (N,C)
   MoeScratch moe_scratch_;
   // Tensor parallelism only (null with tp = 1): a full (N,C) staging buffer for partial sums and
   // gathered gradients; per-row max, sums and shift of the vocabulary-parallel loss; layernorm

@@ -69,6 +69,7 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
   attn_c_ = nh_ * v_hs_;
   qkv_ = (nh_ + kvh_) * qk_hs_ + kvh_ * v_hs_;
   ff_ = spec_.intermediate_size / t;
+  shared_ff_ = spec_.has_shared_experts() ? spec_.shared_expert_intermediate_size / t : 0;
   vocab_ = (spec_.vocab_size + t - 1) / t;
   vocab_begin_ = std::min(spec_.vocab_size, tp_.rank * vocab_);
   vocab_valid_ = std::min(vocab_, spec_.vocab_size - vocab_begin_);
@@ -157,10 +158,11 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
     m->head_w_ = off(spec.tie_word_embeddings ? "wte" : "lm_head");
   }
   // GShard's router stays what gpt/bert specs train with; the families (and any spec asking
-  // for normalized weights, dropless routing or the sequence-wise loss) take theirs.
+  // for normalized weights, dropless routing, the sequence-wise loss or the noaux_tc bias)
+  // take theirs.
   const bool gshard = (spec.family == Family::kGpt2 || spec.family == Family::kBert) &&
                       !spec.norm_topk_prob && spec.routing == MoeRouting::kCapacity &&
-                      spec.aux_loss == AuxLoss::kBatch;
+                      spec.aux_loss == AuxLoss::kBatch && spec.topk_method == TopkMethod::kGreedy;
   if (spec.is_moe() && !gshard) {
     kernels::RouterConfig& r = m->router_;
     r.E = spec.num_local_experts;
@@ -233,10 +235,20 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
         o.moe.fcb = opt_off(p + "moe.fc.b");
         o.moe.projw = off(p + "moe.proj.w");
         o.moe.projb = opt_off(p + "moe.proj.b");
-        // The layer's MoE tensors are contiguous from the router to the last expert tensor.
+        o.moe.router_bias = opt_off(p + "moe.router.bias");
+        if (spec.has_shared_experts()) {
+          o.fcw = off(p + "moe.shared.fc.w");
+          o.fcb = opt_off(p + "moe.shared.fc.b");
+          o.fcprojw = off(p + "moe.shared.proj.w");
+          o.fcprojb = opt_off(p + "moe.shared.proj.b");
+          o.shared_gate = opt_off(p + "moe.shared_gate.w");
+        }
+        // The router and the routed experts are contiguous, from the router to the last
+        // expert tensor (the shared experts follow them).
         size_t end = 0;
         for (const TensorInfo& t : m->table_.tensors())
-          if (t.name.starts_with(p + "moe.")) end = std::max(end, t.offset + t.numel);
+          if (t.name.starts_with(p + "moe.") && !t.name.starts_with(p + "moe.shared"))
+            end = std::max(end, t.offset + t.numel);
         m->moe_grad_floats_ = end - o.moe.routerw;
       } else {
         o.fcw = off(p + "mlp.fc.w");

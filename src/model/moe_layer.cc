@@ -147,12 +147,12 @@ void expert_backward(const MoeActs& a, const MoeScratch& s, float* grads, const 
 }
 
 // The families' routing (MoeDims::router): experts and combine weights from the router's
-// scores, then slots as GShard hands them out (every token's first choice, then every second
-// one, ...; an assignment finding its expert full is dropped), f_e into load_fraction, and the
-// balance loss.
-float route_families(MoeActs& a, const MoeDims& d, int N) {
+// scores (and the selection bias, null for none), then slots as GShard hands them out (every
+// token's first choice, then every second one, ...; an assignment finding its expert full is
+// dropped), f_e into load_fraction, and the balance loss.
+float route_families(MoeActs& a, const MoeDims& d, int N, const float* bias) {
   const int E = d.E, K = d.K, cap = a.shape.capacity;
-  moe_route_forward(a.probs, a.expert_index, a.gate, a.router_logits, nullptr, *d.router, N);
+  moe_route_forward(a.probs, a.expert_index, a.gate, a.router_logits, bias, *d.router, N);
   std::fill(a.expert_count, a.expert_count + E, 0);
   std::fill(a.load_fraction, a.load_fraction + E, 0.0f);
   for (int k = 0; k < K; ++k)
@@ -200,7 +200,7 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   const int cap = a.shape.capacity;
   linear_forward(a.router_logits, x, params + o.routerw, nullptr, N, C, E);
   a.aux = d.router != nullptr
-              ? route_families(a, d, N)
+              ? route_families(a, d, N, expert_bias(params, o.router_bias, 0, 0))
               : moe_router_forward(a.probs, a.expert_index, a.gate, a.slot, a.expert_count,
                                    a.load_fraction, a.router_logits, a.shape);
   if (ep == nullptr || ep->size == 1) {

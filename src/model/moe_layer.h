@@ -21,6 +21,8 @@ inline constexpr size_t kNoMoeTensor = static_cast<size_t>(-1);
 // Float offsets of one MoE layer's tensors in the flat buffers.
 struct MoeOffsets {
   size_t routerw = 0, fcw = 0, fcb = kNoMoeTensor, projw = 0, projb = kNoMoeTensor;
+  // DeepSeek-V3's per-expert selection bias (E), added to the scores for the top-k choice only.
+  size_t router_bias = kNoMoeTensor;
 };
 
 // Saved activations of one MoE layer (views into the model's arena), sized for the largest

@@ -48,7 +48,8 @@ StatusOr<size_t> ParamTable::find(const std::string& name) const {
 
 size_t ParamTable::num_parameters() const {
   size_t n = 0;
-  for (const auto& t : tensors_) n += t.numel;
+  for (const auto& t : tensors_)
+    if (t.trained) n += t.numel;
   return n;
 }
 
@@ -244,13 +245,19 @@ void add_mlp(ParamTable& t, const ModelSpec& s, const std::string& name, int64_t
   if (s.mlp_bias) t.add(name + ".proj.b", {C}, l, TpSplit::kReplicated, false);
 }
 
-// An MoE feed-forward: the router, this rank's E/ep routed experts (whole on every
-// tensor-parallel rank: experts are sharded by expert parallelism, not by tp), and the shared
-// experts (one MLP of their summed width, split over tp as a dense MLP) with Qwen2-MoE's gate.
+// An MoE feed-forward: the router (with DeepSeek-V3's selection bias), this rank's E/ep routed
+// experts (whole on every tensor-parallel rank: experts are sharded by expert parallelism, not by
+// tp), and the shared experts (one MLP of their summed width, split over tp as a dense MLP) with
+// Qwen2-MoE's gate.
 void add_moe(ParamTable& t, const ModelSpec& s, const std::string& p, int l, int tp, int ep) {
   const int64_t C = s.hidden_size, E = s.num_local_experts / ep, FM = s.moe_intermediate_size;
   const int64_t FC = s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM;
   t.add(p + "moe.router.w", {s.num_local_experts, C}, l, TpSplit::kReplicated, true);
+  if (s.has_expert_bias()) {
+    const size_t i =
+        t.add(p + "moe.router.bias", {s.num_local_experts}, l, TpSplit::kReplicated, false);
+    t.set_untrained(i);
+  }
   t.add(p + "moe.fc.w", {E, FC, C}, l, TpSplit::kReplicated, true, true);
   if (s.mlp_bias) t.add(p + "moe.fc.b", {E, FC}, l, TpSplit::kReplicated, false, true);
   t.add(p + "moe.proj.w", {E, C, FM}, l, TpSplit::kReplicated, true, true);

@@ -33,6 +33,9 @@ struct TensorInfo {
   TpSplit tp_split = TpSplit::kReplicated;
   bool weight_decay = false;  // matrices decay; biases, norms and position tables do not
   bool expert = false;        // one slice per expert along dim 0
+  // False for state the optimizer leaves alone and parameter counts leave out (a Hugging Face
+  // buffer): DeepSeek-V3's expert selection bias, moved by its own rule after each step.
+  bool trained = true;
   // Tensor parallelism: the unsplit shape, and for dim-0 splits (kColumn, kVocab) the parts of
   // dim 0 that are each split over the ranks. The fused QKV weight has three parts (q, k, v
   // heads) so that a rank's shard holds its own heads' q, k and v rows; every other dim-0
@@ -51,13 +54,15 @@ class ParamTable {
   // see TensorInfo::tp_parts; empty means one part). tp == 1 adds the full tensor.
   size_t add_sharded(std::string name, std::vector<int64_t> full, int layer, TpSplit split,
                      bool decay, int tp, std::vector<int64_t> parts = {});
+  // Marks tensor i as state the optimizer does not train (TensorInfo::trained).
+  void set_untrained(size_t i) { tensors_[i].trained = false; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo& at(size_t i) const { return tensors_[i]; }
   // Index of a tensor by name, or an error naming it.
   StatusOr<size_t> find(const std::string& name) const;
   // Total floats, including alignment padding between tensors (padding stays zero).
   size_t total_floats() const { return total_; }
-  // Parameters proper, without padding.
+  // Parameters proper: trained tensors, without padding.
   size_t num_parameters() const;
   // [begin, end) float range covering all tensors of `layer`.
   std::pair<size_t, size_t> layer_range(int layer) const;

@@ -4,9 +4,9 @@
 // Memory per layer and micro-batch in flight, fp32, with N = B*T tokens (R of them on this rank
 // under sequence parallelism), H heads and T the sequence:
 //   none       every tensor of the block (layernorms, qkv, probabilities B*H*T*T, attention
-//              output, residuals, MLP or MoE buffers, output; under context parallelism the
-//              gathered keys and values B*T*2*kv_heads*head_size, and B*H*(T/cp)*T
-//              probabilities)
+//              output, residuals, MLP or MoE buffers with the shared experts', output; under
+//              context parallelism the gathered keys and values B*T*2*kv_heads*head_size, and
+//              B*H*(T/cp)*T probabilities)
 //   selective  the same but the probabilities; plus one B*H*T*T buffer for the stage
 //   full       the output, R*C (an MoE layer also its E expert counts, for the load metrics);
 //              plus one layer's tensors but the output for the stage, the dense and MoE sets
@@ -105,6 +105,13 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   m.he = arena.take(E * cap * (s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM));
   m.ge = arena.take(E * cap * FM);
   m.ye = arena.take(E * cap * C);
+  if (s.has_shared_experts()) {
+    const size_t SF = shared_ff_;
+    a.fch = arena.take(s.mlp == MlpKind::kSwiGlu ? 2 * N * SF : N * SF);
+    a.fch_gelu = arena.take(N * SF);
+    a.shared_out = arena.take(R * C);
+    if (s.shared_expert_gate) a.shared_gate = arena.take(R);
+  }
   m.expert_index = arena.itake(N * K);
   m.slot = arena.itake(N * K);
   m.expert_count = arena.itake(E);

@@ -145,6 +145,10 @@ struct ModelSpec {
   TopkMethod topk_method = TopkMethod::kGreedy;
   int n_group = 1;
   int topk_group = 1;
+  // noaux_tc: how far each expert's selection bias moves after a step (DeepSeek-AI 2024,
+  // DeepSeek-V3 report section 2.1.2, its bias update speed gamma; 0.001 in section 4.2).
+  // 0 freezes the bias.
+  double expert_bias_update_speed = 0.001;
   MoeRouting routing = MoeRouting::kCapacity;
   double capacity_factor = 1.25;
   AuxLoss aux_loss = AuxLoss::kBatch;
@@ -188,6 +192,8 @@ struct ModelSpec {
     return layer < static_cast<int>(attention_window.size()) ? attention_window[layer] : 0;
   }
   bool has_shared_experts() const { return num_shared_experts > 0; }
+  // DeepSeek-V3's per-expert selection bias (topk_method noaux_tc) in every MoE layer.
+  bool has_expert_bias() const { return is_moe() && topk_method == TopkMethod::kNoAuxTc; }
   bool causal() const { return architecture == Architecture::kGpt; }
 };
 

@@ -196,6 +196,12 @@ Status finish_draft(SpecDraft* d) {
     s.shared_expert_gate = s.num_shared_experts > 0;
   }
 
+  // The selection bias moves only under noaux_tc: a speed without it would change nothing.
+  if (given("expert_bias_update_speed") && !s.has_expert_bias())
+    return spec_error(src, "expert_bias_update_speed",
+                      "is the noaux_tc router's bias update speed, and this MoE spec does not "
+                      "route with noaux_tc; hint: set topk_method: noaux_tc or drop the key");
+
   // Hugging Face's Mixtral and Qwen MoE models add the balancing loss to the training loss
   // only when output_router_logits is true (default false).
   if ((f == Family::kMixtral || f == Family::kQwen2Moe || f == Family::kQwen3Moe) &&

@@ -93,6 +93,9 @@ void add_moe(const ModelSpec& s, JsonLine& j) {
         .add("topk_group", s.topk_group)
         .add("routed_scaling_factor", s.routed_scaling_factor)
         .add("seq_aux", s.aux_loss == AuxLoss::kSequence);
+    // cann-train's own key, written only when it differs from the default.
+    if (s.has_expert_bias() && s.expert_bias_update_speed != ModelSpec{}.expert_bias_update_speed)
+      j.add("expert_bias_update_speed", s.expert_bias_update_speed);
   }
 }
 

@@ -497,7 +497,7 @@ const std::vector<Rule>& rules() {
        nullptr},
       {"topk_method",
        {},
-       kDeepseek,
+       kDeepseek | kOwnMoe,
        [](N v, K k, SpecDraft* d) -> Status {
          CANN_ASSIGN_OR_RETURN(std::string m, read_string(v, k));
          if (m == "greedy") {
@@ -512,6 +512,16 @@ const std::vector<Rule>& rules() {
                                  "' is not one cann-train knows; hint: use "
                                  "greedy, group_limited_greedy or noaux_tc");
          }
+         return OkStatus();
+       },
+       nullptr},
+      {"expert_bias_update_speed",
+       {},
+       kDeepseek | kOwnMoe,
+       [](N v, K k, SpecDraft* d) -> Status {
+         CANN_ASSIGN_OR_RETURN(d->spec.expert_bias_update_speed, read_number(v, k));
+         if (!(d->spec.expert_bias_update_speed >= 0))
+           return spec_error(k.source, k.key, "must be zero (a frozen bias) or positive");
          return OkStatus();
        },
        nullptr},

@@ -1,5 +1,5 @@
 // AdamW driver: global norm, clip coefficient, then the fused kernel per tensor (the per-tensor
-// split exists only to switch weight decay on and off).
+// split switches weight decay on and off and skips state that is not trained).
 #include "optim/adamw.h"
 
 #include <algorithm>
@@ -23,7 +23,7 @@ void adamw_update_range(const model::ParamTable& table, const AdamWConfig& confi
   const size_t end = begin + len;
   for (const model::TensorInfo& t : table.tensors()) {
     const size_t a = std::max(begin, t.offset), b = std::min(end, t.offset + t.numel);
-    if (a >= b) continue;
+    if (a >= b || !t.trained) continue;
     h.weight_decay = t.weight_decay ? config.weight_decay : 0.0f;
     kernels::adamw_update(params + (a - begin), m + (a - begin), v + (a - begin), grads + (a - begin), b - a,
                           h);

@@ -90,6 +90,7 @@ StatusOr<double> OneBitAdam::step(float* params, const float* grads, float lr) {
   const float* m = adam_.m();
   const float* v = adam_.v();
   for (const model::TensorInfo& t : table_.tensors()) {
+    if (!t.trained) continue;
     const float decay = 1.0f - lr * (t.weight_decay ? c.weight_decay : 0.0f);
     float* p = params + t.offset;
     const float* mt = m + t.offset;

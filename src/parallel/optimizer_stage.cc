@@ -27,6 +27,9 @@ class FullStateStage : public OptimizerStage {
     std::copy(model_.grads(), model_.grads() + model_.num_floats(), out);
     return OkStatus();
   }
+  void add_to_params(size_t begin, const float* delta, size_t count) override {
+    for (size_t i = 0; i < count; ++i) model_.params()[begin + i] += delta[i];
+  }
   StatusOr<StageState> state() override {
     optim::AdamW& a = adam();
     return StageState{nullptr, a.m(), a.v(), a.step_count()};
@@ -246,6 +249,15 @@ class ZeroStage : public OptimizerStage {
     return zero_->with_grad_range(begin, count, fn);
   }
   Status gather_grads(float* out) override { return zero_->gather_grads(out); }
+  // Stages 1 and 2 hold every parameter in the model's buffer after the step's all-gather;
+  // stage 3 gathers layers from its shard, which is where the change must go.
+  void add_to_params(size_t begin, const float* delta, size_t count) override {
+    if (!gatherer_) {
+      for (size_t i = 0; i < count; ++i) model_.params()[begin + i] += delta[i];
+      return;
+    }
+    zero_->add_to_param_shard(begin, delta, count);
+  }
   StatusOr<StageState> state() override {
     const size_t n = model_.num_floats();
     m_.resize(n);

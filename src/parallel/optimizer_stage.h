@@ -91,6 +91,10 @@ class OptimizerStage {
                                  const std::function<Status(float*)>& fn) = 0;
   // After the reduction: the whole reduced gradient in the model's layout.
   virtual Status gather_grads(float* out) = 0;
+  // After step(): params[begin, begin + count) += delta, in the copy the next forward reads
+  // (the model's buffer, or under ZeRO-3 this rank's pieces of the range), for state moved by a
+  // rule of its own (DeepSeek-V3's expert bias). Every rank passes the same delta.
+  virtual void add_to_params(size_t begin, const float* delta, size_t count) = 0;
 
   // The full state (a collective under ZeRO); buffers live until the next call.
   virtual StatusOr<StageState> state() = 0;

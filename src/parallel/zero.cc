@@ -187,6 +187,15 @@ Status ZeroOptimizer::gather_pieces(float* full, const float* shard) {
   return OkStatus();
 }
 
+void ZeroOptimizer::add_to_param_shard(size_t begin, const float* delta, size_t count) {
+  for (const ShardPiece& p : pieces_) {
+    const size_t a = std::max(begin, p.flat_begin);
+    const size_t b = std::min(begin + count, p.flat_begin + p.len);
+    float* shard = param_shard_.data() + p.shard_offset;
+    for (size_t i = a; i < b; ++i) shard[i - p.flat_begin] += delta[i - begin];
+  }
+}
+
 void ZeroOptimizer::load_params(const float* full) {
   param_shard_.zero();
   for (const ShardPiece& p : pieces_)

@@ -74,6 +74,8 @@ class ZeroOptimizer {
   Status gather_params(float* full);
   // Every rank's reduced gradient pieces gathered into a full gradient; a collective.
   Status gather_grads(float* full) { return gather_pieces(full, grad_shard_.data()); }
+  // Stage 3: params[begin, begin + count) += delta on this rank's pieces of that range.
+  void add_to_param_shard(size_t begin, const float* delta, size_t count);
   // Stage 3: this rank's parameter pieces, laid out as grad_shard().
   const float* param_shard() const { return param_shard_.data(); }
   const std::vector<ShardPiece>& pieces() const { return pieces_; }

@@ -90,6 +90,13 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
     // expert_count.
     a.moe_layer = shared + 2 * take(N * E) + take(N * K) + take(E) + take(E * cap * C) +
                   2 * take(E * cap * FM) + take(E * cap * C) + 2 * take(N * K) + take(E);
+    // Shared experts (split over tp like a dense MLP): fch, fch_gelu, their output, the gate.
+    if (m.has_shared_experts()) {
+      const size_t SF = ceil_div(m.shared_expert_intermediate_size, t);
+      const size_t SFC = m.mlp == model::MlpKind::kSwiGlu ? 2 * SF : SF;
+      a.moe_layer +=
+          take(N * SFC) + take(N * SF) + take(Nsp * C) + (m.shared_expert_gate ? take(Nsp) : 0);
+    }
     if (ep > 1) a.moe_layer += take(E);  // recv_count: rows each rank sends this one's experts
     if (sp && tp > 1) a.moe_layer += take(Nsp * K) + take(E);  // local_slot, local_count
   }
@@ -112,6 +119,7 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
     scratch +=
         take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(N * K) + take(N * E);
     if (ep > 1) scratch += 2 * take(E * cap * C);  // all-to-all send and receive rows
+    if (m.has_shared_experts()) scratch += take(N * C);  // the shared experts' input gradient
   }
   // Under tp: the gathered full-width input and the layernorm gradient partials.
   if (tp > 1) scratch += take(N * C) + take(2 * C);

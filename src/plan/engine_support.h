@@ -6,8 +6,8 @@
 // The rules, in the order they are checked (each refusal is one line naming the key and the
 // fix):
 //   the model      vit specs are for planning only, and the blocks must be ones the engine
-//                  builds (model/engine_support.h: no MLA, shared experts, DeepSeek-V3's
-//                  balancing bias, multi-token prediction or sliding windows yet);
+//                  builds (model/engine_support.h: no MLA, multi-token prediction or
+//                  sliding windows yet);
 //   the layout     sp needs tp > 1, vpp needs pp > 1, ep with sp or cp is not built, the
 //                  processes must be a multiple of tp*pp*cp (and equal dp*tp*pp*cp when dp
 //                  is given), ep divides dp, ZeRO 2-3 not under a pipeline, no ZeRO with ep;

@@ -23,11 +23,13 @@
 namespace cann::plan {
 namespace {
 
-// Parameters of layer l in a table, split into routed experts and the rest.
+// Parameters of layer l in a table, split into routed experts and the rest. Here and below,
+// state that is not trained (DeepSeek-V3's expert bias) is no parameter, as in the table's
+// own count.
 LayerParams sum_layer(const model::ParamTable& t, int l) {
   LayerParams p;
   for (const auto& info : t.tensors()) {
-    if (info.layer != l) continue;
+    if (info.layer != l || !info.trained) continue;
     (info.expert ? p.expert_params : p.params) += static_cast<double>(info.numel);
   }
   return p;
@@ -37,7 +39,8 @@ double count_prefix(const model::ParamTable& t, int l, const std::string& part) 
   double n = 0;
   const std::string prefix = "h." + std::to_string(l) + "." + part;
   for (const auto& info : t.tensors())
-    if (info.name.compare(0, prefix.size(), prefix) == 0) n += static_cast<double>(info.numel);
+    if (info.trained && info.name.compare(0, prefix.size(), prefix) == 0)
+      n += static_cast<double>(info.numel);
   return n;
 }
 

@@ -23,6 +23,8 @@ struct TrainConfig {
   float min_lr_ratio = 0.1f;
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;
+  // noaux_tc MoE models: the expert bias update speed; < 0: the model spec's (0.001 unless set).
+  double expert_bias_update_speed = -1.0;
   uint64_t seed = 1337;
   int threads = 0;       // 0: every core
   int eval_every = 100;  // 0: only at the end

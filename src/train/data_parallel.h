@@ -61,6 +61,9 @@ class DataParallelEngine : public StepOptimizer {
     return stage_->with_grad_range(begin, count, fn);
   }
   Status gather_grads(float* out) override { return stage_->gather_grads(out); }
+  void add_to_params(size_t begin, const float* delta, size_t count) override {
+    stage_->add_to_params(begin, delta, count);
+  }
   StatusOr<OptimizerSnapshot> snapshot() override;
   Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) override;
   // "zero=1, 3 gradient buckets, compress none", for the start-up line.

@@ -108,8 +108,8 @@ Status load_hf_weights(const model::ModelSpec& spec, const std::string& dir,
       for (float v : block)
         if (v != 0.0f)
           return DataLoss("tensor " + name + " in " + w.file_of(name) +
-                          " is not zero, and cann-train's router keeps no per-expert selection "
-                          "bias; hint: zero it to train without it");
+                          " is not zero, and cann-train keeps no parameter for it; hint: "
+                          "zero it to train without it");
       continue;
     }
     const model::TensorInfo& t = table.at(*table.find(h->param));

@@ -1,9 +1,11 @@
 // This rank's model, its mesh and pipeline, and the passes that run them (see model_parts.h).
 #include "train/model_parts.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/timer.h"
+#include "kernels/cpu/moe_routing.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/data_parallel.h"
 #include "train/hf_weights.h"
@@ -58,7 +60,11 @@ StatusOr<StepCompute> ModelParts::forward_backward(BatchSource& batches, StepOpt
                                                    int step, StepProfiler* profiler) {
   const int B = layout_.micro_batch(), T = layout_.seq_len, M = layout_.accum_steps;
   StepCompute out;
-  if (model_->spec().is_moe()) out.expert_load.assign(model_->spec().num_local_experts, 0.0);
+  const model::ModelSpec& spec = model_->spec();
+  if (spec.is_moe()) out.expert_load.assign(spec.num_local_experts, 0.0);
+  if (spec.has_expert_bias())
+    out.layer_load.assign(static_cast<size_t>(spec.num_hidden_layers) * spec.num_local_experts,
+                          0.0f);
   // Under cp the reduction averages over dp x cp ranks whose gradients are parts of one
   // replica's: scaled by cp, the average is the data-parallel mean of their sums.
   const float grad_scale = static_cast<float>(layout_.strategy.cp) / static_cast<float>(M);
@@ -121,6 +127,10 @@ void ModelParts::record_expert_load(StepCompute* out) {
   for (int i = 0; i < model_->num_moe_layers(); ++i) {
     const auto counts = model_->expert_counts(i);
     for (size_t e = 0; e < counts.size(); ++e) out->expert_load[e] += counts[e];
+    if (out->layer_load.empty()) continue;
+    float* layer =
+        out->layer_load.data() + static_cast<size_t>(model_->moe_layer(i)) * counts.size();
+    for (size_t e = 0; e < counts.size(); ++e) layer[e] += static_cast<float>(counts[e]);
   }
   out->dropped += static_cast<double>(model_->dropped_assignments());
 }
@@ -155,6 +165,33 @@ Status ModelParts::sync_tied_embedding(StepOptimizer& opt) {
         return opt.with_grad_range(offset, count, fn);
       });
   return tied.ok() ? tied : on_comm_failure_(tied);
+}
+
+Status ModelParts::update_expert_bias(const StepCompute& c, StepOptimizer& opt) {
+  const model::ModelSpec& spec = model_->spec();
+  const float speed = static_cast<float>(spec.expert_bias_update_speed);
+  if (!spec.has_expert_bias() || speed == 0.0f) return OkStatus();
+  std::vector<float> load = c.layer_load;
+  if (world_) {
+    if (layout_.rank % layout_.strategy.tp != 0) std::fill(load.begin(), load.end(), 0.0f);
+    comm::Options opts;
+    opts.tag = "expert_bias_load";
+    Status s = world_
+                   ->allreduce(load.data(), load.size(), comm::DataType::kFloat32,
+                               comm::ReduceOp::kSum, opts)
+                   ->wait();
+    if (!s.ok()) return on_comm_failure_(s);
+  }
+  const int E = spec.num_local_experts;
+  std::vector<float> delta(static_cast<size_t>(E));
+  for (const model::TensorInfo& t : model_->table().tensors()) {
+    if (!t.name.ends_with("moe.router.bias")) continue;
+    std::fill(delta.begin(), delta.end(), 0.0f);
+    kernels::moe_update_expert_bias(delta.data(), load.data() + static_cast<size_t>(t.layer) * E, E,
+                                    speed);
+    opt.add_to_params(t.offset, delta.data(), delta.size());
+  }
+  return OkStatus();
 }
 
 Status ModelParts::status() const {

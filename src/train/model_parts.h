@@ -48,6 +48,9 @@ struct StepCompute {
   // pipeline, this stage's), and the assignments dropped over capacity.
   std::vector<double> expert_load;
   double dropped = 0;
+  // noaux_tc models: the same counts per model layer, num_hidden_layers x E (zero for layers
+  // this rank does not hold), for the expert bias update.
+  std::vector<float> layer_load;
 };
 
 class ModelParts {
@@ -82,6 +85,14 @@ class ModelParts {
                                       int eval_batches);
   // Adds the tied embedding's two gradients (first and last stage); a no-op without pp.
   Status sync_tied_embedding(StepOptimizer& opt);
+  // After the optimizer's step, DeepSeek-V3's auxiliary-loss-free balancing (DeepSeek-AI 2024,
+  // DeepSeek-V3 report section 2.1.2): each MoE layer's expert bias moves by the spec's
+  // expert_bias_update_speed towards balance, from the step's loads summed over the world
+  // (each data-parallel rank routes its own tokens; a tensor-parallel group's ranks route the
+  // same ones and count once; pipeline stages hold disjoint layers), so every rank holding a
+  // layer moves its bias alike. A collective over the world; a no-op without the bias or at
+  // speed 0.
+  Status update_expert_bias(const StepCompute& c, StepOptimizer& opt);
   // The first failure of the model-parallel collectives outside the model (gradient norms).
   Status status() const;
 

@@ -58,6 +58,10 @@ class StepOptimizer {
   // After the reduction: the whole reduced gradient in the model's layout (a collective under
   // ZeRO).
   virtual Status gather_grads(float* out) = 0;
+  // After step(): params[begin, begin + count) += delta wherever this rank keeps them (not a
+  // collective; every rank holding the range passes the same delta). For state that is not
+  // trained by gradient (DeepSeek-V3's expert bias).
+  virtual void add_to_params(size_t begin, const float* delta, size_t count) = 0;
 
   // The state a checkpoint holds (a collective in a data-parallel group); the snapshot's
   // buffers live until the next call.
@@ -90,6 +94,9 @@ class LocalOptimizer : public StepOptimizer {
   Status with_grad_range(size_t begin, size_t count,
                          const std::function<Status(float*)>& fn) override;
   Status gather_grads(float* out) override;
+  void add_to_params(size_t begin, const float* delta, size_t count) override {
+    for (size_t i = 0; i < count; ++i) model_.params()[begin + i] += delta[i];
+  }
   StatusOr<OptimizerSnapshot> snapshot() override;
   Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) override;
   size_t parameter_bytes() const override;

@@ -46,6 +46,13 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     beacon_->start(*world_);
   }
   CANN_ASSIGN_OR_RETURN(spec_, model::load_model_spec(config_.model));
+  if (config_.expert_bias_update_speed >= 0) {
+    if (!spec_.has_expert_bias())
+      return InvalidArgument("--expert-bias-update-speed: model '" + spec_.name +
+                             "' has no expert selection bias (topk_method noaux_tc); hint: "
+                             "drop the flag");
+    spec_.expert_bias_update_speed = config_.expert_bias_update_speed;
+  }
   const ElasticShape elastic{env != nullptr && env->elastic(), env ? env->micro_batch : 0};
   CANN_ASSIGN_OR_RETURN(layout_, resolve_run_layout(config_, spec_, world, rank, elastic));
   if (const std::string notice = model::engine_notice(spec_); !notice.empty() && rank == 0)
@@ -152,6 +159,7 @@ Status Trainer::train_steps(RunSummary* summary) {
     }
     auto norm = opt_->step(r.lr);
     if (!norm.ok()) return comm_failure(norm.status());
+    CANN_RETURN_IF_ERROR(parts_->update_expert_bias(c, *opt_));
     CANN_RETURN_IF_ERROR(parts_->status());
     r.step_time_s = now_seconds() - t0;
     if (profiler_) {
