@@ -49,7 +49,6 @@ std::vector<std::string> job_args(const std::string& dir, int steps = kSteps) {
   return test::fault_job(dir, steps, 2).flag("--checkpoint-every", 50).args();
 }
 
-
 std::string final_data(const std::string& dir, int step = kSteps) {
   char name[32];
   std::snprintf(name, sizeof(name), "step-%08d", step);

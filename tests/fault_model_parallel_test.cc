@@ -106,8 +106,8 @@ class MultiProcModelParallelFaultTest : public ::testing::Test {
     // The survivors' rebuild of mesh, model and optimizer, the slowest one's.
     double rebuilt_s = -1;
     const std::regex rebuilt(R"(\(mesh and model rebuilt in ([0-9.]+) s\))");
-    for (auto m = std::sregex_iterator(out.begin(), out.end(), rebuilt); m != std::sregex_iterator();
-         ++m)
+    for (auto m = std::sregex_iterator(out.begin(), out.end(), rebuilt);
+         m != std::sregex_iterator(); ++m)
       rebuilt_s = std::max(rebuilt_s, std::stod((*m)[1].str()));
     EXPECT_GE(rebuilt_s, 0.0) << out;
     // Rank 0 (the step log's writer) loaded its own snapshot, no other rank's.
@@ -164,8 +164,9 @@ TEST_F(MultiProcModelParallelFaultTest, SigkillZero3WithTensorAndSequenceParalle
 
 // A combination: two pipelines of two stages under GPipe, their gradients reduced in bf16.
 TEST_F(MultiProcModelParallelFaultTest, SigkillDataParallelGpipeWithCompression) {
-  refill_ends_like_a_fault_free_run({"dp=2,pp=2,mbs=2", 4, 2, SIGKILL, kGpt,
-                                     {"--pipeline-schedule", "gpipe", "--compress", "bf16"}});
+  Fault f{"dp=2,pp=2,mbs=2", 4, 2};
+  f.extra = {"--pipeline-schedule", "gpipe", "--compress", "bf16"};
+  refill_ends_like_a_fault_free_run(f);
 }
 
 // A stopped stage blocks its neighbours in a pipeline send or receive; the agent sees its
@@ -179,16 +180,11 @@ TEST_F(MultiProcModelParallelFaultTest, SigstopPipelineStageIsRefilled) {
 // re-plan: refused before any worker starts, in one line (exit 2).
 TEST(ElasticLayoutTest, ModelParallelAcrossElasticNodesIsRefused) {
   const std::pair<const char*, const char*> layouts[] = {
-      {"gpt_tiny", "tp=2"}, {"gpt_tiny", "pp=2"}, {"gpt_tiny", "cp=2"},
-      {"moe_bert_tiny", "ep=2"}};
+      {"gpt_tiny", "tp=2"}, {"gpt_tiny", "pp=2"}, {"gpt_tiny", "cp=2"}, {"moe_bert_tiny", "ep=2"}};
   for (const auto& [model, strategy] : layouts) {
-    auto r = test::run_cann(test::RunArgs()
-                                .model(model)
-                                .steps(2)
-                                .nproc(2)
-                                .strategy(strategy)
-                                .flags({"--elastic", "--nnodes", "1:2", "--rdzv",
-                                        "redis://127.0.0.1:1", "--rdzv-id", "refused"}),
+    auto r = test::run_cann(test::RunArgs().model(model).steps(2).nproc(2).strategy(strategy).flags(
+                                {"--elastic", "--nnodes", "1:2", "--rdzv", "redis://127.0.0.1:1",
+                                 "--rdzv-id", "refused"}),
                             60);
     EXPECT_EQ(r.exit_code, 2) << strategy << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;

@@ -31,8 +31,8 @@ void plan_own_copies(const std::vector<std::string>& copy, int64_t step, Replica
   const int world = static_cast<int>(copy.size());
   std::optional<RankSnapshotMark> first;
   for (int r = 0; r < world; ++r) {
-    const std::string at = "rank " + std::to_string(r) + "'s snapshot of step " +
-                           std::to_string(step);
+    const std::string at =
+        "rank " + std::to_string(r) + "'s snapshot of step " + std::to_string(step);
     if (copy[r].empty()) {
       plan->note = "rank " + std::to_string(r) + " has no snapshot of step " +
                    std::to_string(step) + ", and under model parallelism no other rank's serves";
@@ -59,8 +59,8 @@ std::optional<RankSnapshotMark> rank_snapshot_mark(const std::string& meta_json)
   if (meta.is_discarded() || !meta.is_object() || !meta.contains(kRankSnapshotKey))
     return std::nullopt;
   const nlohmann::json& m = meta[kRankSnapshotKey];
-  if (!m.is_object() || !m.contains("layout") || !m.contains("rank") ||
-      !m["layout"].is_string() || !m["rank"].is_number_integer())
+  if (!m.is_object() || !m.contains("layout") || !m.contains("rank") || !m["layout"].is_string() ||
+      !m["rank"].is_number_integer())
     return std::nullopt;
   return RankSnapshotMark{m["layout"].get<std::string>(), m["rank"].get<int>()};
 }

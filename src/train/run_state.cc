@@ -97,7 +97,8 @@ Status StateKeeper::keep(int done) {
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
   // collective across the mesh (ZeRO still gathers its moments over the data-parallel group,
   // as it does without model parallelism).
-  ckpt::CheckpointWrite w = training_checkpoint(run_.model->model(), snap, resume_state(done), config_);
+  ckpt::CheckpointWrite w =
+      training_checkpoint(run_.model->model(), snap, resume_state(done), config_);
   if (!run_.rank_layout.empty())
     w.meta_json = ckpt::with_rank_snapshot_mark(w.meta_json, {run_.rank_layout, rank_});
   // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
