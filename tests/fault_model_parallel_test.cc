@@ -21,9 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/replicas.h"
 #include "fault_job.h"
 #include "run_args.h"
 #include "test_util.h"
+#include "train/dist_env.h"
+#include "train/state_keeper.h"
 
 namespace cann {
 namespace {
@@ -174,6 +178,41 @@ TEST_F(MultiProcModelParallelFaultTest, SigkillDataParallelGpipeWithCompression)
 TEST_F(MultiProcModelParallelFaultTest, SigstopPipelineStageIsRefilled) {
   refill_ends_like_a_fault_free_run(
       {"pp=2,mbs=2", 2, 1, SIGSTOP, kGpt, {"--heartbeat-timeout", "1"}});
+}
+
+// The worker's side: a rank's own snapshot loads only into that rank of that layout. Whatever
+// the agent offers, another rank (or a data-parallel run) refuses it, naming both.
+TEST(ElasticLayoutTest, RankSnapshotLoadsOnlyIntoItsOwnRankAndLayout) {
+  TempDir dir("cann-mp-mark");
+  const std::vector<char> data(16, 'x');
+  ckpt::CheckpointWrite w;
+  w.step = 7;
+  w.meta_json = ckpt::with_rank_snapshot_mark("{}", {"dp=1,tp=2", 1});
+  w.sections.push_back({"params", data.data(), data.size()});
+  auto path = ckpt::write_checkpoint(dir.file("rank1"), w, 2);
+  ASSERT_TRUE(path.ok()) << path.status().message();
+  for (const std::string layout : {"dp=1,tp=2", ""}) {
+    train::DistEnv env;
+    env.rank = 0;
+    env.world_size = 2;
+    env.generation = 1;
+    env.restore_from = *path;
+    train::TrainConfig config;
+    config.steps = 10;
+    auto keeper = train::StateKeeper::create(config, &env, false);
+    ASSERT_TRUE(keeper.ok()) << keeper.status().message();
+    train::RunState run;
+    run.rank_layout = layout;
+    (*keeper)->bind(run);
+    const StatusOr<int> step = (*keeper)->restore_at_start();
+    ASSERT_FALSE(step.ok());
+    const std::string expected =
+        ": snapshot of rank 1 under --strategy dp=1,tp=2, loaded by rank 0 " +
+        std::string(layout.empty() ? "of a data-parallel layout" : "under --strategy dp=1,tp=2");
+    EXPECT_NE(step.status().message().find(expected), std::string::npos)
+        << step.status().message();
+    EXPECT_NE(step.status().message().find("hint:"), std::string::npos);
+  }
 }
 
 // Across nodes a generation may change the world, which a model-parallel layout would have to
