@@ -135,6 +135,60 @@ TEST(ReplicaPlanTest, NoSnapshotsMeansDisk) {
   EXPECT_EQ(plan.candidates[0], dir.file("rank0/step-00000003"));
 }
 
+// Model parallelism (the second example of ckpt/replicas.h): a snapshot holds one rank's part,
+// so each rank is offered its own copy and nothing else; a missing or foreign copy anywhere
+// sends every rank to the disk checkpoint, with the reason.
+TEST(ReplicaPlanTest, ModelParallelRanksTakeOnlyTheirOwnCopy) {
+  TempDir dir;
+  std::vector<char> data(8, 'x');
+  auto write = [&](int rank, int step, int marked_rank, const std::string& layout) {
+    ckpt::CheckpointWrite w = one_section(step, data);
+    w.meta_json = ckpt::with_rank_snapshot_mark(w.meta_json, {layout, marked_rank});
+    ASSERT_TRUE(ckpt::write_checkpoint(dir.file("rank" + std::to_string(rank)), w, 2).ok());
+  };
+  const std::string tp2 = "dp=1,tp=2,pp=1";
+  write(0, 7, 0, tp2);
+  write(0, 8, 0, tp2);
+  write(1, 7, 1, tp2);
+  ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(dir.path(), 2);
+  EXPECT_EQ(plan.step, 7);
+  EXPECT_EQ(plan.candidates[0], dir.file("rank0/step-00000007"));
+  EXPECT_EQ(plan.candidates[1], dir.file("rank1/step-00000007"));
+  EXPECT_TRUE(plan.note.empty()) << plan.note;
+
+  // Rank 1's copy holds rank 0's state: nobody loads a snapshot.
+  ASSERT_TRUE(remove_all(dir.file("rank1")).ok());
+  write(1, 7, 0, tp2);
+  plan = ckpt::plan_replica_restore(dir.path(), 2);
+  EXPECT_EQ(plan.step, -1);
+  EXPECT_NE(plan.note.find("holds rank 0's state under " + tp2), std::string::npos) << plan.note;
+
+  // Another layout's copy.
+  ASSERT_TRUE(remove_all(dir.file("rank1")).ok());
+  write(1, 7, 1, "dp=1,tp=1,pp=2");
+  plan = ckpt::plan_replica_restore(dir.path(), 2);
+  EXPECT_EQ(plan.step, -1);
+  EXPECT_NE(plan.note.find("rank 0's is of " + tp2), std::string::npos) << plan.note;
+
+  // Rank 1 has none: rank 0's copies serve nobody else.
+  ASSERT_TRUE(remove_all(dir.file("rank1")).ok());
+  plan = ckpt::plan_replica_restore(dir.path(), 2);
+  EXPECT_EQ(plan.step, -1);
+  EXPECT_NE(plan.note.find("rank 1 has no snapshot of step 8"), std::string::npos) << plan.note;
+}
+
+TEST(ReplicaPlanTest, RankSnapshotMarkRoundTrips) {
+  const std::string meta = ckpt::with_rank_snapshot_mark("{\"a\":1}", {"dp=2,tp=2", 3});
+  const auto mark = ckpt::rank_snapshot_mark(meta);
+  ASSERT_TRUE(mark.has_value());
+  EXPECT_EQ(mark->layout, "dp=2,tp=2");
+  EXPECT_EQ(mark->rank, 3);
+  EXPECT_NE(meta.find("\"a\":1"), std::string::npos);
+  EXPECT_FALSE(ckpt::rank_snapshot_mark("{\"a\":1}").has_value());
+  EXPECT_FALSE(ckpt::rank_snapshot_mark("not json").has_value());
+  EXPECT_FALSE(ckpt::rank_snapshot_mark("{\"rank_snapshot\":{\"rank\":\"x\"}}").has_value());
+}
+
 TEST(EventLogTest, LinesFromManyWritersStayWholeJson) {
   TempDir dir;
   const std::string path = dir.file("log.jsonl");

@@ -24,10 +24,21 @@ state) trained by 2 workers for --overhead-steps steps with an asynchronous chec
 steps against none; both write a final checkpoint. The time from the 10th step to the end of the
 job, median of --repeats interleaved runs, gives the slowdown.
 
+Model-parallel layouts (--layouts, cann-train only: torchrun's DDP has no peer for them). For
+each layout (a --strategy and its world size) a GPT of 4 layers, hidden 64, sequence 32 (with 4
+experts in every second layer for ep) is trained with --elastic and one random worker SIGKILLed
+as above; the refill (the lost rank replaced in the same layout, the survivors' mesh rebuilt,
+every rank loading its own snapshot) is timed the same way and validated the same way (final
+state byte-identical to the fault-free run of the layout). The snapshot's cost is the median
+wall time per step with a snapshot every step against one every 1000 steps (none in the run),
+interleaved, --repeats runs each.
+
     /usr/bin/python3 bench/recovery/run.py [--worlds 2,4] [--steps 300] [--seed 7]
                                            [--overhead-steps 150] [--repeats 3] [--build build]
+    /usr/bin/python3 bench/recovery/run.py --layouts default [--steps 300] [--repeats 3]
 
-Needs a built tree and Debian's python3-torch (torchrun). Exit status 1 when validation fails.
+Needs a built tree and, without --layouts, Debian's python3-torch (torchrun). Exit status 1 when
+validation fails.
 """
 import argparse
 import json
@@ -45,6 +56,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SMALL = ("architecture: gpt\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 2\n"
          "vocab_size: 256\nseq_length: 32\n")
+LAYERED = ("architecture: gpt\nhidden_size: 64\nnum_hidden_layers: 4\nnum_attention_heads: 2\n"
+           "vocab_size: 256\nseq_length: 32\n")
+MOE = LAYERED + "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n"
+# strategy@world, separated by ';'.
+DEFAULT_LAYOUTS = ("dp=2,tp=2@4;pp=2,mbs=2@2;pp=2,vpp=2,mbs=2@2;cp=2@2;dp=2,ep=2@2;"
+                   "dp=2,tp=2,sp=on,zero=3@4")
 MID = ("architecture: gpt\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 4\n"
        "vocab_size: 256\nseq_length: 128\n")
 
@@ -130,17 +147,18 @@ def final_bytes(work, steps):
         return f.read()
 
 
-def cann_recovery(a, model, world, kill_step, rank, tmp):
-    ref = os.path.join(tmp, f"cann-ref-{world}")
+def cann_recovery(a, model, world, kill_step, rank, tmp, extra=(), name=None):
+    name = name or str(world)
+    ref = os.path.join(tmp, f"cann-ref-{name}")
     os.makedirs(ref)
-    subprocess.run(cann_args(a, model, world, a.steps, ref, ["--seq-len", "32"]), check=True,
-                   stdout=subprocess.DEVNULL)
-    work = os.path.join(tmp, f"cann-{world}")
+    subprocess.run(cann_args(a, model, world, a.steps, ref, ["--seq-len", "32", *extra]),
+                   check=True, stdout=subprocess.DEVNULL)
+    work = os.path.join(tmp, f"cann-{name}")
     os.makedirs(work)
     logf = os.path.join(work, "log.jsonl")
     with open(os.path.join(work, "out.txt"), "w") as out:
         proc = subprocess.Popen(
-            cann_args(a, model, world, a.steps, work, ["--seq-len", "32", "--elastic"]),
+            cann_args(a, model, world, a.steps, work, ["--seq-len", "32", "--elastic", *extra]),
             stdout=out, stderr=subprocess.STDOUT)
         wait_for_step(logf, kill_step, proc)
         killed = kill_rank(proc.pid, rank)
@@ -194,6 +212,16 @@ def torchrun_recovery(a, world, kill_step, rank, tmp):
     }
 
 
+def seconds_per_step_after_10(args, logf, steps, what):
+    """Runs a job to its end; the wall time from its 10th step on, per step."""
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    wait_for_step(logf, 10, proc)
+    t0 = time.time()
+    if proc.wait() != 0:
+        raise RuntimeError(f"{what} failed")
+    return (time.time() - t0) / (steps - 10)
+
+
 def overhead(a, tmp):
     """Median ms/step from the 10th step to the end, without and with periodic checkpoints,
     and the share of the training thread's time the periodic checkpoints' copies took."""
@@ -207,13 +235,9 @@ def overhead(a, tmp):
             work = os.path.join(tmp, f"overhead-{rep}-{name.replace(' ', '')}")
             os.makedirs(work)
             logf = os.path.join(work, "log.jsonl")
-            proc = subprocess.Popen(cann_args(a, model, 2, a.overhead_steps, work, extra),
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-            wait_for_step(logf, 10, proc)
-            t0 = time.time()
-            if proc.wait() != 0:
-                raise RuntimeError(f"overhead run failed in {work}")
-            times[name].append((time.time() - t0) / (a.overhead_steps - 10))
+            times[name].append(seconds_per_step_after_10(
+                cann_args(a, model, 2, a.overhead_steps, work, extra), logf, a.overhead_steps,
+                f"overhead run in {work}"))
             rows = read_jsonl(logf)
             periodic = [r for r in rows if r.get("event") == "checkpoint_saved"
                         and f"step {a.overhead_steps}," not in r["detail"]]
@@ -224,6 +248,82 @@ def overhead(a, tmp):
             log(f"  overhead run {rep + 1} ({name}): {times[name][-1] * 1e3:.1f} ms/step, "
                 f"{len(periodic)} periodic checkpoints")
     return times, statistics.median(copy_share)
+
+
+def between_steps(logf):
+    """Rank 0's median time between the end of one step and the start of the next (the step
+    lines' wall times less the next step's own time: reporting and the snapshot), and its
+    median step time."""
+    rows = [r for r in read_jsonl(logf) if "event" not in r]
+    gaps = [b["time"] - a["time"] - b["step_time_s"] for a, b in zip(rows[10:], rows[11:])]
+    return statistics.median(gaps), statistics.median(r["step_time_s"] for r in rows[10:])
+
+
+def snapshot_cost(a, model, world, extra, work_root):
+    """With a snapshot every step and with none (--repeats interleaved runs each): the median
+    ms/step end to end (wall time from the 10th step on), and the median time between steps,
+    whose difference is the snapshot's own cost on rank 0."""
+    times = {1: [], 1000: []}
+    gaps = {1: [], 1000: []}
+    steps = []
+    for rep in range(a.repeats):
+        for every in (1, 1000):
+            work = os.path.join(work_root, f"snap-{rep}-{every}")
+            os.makedirs(work)
+            logf = os.path.join(work, "log.jsonl")
+            times[every].append(seconds_per_step_after_10(
+                cann_args(a, model, world, a.steps, work,
+                          ["--seq-len", "32", "--elastic", "--snapshot-every", str(every),
+                           "--checkpoint-every", "100000", *extra]),
+                logf, a.steps, f"snapshot cost run in {work}"))
+            gap, step = between_steps(logf)
+            gaps[every].append(gap)
+            steps.append(step)
+    snapshot_s = statistics.median(gaps[1]) - statistics.median(gaps[1000])
+    return (statistics.median(times[1]), statistics.median(times[1000]), snapshot_s,
+            statistics.median(steps))
+
+
+def layouts_bench(a, rng, tmp):
+    results = []
+    for i, item in enumerate(a.layouts.split(";")):
+        strategy, world = item.rsplit("@", 1)
+        world = int(world)
+        model = os.path.join(tmp, f"layout-{i}.yaml")
+        with open(model, "w") as f:
+            f.write(MOE if "ep=" in strategy and "ep=1" not in strategy else LAYERED)
+        extra = ["--strategy", strategy]
+        kill_step = rng.randint(int(a.steps * 0.3), int(a.steps * 0.6))
+        rank = rng.randrange(world)
+        log(f"{strategy} (world {world}): killing rank {rank} at step {kill_step}")
+        r = cann_recovery(a, model, world, kill_step, rank, tmp, extra, name=f"layout-{i}")
+        work = os.path.join(tmp, f"snapcost-{i}")
+        os.makedirs(work)
+        r["strategy"] = strategy
+        r["snap_ms"], r["none_ms"], r["own_ms"], r["step_ms"] = (
+            v * 1e3 for v in snapshot_cost(a, model, world, extra, work))
+        results.append(r)
+    ok = all(r["valid"] for r in results)
+    print(f"refill under model parallelism: SIGKILL one worker at a random step, gpt 4x64 seq 32 "
+          f"(MoE: 4 experts top-2 every second layer), batch 8, {a.steps} steps, 1 thread per "
+          f"worker (seconds after the kill)")
+    print("strategy                   world  step  rank   detect  restore  first step  lost")
+    for r in results:
+        print(f"{r['strategy']:<26s} {r['world']:5d} {r['kill_step']:5d} {r['rank']:5d}  "
+              f"{fmt(r['detect'])}  {fmt(r['restore'])}     {fmt(r['first_step'])}  "
+              f"{r['steps_lost']:4d}")
+    print(f"snapshot every step against none, median of {a.repeats} interleaved runs each: "
+          f"ms per step end to end, and rank 0's snapshot between steps (the time between steps "
+          f"with, less without) against its step time")
+    print("strategy                   with   none  end to end  snapshot  step time  share")
+    for r in results:
+        e2e = (r["snap_ms"] / r["none_ms"] - 1) * 100
+        share = r["own_ms"] / r["step_ms"] * 100
+        print(f"{r['strategy']:<26s} {r['snap_ms']:5.2f} {r['none_ms']:6.2f}     {e2e:+6.1f}%  "
+              f"{r['own_ms']:5.3f} ms   {r['step_ms']:5.2f} ms  {share:4.1f}%")
+    print("validation: " + ("ok (all steps done; each final state byte-identical to the "
+                            "layout's fault-free run)" if ok else "FAILED"))
+    return 0 if ok else 1
 
 
 def fmt(v):
@@ -240,8 +340,21 @@ def main():
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--torchrun", default="/usr/bin/torchrun")
+    p.add_argument("--layouts", default="",
+                   help="model-parallel refill instead: 'default' or STRATEGY@WORLD;...")
     a = p.parse_args()
     a.binary = os.path.join(a.build, "cann-train")
+    if a.layouts:
+        if a.layouts == "default":
+            a.layouts = DEFAULT_LAYOUTS
+        if not os.path.exists(a.binary):
+            log(f"need {a.binary} (build first)")
+            return 2
+        tmp = tempfile.mkdtemp(prefix="cann-bench-recovery-")
+        try:
+            return layouts_bench(a, random.Random(a.seed), tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     if not os.path.exists(a.binary) or not shutil.which(a.torchrun):
         log(f"need {a.binary} (build first) and {a.torchrun} (Debian's python3-torch)")
         return 2

@@ -77,6 +77,10 @@ StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointW
 // section). Any mismatch is DataLoss naming the file and what is wrong.
 StatusOr<LoadedCheckpoint> read_checkpoint(const std::string& step_dir);
 
+// The caller's metadata of one step directory, from its manifest alone (the data file is neither
+// read nor verified): for choosing among copies before loading one.
+StatusOr<std::string> read_checkpoint_meta(const std::string& step_dir);
+
 // Step directories under dir, newest (highest step) first. Temporaries are not listed.
 StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir);
 

@@ -232,6 +232,11 @@ StatusOr<LoadedCheckpoint> read_checkpoint(const std::string& step_dir) {
   return out;
 }
 
+StatusOr<std::string> read_checkpoint_meta(const std::string& step_dir) {
+  CANN_ASSIGN_OR_RETURN(Manifest manifest, parse_manifest(join_path(step_dir, kManifestName)));
+  return std::move(manifest.meta_json);
+}
+
 StatusOr<LoadedCheckpoint> read_latest_checkpoint(const std::string& dir) {
   StatusOr<std::vector<std::string>> listed = list_checkpoints(dir);
   if (!listed.ok()) {

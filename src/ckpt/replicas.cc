@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/checkpoint.h"
 #include "core/fs.h"
 
@@ -16,7 +18,58 @@ int64_t step_of(const std::string& path) {
   return dash == std::string::npos ? -1 : std::stoll(path.substr(dash + 1));
 }
 
+constexpr char kRankSnapshotKey[] = "rank_snapshot";
+
+std::optional<RankSnapshotMark> mark_of_copy(const std::string& step_dir) {
+  auto meta = read_checkpoint_meta(step_dir);
+  if (!meta.ok()) return std::nullopt;
+  return rank_snapshot_mark(*meta);
+}
+
+// Model parallelism: each rank's own copy only, all of one layout; else no step (`note` why).
+void plan_own_copies(const std::vector<std::string>& copy, int64_t step, ReplicaPlan* plan) {
+  const int world = static_cast<int>(copy.size());
+  std::optional<RankSnapshotMark> first;
+  for (int r = 0; r < world; ++r) {
+    const std::string at =
+        "rank " + std::to_string(r) + "'s snapshot of step " + std::to_string(step);
+    if (copy[r].empty()) {
+      plan->note = "rank " + std::to_string(r) + " has no snapshot of step " +
+                   std::to_string(step) + ", and under model parallelism no other rank's serves";
+      return;
+    }
+    const std::optional<RankSnapshotMark> mark = mark_of_copy(copy[r]);
+    if (!mark || mark->rank != r || (first && mark->layout != first->layout)) {
+      plan->note = at + " (" + copy[r] + ") holds " +
+                   (mark ? "rank " + std::to_string(mark->rank) + "'s state under " + mark->layout
+                         : std::string("no rank mark")) +
+                   (first ? ", rank 0's is of " + first->layout : std::string());
+      return;
+    }
+    if (!first) first = mark;
+  }
+  plan->step = step;
+  for (int r = 0; r < world; ++r) plan->candidates[r] = copy[r];
+}
+
 }  // namespace
+
+std::optional<RankSnapshotMark> rank_snapshot_mark(const std::string& meta_json) {
+  const nlohmann::json meta = nlohmann::json::parse(meta_json, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains(kRankSnapshotKey))
+    return std::nullopt;
+  const nlohmann::json& m = meta[kRankSnapshotKey];
+  if (!m.is_object() || !m.contains("layout") || !m.contains("rank") || !m["layout"].is_string() ||
+      !m["rank"].is_number_integer())
+    return std::nullopt;
+  return RankSnapshotMark{m["layout"].get<std::string>(), m["rank"].get<int>()};
+}
+
+std::string with_rank_snapshot_mark(const std::string& meta_json, const RankSnapshotMark& mark) {
+  nlohmann::json meta = nlohmann::json::parse(meta_json);
+  meta[kRankSnapshotKey] = {{"layout", mark.layout}, {"rank", mark.rank}};
+  return meta.dump();
+}
 
 ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
   ReplicaPlan plan;
@@ -43,6 +96,11 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
         found = true;
       }
   if (!found) return plan;
+  for (const std::string& p : copy)
+    if (!p.empty() && mark_of_copy(p)) {
+      plan_own_copies(copy, committed, &plan);
+      return plan;
+    }
   plan.step = committed;
   for (int r = 0; r < world_size; ++r) {
     std::string list;

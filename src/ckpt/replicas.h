@@ -10,18 +10,43 @@
 // Example, 3 ranks, snapshot every step: rank 0 holds {7, 8}, rank 1 {6, 7} (killed during
 // step 8), rank 2 {7, 8}. Committed step: 7. Rank 1 loads rank1/step-7, or rank2/step-7 (its
 // neighbour) if its own is damaged, or any other rank's step-7.
+//
+// Under model parallelism a snapshot holds only its rank's part of the state (its shards, stage
+// or experts, its optimizer moments and residuals) in its own layout, and its metadata says so
+// (a RankSnapshotMark). Then no copy serves another rank: each rank is offered its own copy of
+// the committed step only, and when any rank lacks one, or a copy is marked with another rank
+// or layout, the plan names no step and every rank loads the newest disk checkpoint (the whole
+// model, gathered), so that all ranks still agree on the step. Example, tp=2: rank 0 holds
+// {7, 8}, rank 1 {7} (its step-6 pruned, killed during step 8): committed step 7, rank 0 loads
+// rank0/step-7, rank 1 rank1/step-7 and nothing else.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace cann::ckpt {
 
+// Whose state a model-parallel snapshot holds: the layout (the strategy string) and the rank.
+// Kept in the checkpoint metadata under "rank_snapshot".
+struct RankSnapshotMark {
+  std::string layout;
+  int rank = -1;
+  bool operator==(const RankSnapshotMark&) const = default;
+};
+// The mark of a checkpoint's metadata (a JSON object); nullopt when it has none (a snapshot or
+// checkpoint of the whole state) or the metadata does not parse.
+std::optional<RankSnapshotMark> rank_snapshot_mark(const std::string& meta_json);
+// meta_json (a JSON object) with `mark` added.
+std::string with_rank_snapshot_mark(const std::string& meta_json, const RankSnapshotMark& mark);
+
 struct ReplicaPlan {
   int64_t step = -1;  // the committed step; -1: no snapshot anywhere (use disk checkpoints)
   // Per rank, the step directories to try in order, joined with ';'.
   std::vector<std::string> candidates;
+  // Why no snapshot serves (step -1 although snapshots exist); empty otherwise.
+  std::string note;
 };
 
 // Looks at the directories only (verification is the loader's: read_checkpoint); never fails:

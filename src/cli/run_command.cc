@@ -370,7 +370,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       // The workers report a model that does not load, with its own message.
       if (auto spec = model::load_model_spec(config->model); spec.ok())
         if (Status st = train::check_launch(*config, *spec, launch->nproc_per_node * launch->nnodes,
-                                            resilience->elastic);
+                                            resilience->elastic && launch->nnodes > 1);
             !st.ok())
           return report(st);
       elastic::AgentConfig ac;

@@ -185,7 +185,8 @@ Status LocalAgent::restart_generation(int rank, const std::string& cause, bool w
   const ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(snapshot_root_, world_);
   const std::string from = plan.step >= 0
                                ? "the in-memory snapshot of step " + std::to_string(plan.step)
-                               : std::string("the newest disk checkpoint (no snapshot survived)");
+                               : "the newest disk checkpoint (" +
+                                     (plan.note.empty() ? "no snapshot survived" : plan.note) + ")";
   std::fprintf(stderr,
                "cann-train run: %s; restart %d of %d: generation %d replaces %d worker%s and "
                "resumes from %s\n",

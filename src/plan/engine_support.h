@@ -16,7 +16,9 @@
 //                  2*cp divides the sequence, tp divides a micro-batch's tokens under sp;
 //   the reduction  compression and ZeRO need several processes, 1-bit Adam and top-k need
 //                  the plain data-parallel layout, ep only the fp32 reduction, ZeRO none;
-//   elasticity     a new generation rebuilds the world and data-parallel groups only.
+//   elasticity     on one node a generation refills lost ranks and keeps the layout, so every
+//                  layout is elastic there; across nodes (--nnodes MIN:MAX) a generation may
+//                  change the world, which model parallelism would have to re-plan.
 #pragma once
 
 #include <string>
@@ -52,7 +54,9 @@ struct EngineShape {
   int world = 0;    // processes started; 0: s.dp * tp * pp * cp
   int seq_len = 0;  // tokens per sequence; 0: the model's seq_length
   Compression compress;
-  bool elastic = false;  // --elastic: generations rebuild the groups
+  // --elastic across nodes: a generation may change the world size (one node's generations
+  // keep it, and with it the layout).
+  bool elastic_nodes = false;
 };
 
 // Every rule above. `s` as parse_strategy leaves it (dp and mbs 0 when omitted: dp is derived

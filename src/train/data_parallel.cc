@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/replicas.h"
 #include "core/log.h"
 
 namespace cann::train {
@@ -99,8 +100,10 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
   const size_t n = model_.num_floats();
   std::vector<float> m(n), v(n);
   int step = 0;
+  // A model-parallel rank's own snapshot is in its own layout; a checkpoint holds the whole model.
+  const bool whole = config_.shards.full != nullptr && !ckpt::rank_snapshot_mark(ck.meta_json);
   CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, model_, m.data(), v.data(), &step, state,
-                                                   config_.shards.full ? &config_.shards : nullptr));
+                                                   whole ? &config_.shards : nullptr));
   const nlohmann::json extra = nlohmann::json::parse(checkpoint_optimizer_extra(ck));
   CANN_RETURN_IF_ERROR(stage_->load_state(m.data(), v.data(), step));
   // Per-rank buffers belong to the world size and the compression they were saved with.

@@ -29,7 +29,8 @@ namespace cann::train {
 
 struct DataParallelConfig : parallel::OptimizerStageConfig {
   plan::EngineBuckets buckets;
-  // Model parallelism: checkpoints hold the whole model; restore takes this rank's part.
+  // Model parallelism: checkpoints hold the whole model; restore takes this rank's part (a
+  // rank's own snapshot, marked with its rank, is in its own layout and loads as it is).
   CheckpointShards shards;
 };
 

@@ -65,15 +65,15 @@ class ModelParts {
   const model::Model& model() const { return *model_; }
   ModelParallel* model_parallel() { return mp_.get(); }
   bool pipelined() const { return pipeline_ != nullptr; }
-  // The world group after an elastic rejoin (data parallelism only: a generation never
-  // rebuilds a mesh or a pipeline).
+  // The world group after an elastic rejoin (data parallelism only: under model parallelism
+  // the rejoin builds the parts again, mesh and pipeline with them).
   void rebind_world(comm::Group* world) { world_ = world; }
   // The whole model's parameter count (a tensor-parallel rank's table holds only its shards).
   double num_parameters() const;
 
   // The optimizer of this layout: one process's, or the data-parallel engine over the world
   // (or the mesh's gradient group) with ZeRO, compression and buckets as `config` says. Built
-  // again after an elastic rejoin (rebind_world first).
+  // again after an elastic rejoin (after rebind_world, or on the rebuilt parts).
   StatusOr<std::unique_ptr<StepOptimizer>> make_optimizer(const TrainConfig& config);
 
   // The step's forward and backward passes; `step` is 0-based (for messages).

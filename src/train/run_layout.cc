@@ -63,12 +63,12 @@ int launch_micro_batches(const TrainConfig& config, const plan::Strategy& s, int
   return 1;
 }
 
-plan::EngineShape engine_shape(const TrainConfig& config, int world, bool elastic) {
+plan::EngineShape engine_shape(const TrainConfig& config, int world, bool elastic_nodes) {
   plan::EngineShape shape;
   shape.world = world;
   shape.seq_len = config.seq_len;
   shape.compress = config.compress;
-  shape.elastic = elastic;
+  shape.elastic_nodes = elastic_nodes;
   return shape;
 }
 
@@ -84,7 +84,7 @@ StatusOr<RunLayout> resolve_run_layout(const TrainConfig& config, const model::M
   l.world = world;
   l.rank = rank;
   l.strategy = config.strategy;
-  const plan::EngineShape shape = engine_shape(config, world, elastic.on);
+  const plan::EngineShape shape = engine_shape(config, world, elastic.nodes);
   CANN_RETURN_IF_ERROR(plan::engine_supports(config.strategy, spec, shape));
   l.seq_len = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   plan::Strategy& s = l.strategy;
@@ -120,9 +120,9 @@ StatusOr<RunLayout> resolve_run_layout(const TrainConfig& config, const model::M
 }
 
 Status check_launch(const TrainConfig& config, const model::ModelSpec& spec, int world,
-                    bool elastic) {
+                    bool elastic_nodes) {
   const plan::Strategy& s = config.strategy;
-  CANN_RETURN_IF_ERROR(plan::engine_supports(s, spec, engine_shape(config, world, elastic)));
+  CANN_RETURN_IF_ERROR(plan::engine_supports(s, spec, engine_shape(config, world, elastic_nodes)));
   if (s.pp == 1) return OkStatus();
   // An M that cannot be derived here passes as pp: the workers report the batch itself.
   const int M = launch_micro_batches(config, s, plan::engine_data_parallel(s, world));

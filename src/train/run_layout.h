@@ -29,6 +29,7 @@ namespace cann::train {
 // What an elastic agent tells a worker beyond its place in the world.
 struct ElasticShape {
   bool on = false;      // a generation under --elastic
+  bool nodes = false;   // multi-node elastic: a generation may change the world size
   int micro_batch = 0;  // multi-node: sequences per forward/backward, fixed for the job
 };
 
@@ -65,9 +66,10 @@ StatusOr<RunLayout> resolve_run_layout(const TrainConfig& config, const model::M
 
 // What the launcher checks before it starts `world` workers, so that a strategy that cannot
 // run is reported once (not once per rank): engine_supports and the pipeline schedule. The
-// batch is left to the workers (a multi-node elastic world changes size).
+// batch is left to the workers (a multi-node elastic world changes size). `elastic_nodes`:
+// --elastic across nodes, whose generations may change the world.
 Status check_launch(const TrainConfig& config, const model::ModelSpec& spec, int world,
-                    bool elastic);
+                    bool elastic_nodes);
 
 // The schedule a pipelined run uses: --pipeline-schedule as given ("" or "auto": 1f1b, or
 // interleaved with vpp > 1), checked against vpp and the M micro-batches per step (interleaved

@@ -1,9 +1,11 @@
 // The state keeper's glue between the live run and its checkpoints and snapshots (see
 // state_keeper.h): what a checkpoint holds is the model's parameters (under model parallelism
 // the whole model, gathered, so it loads under any strategy), the optimizer's full state, the
-// sampler's position and the run's RNG.
+// sampler's position and the run's RNG. An in-memory snapshot under model parallelism holds
+// the rank's own part instead, marked with its layout and rank.
 #include <cstdio>
 
+#include "ckpt/replicas.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/state_keeper.h"
@@ -25,6 +27,17 @@ StatusOr<OptimizerSnapshot> StateKeeper::optimizer_snapshot() {
 }
 
 StatusOr<int> StateKeeper::restore(const ckpt::LoadedCheckpoint& ck) {
+  // A rank's own snapshot loads only into the same rank of the same layout (a whole-model
+  // checkpoint, unmarked, loads anywhere by slicing).
+  if (const auto mark = ckpt::rank_snapshot_mark(ck.meta_json);
+      mark && !(*mark == ckpt::RankSnapshotMark{run_.rank_layout, rank_}))
+    return FailedPrecondition(
+        ck.path + ": snapshot of rank " + std::to_string(mark->rank) + " under --strategy " +
+        mark->layout + ", loaded by rank " + std::to_string(rank_) +
+        (run_.rank_layout.empty() ? " of a data-parallel layout"
+                                  : " under --strategy " + run_.rank_layout) +
+        "; hint: a model-parallel snapshot serves only its own rank and layout: rerun with "
+        "--resume to continue from the newest disk checkpoint");
   ResumeState st;
   CANN_RETURN_IF_ERROR(run_.optimizer->restore(ck, &st));
   run_.batches->restore(st.sampler, st.rng);
@@ -72,6 +85,7 @@ StatusOr<int> StateKeeper::restore_after_rejoin() {
   }
   // Nothing committed anywhere: the run starts over, exactly as a fresh one would.
   run_.model->model().init_params(config_.seed);
+  CANN_RETURN_IF_ERROR(run_.optimizer->adopt_params());  // ZeRO-3 takes its shard again
   run_.batches->restart();
   return 0;
 }
@@ -80,9 +94,16 @@ Status StateKeeper::keep(int done) {
   set_step(done);
   if (!snapshot_due(done)) return OkStatus();
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  // Under model parallelism this rank's own part in its own layout, marked as its own: no
+  // collective across the mesh (ZeRO still gathers its moments over the data-parallel group,
+  // as it does without model parallelism).
+  ckpt::CheckpointWrite w =
+      training_checkpoint(run_.model->model(), snap, resume_state(done), config_);
+  if (!run_.rank_layout.empty())
+    w.meta_json = ckpt::with_rank_snapshot_mark(w.meta_json, {run_.rank_layout, rank_});
   // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
   // more; training goes on.
-  Status s = snapshot(training_checkpoint(run_.model->model(), snap, resume_state(done), config_));
+  Status s = snapshot(w);
   if (!s.ok()) log_warning(s.message());
   return OkStatus();
 }

@@ -10,7 +10,10 @@
 //     --snapshot-every steps into its own directory of a memory file system the agent owns
 //     (two kept, so the step every rank finished is always there), beats a heartbeat into the
 //     store, and after a restart loads the snapshot the agent chose (own, else a neighbour's),
-//     or the newest disk checkpoint when no snapshot survived.
+//     or the newest disk checkpoint when no snapshot survived. Under model parallelism a
+//     snapshot is the rank's own part in its own layout (its shards, stage or experts, with
+//     their moments; nothing is gathered across the mesh), marked with the layout and rank
+//     (ckpt::RankSnapshotMark): only that rank loads it, and a mismatch is an error.
 //   - Fault-tolerance events (state_restored, training_resumed, checkpoint_saved) go into the
 //     JSONL step log (core/event_log.h); rank 0 writes them.
 //   - The glue between the run and its files (run_state.cc): once bound to the live state
@@ -56,6 +59,9 @@ struct RunState {
   BatchSource* batches = nullptr;
   comm::Group* world = nullptr;  // null: one process
   CommFailure on_comm_failure;   // wraps a collective's failure (model-parallel gathers)
+  // Model parallelism: the strategy string this rank's snapshots are marked with (they hold its
+  // own part of the state, which only this rank of this layout loads); empty otherwise.
+  std::string rank_layout;
 };
 
 class StateKeeper {

@@ -53,7 +53,9 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                              "drop the flag");
     spec_.expert_bias_update_speed = config_.expert_bias_update_speed;
   }
-  const ElasticShape elastic{env != nullptr && env->elastic(), env ? env->micro_batch : 0};
+  const ElasticShape elastic{env != nullptr && env->elastic(),
+                             env != nullptr && !env->node_snapshots.empty(),
+                             env ? env->micro_batch : 0};
   CANN_ASSIGN_OR_RETURN(layout_, resolve_run_layout(config_, spec_, world, rank, elastic));
   if (const std::string notice = model::engine_notice(spec_); !notice.empty() && rank == 0)
     log_info(notice);
@@ -83,17 +85,20 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
     CANN_ASSIGN_OR_RETURN(const ProfileSchedule ps, parse_profile_schedule(config_.profile));
     profiler_ = std::make_unique<StepProfiler>(ps, config_.profile_dir, rank, world, host_name());
   }
-  if (config_.grad_norms || config_.halt_on_nan) {
-    const std::string dump_dir = std::filesystem::path(config_.log_json).parent_path().string();
-    grad_watch_ = std::make_unique<GradWatch>(parts_->model().table(), config_.halt_on_nan,
-                                              dump_dir.empty() ? "." : dump_dir, rank);
-  }
+  if (config_.grad_norms || config_.halt_on_nan) watch_grads();
   return OkStatus();
+}
+
+void Trainer::watch_grads() {
+  const std::string dump_dir = std::filesystem::path(config_.log_json).parent_path().string();
+  grad_watch_ = std::make_unique<GradWatch>(parts_->model().table(), config_.halt_on_nan,
+                                            dump_dir.empty() ? "." : dump_dir, layout_.rank);
 }
 
 void Trainer::bind_state() {
   keeper_->bind({&spec_, parts_.get(), opt_.get(), batches_.get(), world_.get(),
-                 [this](const Status& s) { return comm_failure(s); }});
+                 [this](const Status& s) { return comm_failure(s); },
+                 parts_->model_parallel() ? plan::strategy_string(layout_.strategy) : ""});
 }
 
 Status Trainer::run(RunSummary* summary) {

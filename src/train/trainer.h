@@ -70,6 +70,8 @@ class Trainer {
   // --init-from: every rank reads the directory and keeps its part (before the optimizer
   // adopts the parameters). --export-hf: a collective under model parallelism; rank 0 writes.
   void bind_state();
+  // --grad-norms / --halt-on-nan: the watch over this rank's gradient table.
+  void watch_grads();
   bool leader() const { return layout_.rank == 0; }
   Status train_steps(RunSummary* summary);
   // One step's losses, stop request and non-finite flag agreed over the world (a collective
@@ -87,7 +89,8 @@ class Trainer {
   Status finish_profile();
   // Elastic (trainer_rejoin.cc): whether a failure can be survived by rejoining (a collective
   // failed under --elastic), and the rejoin: wait for the next generation, rebuild the world
-  // group and the optimizer under its key prefix, and load the committed step.
+  // group, the model parts (under model parallelism: the mesh) and the optimizer under its key
+  // prefix, and load the committed step.
   bool rejoinable() const;
   static bool stop_signalled();  // SIGINT/SIGTERM arrived
   Status rejoin(const Status& cause);

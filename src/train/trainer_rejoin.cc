@@ -4,6 +4,14 @@
 // and the data-parallel engine again under the generation's key prefix, loads the committed
 // step (its own in-memory snapshot, or the copy the record names), and the training loop goes
 // on from there. The replacement of the lost rank loads the same step at its start.
+//
+// Under model parallelism the generation keeps the layout (the lost rank is refilled on this
+// machine), but every communicator of the old mesh (tensor, pipeline, context, expert and
+// data groups, the pipeline runner) belongs to the broken generation: the model parts are
+// dropped with them and built again over the new world group, in the order a fresh worker
+// builds them (mesh, model, optimizer), so the replacement's collectives meet the survivors'.
+// The parameters it allocates are overwritten by the committed step. The rebuild's time, in
+// the rejoin line, includes the wait for the replacement to build the same groups.
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/trainer.h"
@@ -34,18 +42,30 @@ Status Trainer::rejoin(const Status& cause) {
   // The beacon thread reads the group's flight recorder: stop it before the group goes.
   if (beacon_) beacon_->stop();
   opt_.reset();
+  const bool mesh = parts_->model_parallel() != nullptr;
+  if (mesh) parts_.reset();  // its groups hang off the old world
   world_.reset();
   env_->generation = *gen;
   CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env_, comm_));
   if (beacon_) beacon_->start(*world_);
-  parts_->rebind_world(world_.get());
+  const double t_mesh = now_seconds();
+  if (mesh) {
+    CANN_ASSIGN_OR_RETURN(parts_,
+                          ModelParts::build(spec_, layout_, world_.get(),
+                                            [this](const Status& s) { return comm_failure(s); }));
+    if (grad_watch_) watch_grads();
+  } else {
+    parts_->rebind_world(world_.get());
+  }
   CANN_ASSIGN_OR_RETURN(opt_, parts_->make_optimizer(config_));
+  const double rebuilt_s = now_seconds() - t_mesh;
   bind_state();
   comm_failed_ = false;
   CANN_ASSIGN_OR_RETURN(start_step_, keeper_->restore_after_rejoin());
   log_info("rank " + std::to_string(layout_.rank) + " rejoined as generation " +
            std::to_string(*gen) + " at step " + std::to_string(start_step_) + " in " +
-           std::to_string(now_seconds() - t0) + " s");
+           std::to_string(now_seconds() - t0) + " s" +
+           (mesh ? " (mesh and model rebuilt in " + std::to_string(rebuilt_s) + " s)" : ""));
   return OkStatus();
 }
 
