@@ -76,8 +76,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   CLI::App* run = app.add_subcommand(
       "run", "Train a model. With no flags: gpt_tiny on the fortunes corpus for a few minutes.");
   run->add_option("--model", config->model,
-                  "Model: a shipped name (gpt_tiny, llama_tiny, moe_bert_tiny, gpt2_124m, "
-                  "bert_base, bert_large) or a YAML/config.json path")
+                  "Model: a shipped name (gpt_tiny, llama_tiny, qwen3_moe_tiny, deepseek_tiny, "
+                  "moe_bert_tiny, gpt2_124m, bert_base, bert_large) or a YAML/config.json path")
       ->capture_default_str();
   run->add_option("--data", config->data,
                   "Training data: 'fortunes', a text file, a directory of text files, or llm.c "
