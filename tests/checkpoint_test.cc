@@ -158,6 +158,47 @@ TEST(CheckpointTest, KeepLastPrunesOldest) {
   EXPECT_EQ(listed(all.path()).size(), 5u);
 }
 
+// Recycling (the in-memory snapshots): the pruned checkpoint's directory becomes the hidden
+// spare and the next write goes into its files, bigger or smaller than before; every
+// checkpoint reads back exactly and nothing else is left behind.
+TEST(CheckpointTest, RecycledWritesReuseTheSpareAndReadBackExactly) {
+  TempDir tmp;
+  WriteOptions options;
+  options.keep_last = 2;
+  options.recycle = true;
+  const size_t sizes[] = {5000, 5000, 5000, 9000, 300, 300, 7000};
+  ino_t spare_inode = 0;
+  for (int step = 1; step <= 7; ++step) {
+    const Payload p{{{"params", pattern(sizes[step - 1], step)}, {"adam_m", pattern(64, 99)}}};
+    StatusOr<std::string> path = write_checkpoint(tmp.path(), p.to_write(step), options);
+    ASSERT_TRUE(path.ok()) << path.status().message();
+    struct stat st {};
+    if (step >= 4) {
+      // From the fourth write on, a spare was there to take: its data file is reused.
+      ASSERT_EQ(::stat((*path + "/data.bin").c_str(), &st), 0);
+      EXPECT_EQ(st.st_ino, spare_inode) << "step " << step;
+    }
+    const std::string spare = tmp.file(".spare");
+    if (step >= 3) {
+      ASSERT_EQ(::stat((spare + "/data.bin").c_str(), &st), 0) << "step " << step;
+      spare_inode = st.st_ino;
+    }
+    StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    EXPECT_EQ(loaded->find("params")->data, p.sections[0].second) << "step " << step;
+  }
+  EXPECT_EQ(listed(tmp.path()),
+            (std::vector<std::string>{tmp.file("step-00000007"), tmp.file("step-00000006")}));
+  EXPECT_EQ(hidden_entries(tmp.path()), std::vector<std::string>{".spare"});
+  // A writer that died left its spare: the next one takes it over.
+  options.keep_last = 1;
+  StatusOr<std::string> next = write_checkpoint(tmp.path(), small_payload(3).to_write(8), options);
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*next);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->find("params")->data, small_payload(3).sections[0].second);
+}
+
 TEST(CheckpointTest, PruneNeverDeletesTheOneJustWritten) {
   TempDir tmp;
   write_ok(tmp.path(), 10, 2);

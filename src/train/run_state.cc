@@ -96,11 +96,22 @@ Status StateKeeper::keep(int done) {
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
   // collective across the mesh (ZeRO still gathers its moments over the data-parallel group,
-  // as it does without model parallelism).
+  // as it does without model parallelism). The model's part of the metadata, with the mark, is
+  // serialized once per layout: a snapshot every step pays only for what changes.
+  const model::Model& model = run_.model->model();
+  const std::string key = run_.rank_layout + "#" + std::to_string(rank_) + "#" +
+                          std::to_string(model.table().fingerprint());
+  if (key != snapshot_meta_key_) {
+    std::string object = "{";
+    object.append(model_meta_members(model.spec(), model.table())).push_back('}');
+    if (!run_.rank_layout.empty())
+      object = ckpt::with_rank_snapshot_mark(object, {run_.rank_layout, rank_});
+    snapshot_meta_ = object.substr(1, object.size() - 2);
+    snapshot_meta_key_ = key;
+  }
+  if (snap.params == nullptr) snap.params = model.params();
   ckpt::CheckpointWrite w =
-      training_checkpoint(run_.model->model(), snap, resume_state(done), config_);
-  if (!run_.rank_layout.empty())
-    w.meta_json = ckpt::with_rank_snapshot_mark(w.meta_json, {run_.rank_layout, rank_});
+      training_checkpoint(snapshot_meta_, model.table(), snap, resume_state(done), config_);
   // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
   // more; training goes on.
   Status s = snapshot(w);

@@ -117,7 +117,10 @@ bool StateKeeper::snapshot_due(int done) const {
 }
 
 Status StateKeeper::snapshot(const ckpt::CheckpointWrite& w) {
-  StatusOr<std::string> path = ckpt::write_checkpoint(snapshot_dir_, w, kSnapshotsKept);
+  ckpt::WriteOptions options;
+  options.keep_last = kSnapshotsKept;
+  options.recycle = true;  // this rank is the directory's only writer
+  StatusOr<std::string> path = ckpt::write_checkpoint(snapshot_dir_, w, options);
   if (!path.ok())
     return Status(path.status().code(),
                   "rank " + std::to_string(rank_) +

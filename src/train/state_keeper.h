@@ -132,6 +132,10 @@ class StateKeeper {
   std::string node_snapshots_;     // multi-node elastic: the node's snapshot root
   std::string snapshot_root_;      // the agent's snapshot directory (all ranks)
   std::vector<float> full_state_;  // a model-parallel checkpoint's gathered whole model
+  // The snapshots' model metadata (model_meta_members with the rank's mark) and what it was
+  // made for (layout, rank, parameter table): serialized once, not every step.
+  std::string snapshot_meta_;
+  std::string snapshot_meta_key_;
   int rank_ = 0;
   std::atomic<int> generation_{-1};  // read by the heartbeat thread
   bool leader_ = false;

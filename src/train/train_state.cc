@@ -31,15 +31,29 @@ ckpt::CheckpointWrite training_checkpoint(const model::ModelSpec& spec,
                                           const model::ParamTable& param_table,
                                           const OptimizerSnapshot& opt, const ResumeState& state,
                                           const TrainConfig& config) {
+  return training_checkpoint(model_meta_members(spec, param_table), param_table, opt, state,
+                             config);
+}
+
+std::string model_meta_members(const model::ModelSpec& spec, const model::ParamTable& table) {
   nlohmann::json meta;
   meta["model_name"] = spec.name;
   meta["model_spec"] = nlohmann::json::parse(model::spec_to_json(spec));
-  nlohmann::json table = nlohmann::json::array();
-  for (const auto& t : param_table.tensors())
-    table.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
-  meta["param_table"] = table;
-  meta["param_floats"] = param_table.total_floats();
-  meta["param_fingerprint"] = hex64(param_table.fingerprint());
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : table.tensors())
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+  meta["param_table"] = tensors;
+  meta["param_floats"] = table.total_floats();
+  meta["param_fingerprint"] = hex64(table.fingerprint());
+  const std::string text = meta.dump();
+  return text.substr(1, text.size() - 2);
+}
+
+ckpt::CheckpointWrite training_checkpoint(const std::string& model_members,
+                                          const model::ParamTable& param_table,
+                                          const OptimizerSnapshot& opt, const ResumeState& state,
+                                          const TrainConfig& config) {
+  nlohmann::json meta;
   meta["optimizer"] = {{"type", "adamw"},
                        {"step", opt.step},
                        {"weight_decay", config.weight_decay},
@@ -54,7 +68,7 @@ ckpt::CheckpointWrite training_checkpoint(const model::ModelSpec& spec,
       {"data", config.data}};
   ckpt::CheckpointWrite w;
   w.step = state.step;
-  w.meta_json = meta.dump();
+  w.meta_json = "{" + model_members + "," + meta.dump().substr(1);
   const size_t bytes = param_table.total_floats() * sizeof(float);
   w.sections = {
       {"params", opt.params, bytes},

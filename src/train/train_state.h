@@ -47,6 +47,14 @@ ckpt::CheckpointWrite training_checkpoint(const model::ModelSpec& spec,
                                           const model::ParamTable& table,
                                           const OptimizerSnapshot& opt, const ResumeState& state,
                                           const TrainConfig& config);
+// The metadata every checkpoint of one layout shares (the model's name, spec and parameter
+// table) as the members of a JSON object without its braces, and a checkpoint that splices
+// them in: a caller that writes every step (the in-memory snapshots) serializes them once.
+std::string model_meta_members(const model::ModelSpec& spec, const model::ParamTable& table);
+ckpt::CheckpointWrite training_checkpoint(const std::string& model_members,
+                                          const model::ParamTable& table,
+                                          const OptimizerSnapshot& opt, const ResumeState& state,
+                                          const TrainConfig& config);
 
 // A rank that holds part of the model (tensor, pipeline or expert parallelism) reads the
 // checkpoint's whole-model layout `full` and takes its own part (model::slice_from_full).
