@@ -15,6 +15,13 @@
 namespace cann::elastic {
 namespace {
 
+NodeBounds bounds(int min_nodes, int max_nodes) {
+  NodeBounds b;
+  b.min_nodes = min_nodes;
+  b.max_nodes = max_nodes;
+  return b;
+}
+
 TEST(NodeMembershipTest, RecordRoundTripsAndListsRanksPerNode) {
   NodeRecord r;
   r.generation = 3;
@@ -41,46 +48,46 @@ TEST(NodeMembershipTest, RecordRoundTripsAndListsRanksPerNode) {
 }
 
 TEST(NodeMembershipTest, SurvivorsKeepTheirOrderAndJoinersFollowById) {
-  const NodeBounds b{1, 4, 0};
+  const NodeBounds b = bounds(1, 4);
   auto m = next_members({3, 0}, {5, 2}, b, 2, 0);
   ASSERT_TRUE(m);
   EXPECT_EQ(*m, (std::vector<int>{3, 0, 2, 5}));
   // Capped at max_nodes; the joiners with the highest ids wait.
-  m = next_members({3, 0}, {5, 2}, NodeBounds{1, 3, 0}, 2, 0);
+  m = next_members({3, 0}, {5, 2}, bounds(1, 3), 2, 0);
   ASSERT_TRUE(m);
   EXPECT_EQ(*m, (std::vector<int>{3, 0, 2}));
   // Below min_nodes: no generation.
-  EXPECT_FALSE(next_members({1}, {}, NodeBounds{2, 4, 0}, 2, 0));
-  EXPECT_FALSE(next_members({}, {}, NodeBounds{1, 4, 0}, 2, 0));
+  EXPECT_FALSE(next_members({1}, {}, bounds(2, 4), 2, 0));
+  EXPECT_FALSE(next_members({}, {}, bounds(1, 4), 2, 0));
 }
 
 TEST(NodeMembershipTest, WorldSizeMustDivideTheGlobalBatch) {
   // 3 nodes x 2 = 6 does not divide 8: two nodes go on, the third waits.
-  auto m = next_members({0, 1, 2}, {}, NodeBounds{1, 3, 0}, 2, 8);
+  auto m = next_members({0, 1, 2}, {}, bounds(1, 3), 2, 8);
   ASSERT_TRUE(m);
   EXPECT_EQ(*m, (std::vector<int>{0, 1}));
   // 12 over 1..3 nodes of 2: 3 nodes fit (6 divides 12).
-  m = next_members({0, 1, 2}, {}, NodeBounds{1, 3, 0}, 2, 12);
+  m = next_members({0, 1, 2}, {}, bounds(1, 3), 2, 12);
   ASSERT_TRUE(m);
   EXPECT_EQ(m->size(), 3u);
   // Nothing between min and the nodes at hand fits.
-  EXPECT_FALSE(next_members({0, 1, 2}, {}, NodeBounds{3, 3, 0}, 2, 8));
-  EXPECT_EQ(smallest_admissible(NodeBounds{3, 5, 0}, 2, 16), 4);
-  EXPECT_EQ(smallest_admissible(NodeBounds{3, 3, 0}, 2, 16), 0);
-  EXPECT_EQ(smallest_admissible(NodeBounds{3, 3, 0}, 2, 0), 3);
+  EXPECT_FALSE(next_members({0, 1, 2}, {}, bounds(3, 3), 2, 8));
+  EXPECT_EQ(smallest_admissible(bounds(3, 5), 2, 16), 4);
+  EXPECT_EQ(smallest_admissible(bounds(3, 3), 2, 16), 0);
+  EXPECT_EQ(smallest_admissible(bounds(3, 3), 2, 0), 3);
 }
 
 TEST(NodeMembershipTest, SetBoundsNeedsARunningJob) {
   auto store = comm::open_store("memory://node-membership-bounds");
   ASSERT_TRUE(store.ok());
-  auto missing = set_node_bounds(**store, "j", 1, 2);
+  auto missing = set_node_bounds(**store, "j", 1, 2, "test");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   NodeRecord r;
   r.nodes = {0, 1};
   ASSERT_TRUE((*store)->set("cann/j/membership", node_record_json(r)).ok());
-  ASSERT_TRUE((*store)->set("cann/j/bounds", bounds_json(NodeBounds{1, 2, 0})).ok());
-  auto old = set_node_bounds(**store, "j", 2, 3);
+  ASSERT_TRUE((*store)->set("cann/j/bounds", bounds_json(bounds(1, 2))).ok());
+  auto old = set_node_bounds(**store, "j", 2, 3, "test");
   ASSERT_TRUE(old.ok()) << old.status().message();
   EXPECT_EQ(old->max_nodes, 2);
   auto now = parse_bounds(*(*store)->try_get("cann/j/bounds").value());
@@ -90,7 +97,7 @@ TEST(NodeMembershipTest, SetBoundsNeedsARunningJob) {
   EXPECT_EQ(now->version, 1);
   r.state = JobState::kFinished;
   ASSERT_TRUE((*store)->set("cann/j/membership", node_record_json(r)).ok());
-  EXPECT_EQ(set_node_bounds(**store, "j", 1, 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(set_node_bounds(**store, "j", 1, 1, "test").status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(ScalePolicyTest, WindowsIncludingOneAcrossMidnight) {
@@ -222,8 +229,9 @@ TEST(ScalePolicyTest, ScaleCommandUsageErrors) {
   r = test::run_cann({"scale", "--job", "j", "--rdzv", store, "--min-nodes", "1", "--max-nodes",
                       "2", "--auto", dir.file("bad.yaml")},
                      60);
+  // Bounds and --auto together are the outer bounds of the policy: the bad file is the error.
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("give either"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad.yaml: window 1"), std::string::npos) << r.output;
   // An unreachable store is not a usage error: exit 1, one line naming it.
   r = test::run_cann(
       {"scale", "--job", "j", "--rdzv", store, "--min-nodes", "1", "--max-nodes", "2"}, 60);

@@ -55,7 +55,9 @@ std::string check_elastic_nodes(const train::TrainConfig& config, int min_nodes,
                                 int nproc_per_node, int* global_batch) {
   const int gbs = config.strategy.gbs > 0 ? config.strategy.gbs : config.batch_size;
   *global_batch = gbs;
-  const elastic::NodeBounds bounds{min_nodes, max_nodes, 0};
+  elastic::NodeBounds bounds;
+  bounds.min_nodes = min_nodes;
+  bounds.max_nodes = max_nodes;
   if (elastic::smallest_admissible(bounds, nproc_per_node, gbs) == 0)
     return "--nnodes " + std::to_string(min_nodes) + ":" + std::to_string(max_nodes) +
            " with --nproc-per-node " + std::to_string(nproc_per_node) +

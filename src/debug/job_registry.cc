@@ -2,6 +2,7 @@
 #include "debug/job_registry.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,14 @@ Status register_job(const JobRecord& job) {
 }
 
 void unregister_job(const std::string& id) {
+  // Several agents of one job on one machine share the record: only its writer removes it.
+  auto text = read_file(file_for(id));
+  if (text.ok()) {
+    try {
+      if (nlohmann::json::parse(*text).value("agent_pid", 0) != static_cast<int>(getpid())) return;
+    } catch (const std::exception&) {
+    }
+  }
   (void)remove_all(file_for(id));
 }
 

@@ -10,6 +10,7 @@
 #include "core/fs.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "debug/job_registry.h"
 #include "elastic/rendezvous.h"
 
 namespace cann::elastic {
@@ -29,6 +30,7 @@ NodeAgent::~NodeAgent() {
   for (auto& w : workers_)
     if (w.running) waitpid(w.pid, &w.status, 0);
   if (!snapshot_root_.empty()) (void)remove_all(snapshot_root_);
+  if (registered_) debug::unregister_job(job_);
 }
 
 void NodeAgent::say(const std::string& line) {
@@ -59,7 +61,10 @@ Status NodeAgent::setup() {
   gethostname(host, sizeof(host) - 1);
   host_ = host;
   // The first agent's bounds stand; `cann-train scale` changes them later.
-  NodeBounds mine{config_.min_nodes, config_.max_nodes, 0};
+  NodeBounds mine;
+  mine.min_nodes = mine.launch_min = config_.min_nodes;
+  mine.max_nodes = mine.launch_max = config_.max_nodes;
+  mine.reason = "launch";
   CANN_ASSIGN_OR_RETURN(bounds_raw_,
                         store_->compare_set(keys_ + "/bounds", std::nullopt, bounds_json(mine)));
   CANN_ASSIGN_OR_RETURN(bounds_, parse_bounds(bounds_raw_));
@@ -82,6 +87,10 @@ Status NodeAgent::setup() {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
+  // `cann-train scale` and `debug hang` on this machine find the job without being told.
+  registered_ = debug::register_job({job_, url_, job_, config_.max_nodes * P_,
+                                     static_cast<int>(getpid())})
+                    .ok();
   say("joined job '" + job_ + "' at " + store_->address() + " (" + std::to_string(P_) +
       " workers per node, " + std::to_string(bounds_.min_nodes) + " to " +
       std::to_string(bounds_.max_nodes) + " nodes)");
@@ -143,7 +152,7 @@ Status NodeAgent::spawn_generation(double now) {
         "CANN_TRAIN_BACKEND=" + config_.backend,
         "CANN_TRAIN_DEFAULT_THREADS=" + std::to_string(threads),
         "CANN_TRAIN_TTY=" + std::string(tty && w.rank == 0 ? "1" : "0"),
-        "CANN_TRAIN_MONITOR=0",
+        "CANN_TRAIN_MONITOR=rank0",
         "CANN_TRAIN_GENERATION=" + std::to_string(r.generation),
         "CANN_TRAIN_SNAPSHOT_DIR=" + gen_dir,
         "CANN_TRAIN_NODE_SNAPSHOTS=" + snapshot_root_,

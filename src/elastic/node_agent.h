@@ -86,6 +86,7 @@ class NodeAgent {
   AgentConfig config_;
   const int P_;
   std::string job_, keys_, url_, comm_addr_, host_;
+  bool registered_ = false;  // in the machine's job registry (debug/job_registry.h)
   std::shared_ptr<comm::Store> store_;
   int node_id_ = -1;
   std::thread beat_thread_;

@@ -49,7 +49,8 @@ bool NodeAgent::observe(double now) {
         event("bounds_changed", -1, record_ ? record_->generation : 0,
               "min_nodes " + std::to_string(bounds_.min_nodes) + " -> " +
                   std::to_string(nb->min_nodes) + ", max_nodes " +
-                  std::to_string(bounds_.max_nodes) + " -> " + std::to_string(nb->max_nodes));
+                  std::to_string(bounds_.max_nodes) + " -> " + std::to_string(nb->max_nodes) +
+                  (nb->reason.empty() ? "" : " (" + nb->reason + ")"));
       bounds_ = *nb;
       bounds_raw_ = **b;
     }

@@ -73,8 +73,9 @@ StatusOr<NodeRecord> parse_node_record(const std::string& json) {
 }
 
 std::string bounds_json(const NodeBounds& b) {
-  return nlohmann::json{
-      {"min_nodes", b.min_nodes}, {"max_nodes", b.max_nodes}, {"version", b.version}}
+  return nlohmann::json{{"min_nodes", b.min_nodes},   {"max_nodes", b.max_nodes},
+                        {"version", b.version},       {"launch_min", b.launch_min},
+                        {"launch_max", b.launch_max}, {"reason", b.reason}}
       .dump();
 }
 
@@ -85,6 +86,9 @@ StatusOr<NodeBounds> parse_bounds(const std::string& json) {
     b.min_nodes = j.at("min_nodes").get<int>();
     b.max_nodes = j.at("max_nodes").get<int>();
     b.version = j.value("version", 0);
+    b.launch_min = j.value("launch_min", 0);
+    b.launch_max = j.value("launch_max", 0);
+    b.reason = j.value("reason", std::string());
     if (b.min_nodes < 1 || b.max_nodes < b.min_nodes)
       return DataLoss("bounds record has min_nodes " + std::to_string(b.min_nodes) +
                       " and max_nodes " + std::to_string(b.max_nodes));
@@ -117,8 +121,15 @@ int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global
   return 0;
 }
 
+StatusOr<NodeBounds> get_node_bounds(comm::Store& store, const std::string& job) {
+  CANN_ASSIGN_OR_RETURN(auto raw, store.try_get("cann/" + job + "/bounds"));
+  if (!raw) return NotFound("job '" + job + "' has no bounds record at " + store.address());
+  return parse_bounds(*raw);
+}
+
 StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job, int min_nodes,
-                                     int max_nodes, NodeRecord* current) {
+                                     int max_nodes, const std::string& reason,
+                                     NodeRecord* current) {
   const std::string keys = "cann/" + job;
   CANN_ASSIGN_OR_RETURN(auto raw, store.try_get(keys + "/membership"));
   if (!raw)
@@ -138,7 +149,17 @@ StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job,
     if (old_raw) {
       CANN_ASSIGN_OR_RETURN(old, parse_bounds(*old_raw));
     }
-    const NodeBounds next{min_nodes, max_nodes, old.version + 1};
+    if (old.launch_max > 0 && (min_nodes < old.launch_min || max_nodes > old.launch_max))
+      return InvalidArgument("--min-nodes " + std::to_string(min_nodes) + " --max-nodes " +
+                             std::to_string(max_nodes) + " leave job '" + job +
+                             "''s launch range --nnodes " + std::to_string(old.launch_min) + ":" +
+                             std::to_string(old.launch_max) +
+                             "; hint: scale within it (nodes beyond it were never started)");
+    NodeBounds next = old;
+    next.min_nodes = min_nodes;
+    next.max_nodes = max_nodes;
+    next.version = old.version + 1;
+    next.reason = reason;
     const std::string desired = bounds_json(next);
     CANN_ASSIGN_OR_RETURN(std::string got, store.compare_set(keys + "/bounds", old_raw, desired));
     if (got == desired) return old;

@@ -32,6 +32,11 @@ struct NodeBounds {
   int min_nodes = 1;
   int max_nodes = 1;
   int version = 0;
+  // The range the job was launched with (--nnodes MIN:MAX): scaling stays inside it. 0: not
+  // recorded (a record written before the range was kept).
+  int launch_min = 0;
+  int launch_max = 0;
+  std::string reason;  // why these bounds were set: "launch", or what `scale` said
 };
 
 struct NodeRecord {
@@ -65,11 +70,16 @@ std::optional<std::vector<int>> next_members(const std::vector<int>& current_liv
 // The smallest node count in [min, max] that fits the global batch, or 0 when none does.
 int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global_batch);
 
-// `cann-train scale`: replaces job's bounds in the store (compare_set, version + 1) and returns
-// the bounds it replaced. NotFound when the store holds no membership record for the job;
-// FailedPrecondition when the job has ended. The leader reacts at its next poll.
+// `cann-train scale`: replaces job's bounds in the store (compare_set, version + 1; the launch
+// range is kept, `reason` recorded for the leader's bounds_changed event) and returns the
+// bounds it replaced. NotFound when the store holds no membership record for the job;
+// FailedPrecondition when the job has ended; InvalidArgument when the bounds leave the launch
+// range. The leader reacts at its next poll.
 StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job, int min_nodes,
-                                     int max_nodes, NodeRecord* current = nullptr);
+                                     int max_nodes, const std::string& reason,
+                                     NodeRecord* current = nullptr);
+// The job's bounds now (NotFound when it has none).
+StatusOr<NodeBounds> get_node_bounds(comm::Store& store, const std::string& job);
 
 // "nodes 0,2" for an event's detail.
 std::string describe_nodes(const std::vector<int>& nodes);

@@ -50,7 +50,10 @@ Status StepReporter::start_monitoring() {
   if (place_.job_id.empty()) {
     mc.job = "local";
   } else {
-    if (agent_monitors == "0" || !place_.store) return OkStatus();
+    // "rank0": the multi-node agent serves no dashboard, but `scale --auto` reads the job's
+    // throughput from rank 0's snapshot.
+    if (agent_monitors == "0" || !place_.store || (agent_monitors == "rank0" && place_.rank != 0))
+      return OkStatus();
     std::shared_ptr<comm::Store> store = place_.store;
     const std::string prefix = "cann/" + place_.job_id + "/monitor";
     publisher_ = std::make_unique<monitor::SnapshotPublisher>(
