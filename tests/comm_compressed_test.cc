@@ -9,7 +9,9 @@
 // lets 1-bit Adam converge like Adam.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <mutex>
 #include <vector>
 
@@ -140,6 +142,69 @@ TEST_P(CompressedTest, OneBitSingleStepErrorBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CompressedTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+// The identity across a change of world size: steps on `before` ranks, their error buffers
+// gathered and resharded (reshard_onebit_errors), steps on `after` ranks. Nothing held back is
+// lost, so the sum of what was applied plus what is held at the end equals the sum of the
+// inputs' means, as if the world had never changed. Starting the new ranks from zero errors
+// instead breaks it by the held-back error at the change (checked too).
+TEST(CompressedWorldChangeTest, OneBitIdentityHoldsAcrossAWorldChange) {
+  const size_t n = 1003;
+  for (const auto& [before, after] : std::vector<std::pair<int, int>>{{4, 3}, {2, 5}, {3, 1},
+                                                                       {1, 2}}) {
+    const int steps = 20;
+    std::vector<double> applied(n, 0.0), truth(n, 0.0), held(n, 0.0);
+    const size_t old_chunk = (n + before - 1) / before;
+    std::vector<float> worker_all(before * n), server_all(before * old_chunk);
+    std::mutex mu;
+    auto run = [&](int world, int first_step, bool resharded, bool keep_errors) {
+      test::run_group("shm", world, [&](int rank, Group& g) {
+        OneBitAllreduce ar(g, n);
+        if (resharded)
+          reshard_onebit_errors(n, before, worker_all.data(), server_all.data(), world, rank,
+                                ar.worker_error().data(), ar.server_error().data());
+        std::vector<double> mine(n, 0.0);
+        for (int t = first_step; t < first_step + steps; ++t) {
+          std::vector<float> data = input(rank, t, n);
+          ASSERT_TRUE(ar.run(data.data()).ok());
+          for (size_t i = 0; i < n; ++i) mine[i] += data[i];
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (rank == 0)
+          for (size_t i = 0; i < n; ++i) applied[i] += mine[i];
+        if (keep_errors) {
+          std::copy(ar.worker_error().begin(), ar.worker_error().end(),
+                    worker_all.begin() + rank * n);
+          std::copy(ar.server_error().begin(), ar.server_error().end(),
+                    server_all.begin() + rank * old_chunk);
+        } else {
+          for (size_t i = 0; i < n; ++i) held[i] += ar.worker_error()[i] / world;
+          const size_t begin = std::min(n, rank * ar.chunk());
+          for (size_t i = begin; i < std::min(n, begin + ar.chunk()); ++i)
+            held[i] += ar.server_error()[i - begin];
+        }
+      });
+      for (int t = first_step; t < first_step + steps; ++t)
+        for (int r = 0; r < world; ++r) {
+          const auto x = input(r, t, n);
+          for (size_t i = 0; i < n; ++i) truth[i] += static_cast<double>(x[i]) / world;
+        }
+    };
+    run(before, 0, false, true);
+    const std::vector<double> applied_before = applied, truth_before = truth;
+    run(after, steps, true, false);
+    std::vector<double> gap(n);
+    for (size_t i = 0; i < n; ++i) gap[i] = applied[i] + held[i] - truth[i];
+    EXPECT_LT(norm(gap), 1e-3 * norm(truth)) << before << " -> " << after;
+    // Dropping the errors at the change leaves a gap of their size.
+    applied = applied_before;
+    truth = truth_before;
+    std::fill(held.begin(), held.end(), 0.0);
+    run(after, steps, false, false);
+    for (size_t i = 0; i < n; ++i) gap[i] = applied[i] + held[i] - truth[i];
+    EXPECT_GT(norm(gap), 1e-2 * norm(truth)) << before << " -> " << after << " without reshard";
+  }
+}
 
 }  // namespace
 }  // namespace cann::comm

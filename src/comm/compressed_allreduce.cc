@@ -153,4 +153,25 @@ Status TopKAllreduce::run(float* data, const Options& opts) {
   return OkStatus();
 }
 
+void mean_over_ranks(size_t count, int ranks, const float* all, float* out) {
+  for (size_t i = 0; i < count; ++i) {
+    double sum = 0;
+    for (int r = 0; r < ranks; ++r) sum += all[static_cast<size_t>(r) * count + i];
+    out[i] = static_cast<float>(sum / ranks);
+  }
+}
+
+void reshard_onebit_errors(size_t count, int old_world, const float* worker_all,
+                           const float* server_all, int world, int rank, float* worker,
+                           float* server) {
+  mean_over_ranks(count, old_world, worker_all, worker);
+  // Old rank r's chunk starts at r x old_chunk, both in the vector and in server_all: the
+  // gathered chunks are the whole vector's server errors in place (and padding past count).
+  const size_t chunk = (count + world - 1) / world;
+  for (size_t j = 0; j < chunk; ++j) {
+    const size_t i = static_cast<size_t>(rank) * chunk + j;
+    server[j] = i < count ? server_all[i] : 0.0f;
+  }
+}
+
 }  // namespace cann::comm

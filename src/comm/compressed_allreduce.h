@@ -49,6 +49,20 @@ class OneBitAllreduce {
   uint64_t last_bytes_sent_ = 0;
 };
 
+// Error feedback across a change of world size (an elastic generation or a resume on another
+// number of ranks), keeping what is held back. What enters the next average is the ranks' mean
+// worker error plus the server errors at their chunks' offsets (the identity in
+// tests/comm_compressed_test.cc), so every new rank takes the old ranks' mean worker error, and
+// new rank `rank` of `world` the old server errors its new chunk covers.
+//   worker_all: old_world x count floats, rank after rank; server_all: old_world x
+//   ceil(count / old_world). Out: worker, count floats; server, ceil(count / world).
+void reshard_onebit_errors(size_t count, int old_world, const float* worker_all,
+                           const float* server_all, int world, int rank, float* worker,
+                           float* server);
+// The mean of `ranks` vectors of `count` floats stored rank after rank (top-k's error, which
+// enters the average the same way as 1-bit's worker error).
+void mean_over_ranks(size_t count, int ranks, const float* all, float* out);
+
 // Top-k all-reduce: c = x + e; keep the k = max(1, ratio * n) entries of largest magnitude;
 // e = c - kept; every rank's (index, value) pairs are all-gathered and summed into the dense
 // average. Cost: one all-gather of k pairs per rank: (P-1) * 8k bytes sent by each rank in a

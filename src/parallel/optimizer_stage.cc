@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "comm/compressed_allreduce.h"
 #include "core/pages.h"
 #include "parallel/onebit_adam.h"
 #include "parallel/reductions.h"
@@ -86,7 +87,7 @@ class CompressedStage : public FullStateStage {
   CompressedStage(model::Model& model, comm::Group& group, const std::vector<plan::Bucket>& buckets,
                   const optim::AdamWConfig& adam, const OptimizerStageConfig& config,
                   int total_steps)
-      : FullStateStage(model) {
+      : FullStateStage(model), group_(group) {
     // Default: 15% of the run, but at least one variance window of Adam (1 / (1 - beta2) = 20
     // steps at beta2 = 0.95): a variance frozen after a handful of steps is mostly the first
     // gradients' noise, and the compressed stage then diverges.
@@ -157,6 +158,30 @@ class CompressedStage : public FullStateStage {
     }
     return OkStatus();
   }
+  bool reshard_rank_buffers(
+      const std::function<const float*(const std::string& name, size_t* floats)>& find_all,
+      int old_world) override {
+    const size_t n = model_.num_floats(), copies = static_cast<size_t>(old_world);
+    size_t floats = 0;
+    if (onebit_->one_bit()) {
+      const float* w = find_all("onebit_worker_error", &floats);
+      if (w == nullptr || floats != copies * n) return false;
+      const float* sv = find_all("onebit_server_error", &floats);
+      if (sv == nullptr ||
+          !onebit_->momentum().import_errors_resharded(w, sv, floats, old_world, group_.size(),
+                                                       group_.rank()))
+        return false;
+    }
+    if (topk_) {
+      const float* e = find_all("topk_error", &floats);
+      if (e == nullptr || floats != copies * n) return false;
+      topk_->import_error_resharded(e, old_world);
+      // Each rank's own momentum: the old ranks' mean, the averaged momentum they share.
+      if (const float* m = find_all("topk_local_momentum", &floats); m && floats == copies * n)
+        comm::mean_over_ranks(n, old_world, m, onebit_->local_momentum().data());
+    }
+    return true;
+  }
   std::string meta_json() const override {
     return onebit_->one_bit() ? "\"onebit_warmup\":" + std::to_string(onebit_->warmup_steps()) : "";
   }
@@ -174,6 +199,7 @@ class CompressedStage : public FullStateStage {
  private:
   optim::AdamW& adam() override { return onebit_->adam(); }
 
+  comm::Group& group_;
   std::unique_ptr<TopKReduction> topk_;
   std::unique_ptr<OneBitAdam> onebit_;
 };

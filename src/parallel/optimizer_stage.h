@@ -111,6 +111,16 @@ class OptimizerStage {
     (void)path;
     return OkStatus();
   }
+  // The same from a checkpoint saved by `old_world` ranks (another world size): `find_all`
+  // gives a whole gathered section (old_world copies, rank after rank) by name and size, or
+  // null. False, with the buffers left at zero, when they cannot be carried over.
+  virtual bool reshard_rank_buffers(
+      const std::function<const float*(const std::string& name, size_t* floats)>& find_all,
+      int old_world) {
+    (void)find_all;
+    (void)old_world;
+    return true;
+  }
   // Extra checkpoint metadata (JSON members without the braces, "" for none).
   virtual std::string meta_json() const { return ""; }
 

@@ -130,4 +130,42 @@ void OneBitMomentum::import_errors(const float* worker_flat, const float* server
   }
 }
 
+void TopKReduction::import_error_resharded(const float* all, int old_world) {
+  size_t total = 0;
+  for (const plan::Bucket& b : buckets_) total = std::max(total, b.end);
+  std::vector<float> mean(total);
+  comm::mean_over_ranks(total, old_world, all, mean.data());
+  import_error(mean.data());
+}
+
+bool OneBitMomentum::import_errors_resharded(const float* worker_all, const float* server_all,
+                                             size_t server_all_floats, int old_world, int world,
+                                             int rank) {
+  size_t n = 0, old_floats = 0;
+  for (const plan::Bucket& b : buckets_) {
+    n = std::max(n, b.end);
+    old_floats += (b.size() + old_world - 1) / old_world;
+  }
+  if (server_all_floats != old_floats * static_cast<size_t>(old_world)) return false;
+  std::vector<float> worker_b, server_b;
+  size_t offset = 0;  // of this bucket's server errors in each old rank's run
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const plan::Bucket& b = buckets_[i];
+    const size_t count = b.size(), old_chunk = (count + old_world - 1) / old_world;
+    worker_b.resize(static_cast<size_t>(old_world) * count);
+    server_b.resize(static_cast<size_t>(old_world) * old_chunk);
+    for (int r = 0; r < old_world; ++r) {
+      std::copy(worker_all + r * n + b.begin, worker_all + r * n + b.end,
+                worker_b.begin() + r * count);
+      const float* from = server_all + r * old_floats + offset;
+      std::copy(from, from + old_chunk, server_b.begin() + r * old_chunk);
+    }
+    comm::reshard_onebit_errors(count, old_world, worker_b.data(), server_b.data(), world, rank,
+                                per_bucket_[i]->worker_error().data(),
+                                per_bucket_[i]->server_error().data());
+    offset += old_chunk;
+  }
+  return true;
+}
+
 }  // namespace cann::parallel

@@ -59,6 +59,8 @@ class TopKReduction : public BucketReduction {
   // Error-feedback state in the flat layout (total floats of the buffer).
   void export_error(float* flat) const;
   void import_error(const float* flat);
+  // Saved by `old_world` ranks (old_world flat copies, rank after rank): their mean.
+  void import_error_resharded(const float* all, int old_world);
 
  private:
   std::vector<plan::Bucket> buckets_;
@@ -76,6 +78,11 @@ class OneBitMomentum : public BucketReduction {
   void export_errors(float* worker_flat, float* server) const;
   void import_errors(const float* worker_flat, const float* server);
   size_t server_error_floats() const;
+  // What `old_world` ranks exported (worker_all: old_world flat copies; server_all: each old
+  // rank's server errors, rank after rank), resharded onto this rank (comm::
+  // reshard_onebit_errors, bucket by bucket); false when the sizes do not match the buckets.
+  bool import_errors_resharded(const float* worker_all, const float* server_all,
+                               size_t server_all_floats, int old_world, int world, int rank);
 
  private:
   std::vector<plan::Bucket> buckets_;

@@ -122,9 +122,24 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
     return OkStatus();
   }
   if (saved_world != group_.size()) {
-    if (stage_->keeps_rank_buffers())
+    // Another world size: what the error feedback holds back is carried over, resharded.
+    const auto find_all = [&ck](const std::string& name, size_t* floats) -> const float* {
+      const ckpt::Section* s = ck.find(name);
+      if (s == nullptr) return nullptr;
+      *floats = s->data.size() / sizeof(float);
+      return reinterpret_cast<const float*>(s->data.data());
+    };
+    if (!stage_->keeps_rank_buffers() || saved_world < 1) return OkStatus();
+    if (stage_->reshard_rank_buffers(find_all, saved_world)) {
+      if (group_.rank() == 0)
+        log_info(ck.path + ": error-feedback buffers of " + std::to_string(saved_world) +
+                 " ranks resharded onto " + std::to_string(group_.size()));
+    } else {
       log_warning(ck.path + ": saved by " + std::to_string(saved_world) + " ranks, resumed by " +
-                  std::to_string(group_.size()) + "; the error-feedback buffers start from zero");
+                  std::to_string(group_.size()) +
+                  " and its error-feedback buffers do not fit this run's buckets; they are not "
+                  "carried over");
+    }
     return OkStatus();
   }
   const size_t r = static_cast<size_t>(group_.rank()), world = static_cast<size_t>(group_.size());
