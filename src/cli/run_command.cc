@@ -418,6 +418,12 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     else if (!plan_flags->out.empty() && !summary.step_times_s.empty() && !config->quiet)
       std::printf("plan %s: measured figures written beside the predicted ones\n",
                   plan_flags->out.c_str());
+    if (summary.last_step <= summary.first_step) {
+      // Resumed at the last step: nothing was trained.
+      std::printf("done: nothing to train, already at step %d of --steps %d\n", summary.last_step,
+                  config->steps);
+      return summary.interrupted ? 130 : 0;
+    }
     std::printf("done: steps %d..%d, loss %.4f -> %.4f", summary.first_step + 1, summary.last_step,
                 summary.first_loss, summary.last_loss);
     if (summary.last_val_loss >= 0) std::printf(", val loss %.4f", summary.last_val_loss);
