@@ -99,6 +99,22 @@ function heatmap(id, ranks) {
   });
 }
 
+// The figures docs/monitoring.md defines ("Efficiency"), measured and, under run --plan, the
+// plan's prediction of each.
+const EFFICIENCY = [["tei", "TEI", 3], ["mfu", "MFU", 3], ["scaling_efficiency", "scaling efficiency", 3],
+                    ["comm_ratio", "exposed comm / step", 3], ["goodput", "goodput", 3],
+                    ["cost_usd_per_hour", "cost $/h", 2], ["energy_kwh_per_step", "energy kWh/step", 3]];
+
+function efficiencyTable(r0) {
+  const table = document.getElementById("efficiency");
+  const e = (r0 && r0.efficiency) || {}, plan = (r0 && r0.predicted) || {};
+  const show = (v, d) => (v === undefined || v === null || v < 0) ? "-" : Number(v).toPrecision(d);
+  table.innerHTML = "<tr><th>figure</th><th>measured</th><th>planned</th></tr>" +
+    EFFICIENCY.map(([k, name, d]) => `<tr><td>${name}</td><td>${show(e[k], d)}</td>` +
+      `<td>${show(plan[k], d)}</td></tr>`).join("") +
+    (plan.step_time_s ? `<tr><td>step s</td><td>${show(r0.step_time_s, 3)}</td><td>${show(plan.step_time_s, 3)}</td></tr>` : "");
+}
+
 function esc(s) {
   return String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 }
@@ -135,6 +151,10 @@ async function refresh() {
       [Math.max(0, r.step_time_s - r.comm_exposed_s), COLORS[0]], [r.comm_exposed_s, COLORS[1]]]})), " s");
     barChart("memory", ranks.map(r => ({name: "rank " + r.rank, parts: [[r.memory_bytes, COLORS[4]]]})), " B");
     heatmap("experts", ranks);
+    efficiencyTable(r0);
+    lineChart("tei", [
+      {name: "TEI", color: COLORS[3], points: p0.filter(p => p.tei >= 0).map(p => [p.step, p.tei])},
+      {name: "MFU", color: COLORS[4], points: p0.filter(p => p.mfu >= 0).map(p => [p.step, p.mfu])}]);
     const list = document.getElementById("events");
     list.replaceChildren(...events.slice().reverse().map(e => {
       const li = document.createElement("li");

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "model/spec.h"
+#include "plan/cluster.h"
 #include "plan/plan_file.h"
 #include "plan/plan_input.h"
 #include "plan/search.h"
@@ -153,6 +154,13 @@ Status apply_plan(CLI::App* run, PlanFlags* flags, train::TrainConfig* config,
   config->batch_size = plan.global_batch;
   config->seq_len = plan.seq_len;
   if (flags->out.empty()) flags->out = flags->path;
+  // The efficiency figures: the plan's predictions beside the measured ones, and its
+  // cluster's devices for the price and power (a cluster that no longer loads: unknown).
+  config->predicted = plan.predicted;
+  if (auto cluster = plan::load_cluster_spec(plan.cluster); cluster.ok())
+    config->devices = {cluster->device.peak_tflops, cluster->device.tdp_watts,
+                       cluster->device.hourly_cost_usd,
+                       "cluster " + plan.cluster + " of plan " + flags->path};
   return OkStatus();
 }
 

@@ -156,6 +156,45 @@ std::string Hub::prometheus_text() const {
              job + ",rank=\"" + std::to_string(rank) + "\",host=\"" + label_value(s.host) + "\"",
              g.get(s));
   }
+  // Efficiency, measured per rank where known, and the plan's predictions (rank 0's).
+  using Eff = RankSnapshot::Efficiency;
+  static const struct {
+    const char* name;
+    const char* plan_key;
+    const char* help;
+    double Eff::*field;
+  } kEfficiency[] = {
+      {"cann_train_tei", "tei", "Training efficiency index: scaling x (1 - comm) x goodput.",
+       &Eff::tei},
+      {"cann_train_scaling_efficiency", "scaling_efficiency",
+       "Model compute over the step time less exposed communication.", &Eff::scaling_efficiency},
+      {"cann_train_comm_ratio", "comm_ratio", "Exposed communication over the step time.",
+       &Eff::comm_ratio},
+      {"cann_train_goodput", "goodput", "Kept training time over this process's wall time.",
+       &Eff::goodput},
+      {"cann_train_mfu", "mfu", "Model FLOPs utilization of the last step.", &Eff::mfu},
+      {"cann_train_cost_usd_per_hour", "cost_usd_per_hour", "The job's devices' cost per hour.",
+       &Eff::cost_usd_per_hour},
+      {"cann_train_energy_kwh_per_step", "energy_kwh_per_step",
+       "Energy of the last step over the job's devices (their rated power).",
+       &Eff::energy_kwh_per_step},
+  };
+  for (const auto& f : kEfficiency) {
+    bool any = false;
+    for (const auto& [rank, s] : latest_) any |= s.efficiency.*f.field >= 0;
+    if (!any) continue;
+    header(out, f.name, "gauge", f.help);
+    for (const auto& [rank, s] : latest_)
+      if (s.efficiency.*f.field >= 0)
+        sample(out, f.name, job + ",rank=\"" + std::to_string(rank) + "\"", s.efficiency.*f.field);
+  }
+  if (const auto r0 = latest_.find(0); r0 != latest_.end() && !r0->second.predicted.empty()) {
+    header(out, "cann_train_predicted", "gauge",
+           "The plan's prediction of a figure (run --plan), beside the measured gauge of its "
+           "name.");
+    for (const auto& [k, v] : r0->second.predicted)
+      sample(out, "cann_train_predicted", job + ",figure=\"" + label_value(k) + "\"", v);
+  }
   bool experts = false;
   for (const auto& [rank, s] : latest_) experts |= !s.expert_tokens.empty();
   if (experts) {
@@ -212,7 +251,9 @@ std::string Hub::series_json(int rank, int64_t since) const {
           .add("comm_time_s", s.comm_time_s)
           .add("comm_exposed_s", s.comm_exposed_s)
           .add("memory_bytes", s.memory_bytes)
-          .add("expert_tokens", s.expert_tokens);
+          .add("expert_tokens", s.expert_tokens)
+          .add("tei", s.efficiency.tei)
+          .add("mfu", s.efficiency.mfu);
       if (p.size() > 1) p += ",";
       p += j.str();
     }

@@ -43,6 +43,18 @@ std::string RankSnapshot::to_json() const {
     }
     j.add_raw("link_gbps", links + "]");
   }
+  const Efficiency& e = efficiency;
+  if (e.tei >= 0) {
+    nlohmann::json eff = {{"scaling_efficiency", e.scaling_efficiency},
+                          {"comm_ratio", e.comm_ratio},
+                          {"goodput", e.goodput},
+                          {"tei", e.tei}};
+    if (e.mfu >= 0) eff["mfu"] = e.mfu;
+    if (e.cost_usd_per_hour >= 0) eff["cost_usd_per_hour"] = e.cost_usd_per_hour;
+    if (e.energy_kwh_per_step >= 0) eff["energy_kwh_per_step"] = e.energy_kwh_per_step;
+    j.add_raw("efficiency", eff.dump());
+  }
+  if (!predicted.empty()) j.add_raw("predicted", nlohmann::json(predicted).dump());
   return j.str();
 }
 
@@ -80,6 +92,17 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
       for (const auto& v : j["link_gbps"])
         s.link_gbps.push_back(v.is_number() ? v.get<double>() : 0.0);
     }
+    if (j.contains("efficiency") && j["efficiency"].is_object()) {
+      const nlohmann::json& e = j["efficiency"];
+      auto fig = [&](const char* k) {
+        return e.contains(k) && e[k].is_number() ? e[k].get<double>() : -1.0;
+      };
+      s.efficiency = {fig("scaling_efficiency"), fig("comm_ratio"), fig("goodput"), fig("tei"),
+                      fig("mfu"), fig("cost_usd_per_hour"), fig("energy_kwh_per_step")};
+    }
+    if (j.contains("predicted") && j["predicted"].is_object())
+      for (const auto& [k, v] : j["predicted"].items())
+        if (v.is_number()) s.predicted[k] = v.get<double>();
   } catch (const std::exception& e) {
     return DataLoss(std::string("malformed rank snapshot: ") + e.what());
   }

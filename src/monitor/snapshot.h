@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,14 @@ struct RankSnapshot {
   // The last link probe (run --link-probe-every): GB/s this rank measured receiving from each
   // peer, indexed by peer rank; <= 0 where not measured (itself). Empty when no probe ran.
   std::vector<double> link_gbps;
+  // Training efficiency measured at this step (docs/monitoring.md, "Efficiency"); a figure
+  // below 0 is unknown (no device figures: neither a plan nor a calibrated spec).
+  struct Efficiency {
+    double scaling_efficiency = -1, comm_ratio = -1, goodput = -1, tei = -1;
+    double mfu = -1, cost_usd_per_hour = -1, energy_kwh_per_step = -1;
+  } efficiency;
+  // The plan's predictions of the same figures by name (run --plan; empty otherwise).
+  std::map<std::string, double> predicted;
 
   std::string to_json() const;
   static StatusOr<RankSnapshot> from_json(const std::string& text);

@@ -22,6 +22,14 @@ const std::vector<std::string>& predicted_keys() {
   return keys;
 }
 
+// Predicted figures a plan carries when its planner priced them (older plans lack them): the
+// efficiency figures a run measures too (core/efficiency.h).
+const std::vector<std::string>& optional_predicted_keys() {
+  static const std::vector<std::string> keys = {
+      "scaling_efficiency", "goodput", "tei", "cost_usd_per_hour", "energy_kwh_per_step"};
+  return keys;
+}
+
 std::string number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.6g", v);
@@ -82,7 +90,12 @@ PlanFile make_plan_file(const PlanInput& in, const Prediction& p, const std::str
                  {"tokens_per_s", p.tokens_per_s},
                  {"mfu", p.mfu},
                  {"memory_peak_gb", p.memory_peak_bytes / 1e9},
-                 {"comm_ratio", p.comm_ratio}};
+                 {"comm_ratio", p.comm_ratio},
+                 {"scaling_efficiency", p.scaling_efficiency},
+                 {"goodput", p.goodput.ratio},
+                 {"tei", p.tei},
+                 {"cost_usd_per_hour", p.cost_usd_per_day / 24},
+                 {"energy_kwh_per_step", p.energy_kwh_per_step}};
   f.launch = "cann-train run --plan " + path;
   if (f.nodes > 1) f.launch += " --nnodes " + std::to_string(f.nodes) + " --rdzv redis://HOST:PORT";
   return f;
@@ -108,9 +121,10 @@ std::string plan_file_text(const PlanFile& f) {
   out << YAML::Key << "seq_len" << YAML::Value << f.seq_len;
   out << YAML::Key << "strategy" << YAML::Value << strategy_string(f.strategy);
   out << YAML::Key << "predicted" << YAML::Value << YAML::BeginMap;
-  for (const std::string& k : predicted_keys())
-    if (auto it = f.predicted.find(k); it != f.predicted.end())
-      out << YAML::Key << k << YAML::Value << number(it->second);
+  for (const auto* keys : {&predicted_keys(), &optional_predicted_keys()})
+    for (const std::string& k : *keys)
+      if (auto it = f.predicted.find(k); it != f.predicted.end())
+        out << YAML::Key << k << YAML::Value << number(it->second);
   out << YAML::EndMap;
   out << YAML::Key << "launch" << YAML::Value << f.launch;
   if (f.measured) {
@@ -173,6 +187,11 @@ StatusOr<PlanFile> read_plan_file(const std::string& path) {
   const YAML::Node pred = n["predicted"];
   if (!pred || !pred.IsMap()) return bad(path, "missing map 'predicted'");
   for (const std::string& k : predicted_keys()) {
+    CANN_ASSIGN_OR_RETURN(const double v, get<double>(pred, k, path, "predicted"));
+    f.predicted[k] = v;
+  }
+  for (const std::string& k : optional_predicted_keys()) {
+    if (!pred[k]) continue;
     CANN_ASSIGN_OR_RETURN(const double v, get<double>(pred, k, path, "predicted"));
     f.predicted[k] = v;
   }

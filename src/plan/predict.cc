@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/efficiency.h"
 #include "plan/comm_model.h"
 #include "plan/error_band.h"
 #include "plan/gemm_model.h"
@@ -505,8 +506,8 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
   gi.restart_s = c.reliability.restart_s;
   gi.step_time_s = out.step_time_s;
   out.goodput = goodput(gi);
-  out.tei = out.scaling_efficiency * (1 - out.comm_ratio) * out.goodput.ratio;
-  out.energy_kwh_per_step = n * dev.tdp_watts * out.step_time_s / 3.6e6;
+  out.tei = training_efficiency_index(out.scaling_efficiency, out.comm_ratio, out.goodput.ratio);
+  out.energy_kwh_per_step = energy_kwh_per_step(n, dev.tdp_watts, out.step_time_s);
   out.cost_usd_per_day = n * dev.hourly_cost_usd * 24;
   return out;
 }

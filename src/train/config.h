@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "monitor/alerts.h"
@@ -57,6 +58,16 @@ struct TrainConfig {
     return c;
   }();
   monitor::AlertConfig alerts;
+  // What the efficiency figures need that a run cannot measure (efficiency_meter.h): the
+  // devices' peak, power and price, from the plan's cluster (run --plan) or a calibrated spec of
+  // this machine; and the plan's predictions to show beside the measured figures.
+  struct DeviceFigures {
+    double peak_tflops = 0;  // 0: unknown
+    double watts = 0;
+    double hourly_usd = 0;
+    std::string source;  // "cluster 8_h100 of plan p.yaml", for the start-up line
+  } devices;
+  std::map<std::string, double> predicted;
   std::string tensorboard_dir;  // rank 0 writes TensorBoard scalars here; empty: none
   // Debugging (docs/monitoring.md).
   std::string profile;                  // "wait=W,warmup=U,active=A"; empty: no profiling

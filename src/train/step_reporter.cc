@@ -9,6 +9,7 @@
 #include "core/host.h"
 #include "core/json_line.h"
 #include "core/timer.h"
+#include "train/efficiency_meter.h"
 #include "train/expert_load.h"
 
 namespace cann::train {
@@ -20,6 +21,7 @@ StatusOr<std::unique_ptr<StepReporter>> StepReporter::open(const TrainConfig& co
   std::unique_ptr<StepReporter> r(new StepReporter(config, place));
   r->tokens_per_step_ = tokens_per_step;
   r->flops_per_token_ = flops_per_token;
+  r->meter_ = std::make_unique<EfficiencyMeter>(config, place.world_size);
   CANN_RETURN_IF_ERROR(r->start_monitoring());
   if (!config.tensorboard_dir.empty() && r->leader()) {
     CANN_ASSIGN_OR_RETURN(r->tensorboard_,
@@ -103,6 +105,7 @@ Status StepReporter::report(const StepRecord& r) {
   p.eta_s = avg * (config_.steps - r.step);
   p.samples = r.samples;
   p.tflops_per_device = p.gflops / 1e3 / place_.world_size;
+  efficiency_ = meter_->step(dt, r.compute_s, r.comm.comm_exposed_s, p.tflops_per_device);
   if (show()) progress_.step(p);
 
   JsonLine line;
@@ -135,6 +138,14 @@ Status StepReporter::report(const StepRecord& r) {
     if (show()) progress_.line(buf);
   }
   if (!r.grad_norms_json.empty()) line.add_raw("grad_norms", r.grad_norms_json);
+  const monitor::RankSnapshot::Efficiency& e = efficiency_;
+  line.add("scaling_efficiency", e.scaling_efficiency)
+      .add("comm_ratio", e.comm_ratio)
+      .add("goodput", e.goodput)
+      .add("tei", e.tei);
+  if (e.mfu >= 0) line.add("mfu", e.mfu);
+  if (e.cost_usd_per_hour >= 0) line.add("cost_usd_per_hour", e.cost_usd_per_hour);
+  if (e.energy_kwh_per_step >= 0) line.add("energy_kwh_per_step", e.energy_kwh_per_step);
   return write_log_line(line.str());
 }
 
@@ -157,6 +168,14 @@ Status StepReporter::write_tensorboard(const StepRecord& r) {
     tb = tensorboard_->add_scalar("perf/comm_exposed_ratio", r.comm.comm_exposed_s / r.step_time_s,
                                   step, wall);
   if (tb.ok() && r.val_loss) tb = tensorboard_->add_scalar("eval/loss", *r.val_loss, step, wall);
+  const monitor::RankSnapshot::Efficiency& e = efficiency_;
+  for (const auto& [tag, v] : {std::pair{"efficiency/tei", e.tei},
+                               std::pair{"efficiency/scaling", e.scaling_efficiency},
+                               std::pair{"efficiency/comm_ratio", e.comm_ratio},
+                               std::pair{"efficiency/goodput", e.goodput},
+                               std::pair{"efficiency/mfu", e.mfu},
+                               std::pair{"efficiency/energy_kwh_per_step", e.energy_kwh_per_step}})
+    if (tb.ok() && v >= 0) tb = tensorboard_->add_scalar(tag, v, step, wall);
   if (tb.ok() && r.last) tb = tensorboard_->flush();
   return tb;
 }
@@ -190,6 +209,8 @@ void StepReporter::publish_snapshot(const StepRecord& r) {
   snap.memory_bytes = r.memory_bytes;
   snap.expert_tokens = expert_tokens_total_;
   snap.link_gbps = link_gbps_;
+  snap.efficiency = efficiency_;
+  if (place_.rank == 0) snap.predicted = config_.predicted;
   if (monitor_) monitor_->update(snap);
   if (publisher_) publisher_->publish(snap, r.last);
 }

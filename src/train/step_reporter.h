@@ -24,6 +24,7 @@
 #include "monitor/tensorboard.h"
 #include "parallel/reducer.h"
 #include "train/config.h"
+#include "train/efficiency_meter.h"
 #include "train/progress.h"
 
 namespace cann::train {
@@ -113,6 +114,8 @@ class StepReporter {
   std::vector<int64_t> expert_tokens_total_;
   std::vector<double> link_gbps_;  // the last --link-probe-every measurement
   double last_val_loss_ = -1.0;
+  std::unique_ptr<EfficiencyMeter> meter_;
+  monitor::RankSnapshot::Efficiency efficiency_;  // of the last reported step
 };
 
 }  // namespace cann::train
