@@ -166,6 +166,12 @@ TEST_F(MultiProcModelParallelFaultTest, SigkillZero3WithTensorAndSequenceParalle
   refill_ends_like_a_fault_free_run({"dp=2,tp=2,sp=on,zero=3", 4, 2});
 }
 
+// ZeRO-1 over the two pipelines: each rank's snapshot holds its stage's parameters and its own
+// moment shard, written without a gather; the refilled rank loads its own.
+TEST_F(MultiProcModelParallelFaultTest, SigkillZero1WithPipeline) {
+  refill_ends_like_a_fault_free_run({"dp=2,pp=2,mbs=2,zero=1", 4, 1});
+}
+
 // A combination: two pipelines of two stages under GPipe, their gradients reduced in bf16.
 TEST_F(MultiProcModelParallelFaultTest, SigkillDataParallelGpipeWithCompression) {
   Fault f{"dp=2,pp=2,mbs=2", 4, 2};

@@ -302,6 +302,27 @@ class ZeroStage : public OptimizerStage {
     zero_->set_step_count(step);
     return adopt_params();
   }
+  int own_step() const override { return zero_->step_count(); }
+  std::vector<OwnBuffer> own_buffers() const override {
+    const size_t n = zero_->shard_floats();
+    std::vector<OwnBuffer> out = {{"zero_m_shard", zero_->m_shard(), n},
+                                  {"zero_v_shard", zero_->v_shard(), n}};
+    if (gatherer_) out.push_back({"zero_param_shard", zero_->param_shard(), n});
+    return out;
+  }
+  Status load_own_buffers(const RankBufferLookup& find, int step,
+                          const std::string& path) override {
+    const size_t n = zero_->shard_floats();
+    const float* m = find("zero_m_shard", n);
+    const float* v = find("zero_v_shard", n);
+    const float* p = gatherer_ ? find("zero_param_shard", n) : nullptr;
+    if (m == nullptr || v == nullptr || (gatherer_ && p == nullptr))
+      return DataLoss(path + ": this rank's ZeRO shards are missing or of the wrong size");
+    zero_->load_shards(m, v, p);
+    zero_->set_step_count(step);
+    if (gatherer_) gatherer_->invalidate();
+    return OkStatus();
+  }
   size_t optimizer_state_bytes() const override {
     return (2 * zero_->shard_floats() + zero_->staging_floats()) * sizeof(float);
   }

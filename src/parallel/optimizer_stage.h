@@ -64,6 +64,12 @@ struct RankBuffer {
   std::string name;
   std::vector<float> data;
 };
+// A buffer of this rank's own state, by view (own_buffers()).
+struct OwnBuffer {
+  std::string name;
+  const float* data = nullptr;
+  size_t floats = 0;
+};
 // This rank's part of a gathered rank buffer in a checkpoint (`floats` long), null when the
 // checkpoint has none of that name and size.
 using RankBufferLookup = std::function<const float*(const std::string& name, size_t floats)>;
@@ -120,6 +126,19 @@ class OptimizerStage {
     (void)find_all;
     (void)old_world;
     return true;
+  }
+  // A snapshot of this rank alone, for a rank that only it loads back (model parallelism):
+  // the stage's sharded state as this rank holds it, with no collective; empty when the stage
+  // holds nothing sharded (its state() gathers nothing). `load_own_buffers` takes them back
+  // (`find` as for load_rank_buffers, with this rank's own sizes) with the step count.
+  virtual std::vector<OwnBuffer> own_buffers() const { return {}; }
+  virtual int own_step() const { return 0; }  // the optimizer's step count, with own_buffers
+  virtual Status load_own_buffers(const RankBufferLookup& find, int step,
+                                  const std::string& path) {
+    (void)find;
+    (void)step;
+    (void)path;
+    return OkStatus();
   }
   // Extra checkpoint metadata (JSON members without the braces, "" for none).
   virtual std::string meta_json() const { return ""; }

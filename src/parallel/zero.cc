@@ -211,6 +211,13 @@ Status ZeroOptimizer::gather_state(float* m_full, float* v_full) {
   return gather_pieces(v_full, v_.data());
 }
 
+void ZeroOptimizer::load_shards(const float* m, const float* v, const float* param_shard) {
+  std::memcpy(m_.data(), m, shard_floats_ * sizeof(float));
+  std::memcpy(v_.data(), v, shard_floats_ * sizeof(float));
+  if (stage_ == 3 && param_shard != nullptr)
+    std::memcpy(param_shard_.data(), param_shard, shard_floats_ * sizeof(float));
+}
+
 void ZeroOptimizer::scatter_state(const float* m_full, const float* v_full) {
   m_.zero();
   v_.zero();

@@ -93,6 +93,11 @@ class ZeroOptimizer {
   Status gather_state(float* m_full, float* v_full);
   // Takes this rank's pieces of full moments (loading a checkpoint, any world size).
   void scatter_state(const float* m_full, const float* v_full);
+  // This rank's own moments and (stage 3) parameter pieces as it holds them, shard_floats()
+  // each: a snapshot that only this rank of this layout loads back, with no collective.
+  const float* m_shard() const { return m_.data(); }
+  const float* v_shard() const { return v_.data(); }
+  void load_shards(const float* m, const float* v, const float* param_shard);
   size_t shard_floats() const { return shard_floats_; }
   // This rank's reduced gradient pieces (bucket after bucket, as shard_pieces lays them out).
   const float* grad_shard() const { return grad_shard_.data(); }

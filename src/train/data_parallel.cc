@@ -96,7 +96,40 @@ StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot() {
   return s;
 }
 
+StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot_own() {
+  const std::vector<parallel::OwnBuffer> own = stage_->own_buffers();
+  if (own.empty() || stage_->keeps_rank_buffers()) return snapshot();
+  OptimizerSnapshot s;
+  s.own_part = true;
+  // ZeRO: this rank's moment (and stage 3 parameter) pieces; stages 1 and 2 hold every
+  // parameter in the model's buffer after the step's all-gather.
+  s.params = config_.zero == 3 ? nullptr : model_.params();
+  for (const parallel::OwnBuffer& b : own)
+    s.extra_sections.push_back({b.name, b.data, b.floats * sizeof(float)});
+  nlohmann::json extra = {{"zero", config_.zero},
+                          {"compress", plan::compression_name(config_.compress)},
+                          {"world_size", group_.size()},
+                          {"own_part", true}};
+  s.extra_meta_json = extra.dump();
+  s.step = stage_->own_step();
+  return s;
+}
+
 Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) {
+  const nlohmann::json own = nlohmann::json::parse(checkpoint_optimizer_extra(ck));
+  if (own.value("own_part", false)) {
+    // This rank's own snapshot (the caller checked its mark): the shards as they were.
+    int step = 0;
+    CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, model_, nullptr, nullptr, &step, state,
+                                                     nullptr, config_.zero != 3));
+    return stage_->load_own_buffers(
+        [&ck](const std::string& name, size_t floats) -> const float* {
+          const ckpt::Section* s = ck.find(name);
+          if (s == nullptr || s->data.size() != floats * sizeof(float)) return nullptr;
+          return reinterpret_cast<const float*>(s->data.data());
+        },
+        step, ck.path);
+  }
   const size_t n = model_.num_floats();
   std::vector<float> m(n), v(n);
   int step = 0;

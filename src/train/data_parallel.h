@@ -66,6 +66,7 @@ class DataParallelEngine : public StepOptimizer {
     stage_->add_to_params(begin, delta, count);
   }
   StatusOr<OptimizerSnapshot> snapshot() override;
+  StatusOr<OptimizerSnapshot> snapshot_own() override;
   Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) override;
   // "zero=1, 3 gradient buckets, compress none", for the start-up line.
   std::string describe() const override;

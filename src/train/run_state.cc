@@ -93,11 +93,15 @@ StatusOr<int> StateKeeper::restore_after_rejoin() {
 Status StateKeeper::keep(int done) {
   set_step(done);
   if (!snapshot_due(done)) return OkStatus();
-  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
-  // collective across the mesh (ZeRO still gathers its moments over the data-parallel group,
-  // as it does without model parallelism). The model's part of the metadata, with the mark, is
-  // serialized once per layout: a snapshot every step pays only for what changes.
+  // collective across the mesh, nor over the data-parallel group (ZeRO's shards as they are).
+  StatusOr<OptimizerSnapshot> own = run_.rank_layout.empty() ? run_.optimizer->snapshot()
+                                                             : run_.optimizer->snapshot_own();
+  if (!own.ok() && run_.world != nullptr) return run_.on_comm_failure(own.status());
+  CANN_RETURN_IF_ERROR(own.status());
+  OptimizerSnapshot snap = std::move(*own);
+  // The model's part of the metadata, with the mark, is serialized once per layout: a
+  // snapshot every step pays only for what changes.
   const model::Model& model = run_.model->model();
   const std::string key = run_.rank_layout + "#" + std::to_string(rank_) + "#" +
                           std::to_string(model.table().fingerprint());
@@ -109,7 +113,7 @@ Status StateKeeper::keep(int done) {
     snapshot_meta_ = object.substr(1, object.size() - 2);
     snapshot_meta_key_ = key;
   }
-  if (snap.params == nullptr) snap.params = model.params();
+  if (snap.params == nullptr && !snap.own_part) snap.params = model.params();
   ckpt::CheckpointWrite w =
       training_checkpoint(snapshot_meta_, model.table(), snap, resume_state(done), config_);
   // A snapshot that cannot be written leaves the previous ones: the committed step lags, no

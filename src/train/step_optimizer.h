@@ -66,6 +66,9 @@ class StepOptimizer {
   // The state a checkpoint holds (a collective in a data-parallel group); the snapshot's
   // buffers live until the next call.
   virtual StatusOr<OptimizerSnapshot> snapshot() = 0;
+  // The state of this rank alone, for a snapshot only this rank of this layout loads back
+  // (model parallelism): no collective where the state is sharded (ZeRO); else snapshot().
+  virtual StatusOr<OptimizerSnapshot> snapshot_own() { return snapshot(); }
   // Loads parameters, moments and what else the checkpoint holds for this optimizer.
   virtual Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) = 0;
 

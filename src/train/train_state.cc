@@ -23,7 +23,7 @@ std::string hex64(uint64_t v) {
 ckpt::CheckpointWrite training_checkpoint(const model::Model& model, const OptimizerSnapshot& opt,
                                           const ResumeState& state, const TrainConfig& config) {
   OptimizerSnapshot o = opt;
-  if (o.params == nullptr) o.params = model.params();
+  if (o.params == nullptr && !o.own_part) o.params = model.params();
   return training_checkpoint(model.spec(), model.table(), o, state, config);
 }
 
@@ -70,10 +70,10 @@ ckpt::CheckpointWrite training_checkpoint(const std::string& model_members,
   w.step = state.step;
   w.meta_json = "{" + model_members + "," + meta.dump().substr(1);
   const size_t bytes = param_table.total_floats() * sizeof(float);
-  w.sections = {
-      {"params", opt.params, bytes},
-      {"adam_m", opt.m, bytes},
-      {"adam_v", opt.v, bytes}};
+  // A rank's own snapshot leaves out what it does not hold whole (OptimizerSnapshot::own_part).
+  for (const auto& [name, data] : {std::pair{"params", opt.params}, std::pair{"adam_m", opt.m},
+                                   std::pair{"adam_v", opt.v}})
+    if (data != nullptr || !opt.own_part) w.sections.push_back({name, data, bytes});
   for (const auto& extra : opt.extra_sections) w.sections.push_back(extra);
   return w;
 }
@@ -97,7 +97,7 @@ std::string checkpoint_optimizer_extra(const ckpt::LoadedCheckpoint& ck) {
 
 Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model, float* m,
                                    float* v, int* opt_step, ResumeState* state,
-                                   const CheckpointShards* shards) {
+                                   const CheckpointShards* shards, bool params) {
   const model::ParamTable& layout = shards != nullptr ? *shards->full : model.table();
   nlohmann::json meta;
   try {
@@ -125,7 +125,9 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
     float* dst;
   };
   for (const Target& t :
-       {Target{"params", model.params()}, Target{"adam_m", m}, Target{"adam_v", v}}) {
+       {Target{"params", params ? model.params() : nullptr}, Target{"adam_m", m},
+        Target{"adam_v", v}}) {
+    if (t.dst == nullptr) continue;
     const ckpt::Section* s = ck.find(t.name);
     if (s == nullptr) return DataLoss(ck.path + ": checkpoint has no '" + t.name + "' section");
     if (s->data.size() != bytes)

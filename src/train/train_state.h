@@ -35,6 +35,10 @@ struct OptimizerSnapshot {
   int step = 0;
   std::vector<ckpt::SectionView> extra_sections;
   std::string extra_meta_json = "{}";
+  // A snapshot of one rank's own state (StepOptimizer::snapshot_own): m and v null, the
+  // sharded state in extra_sections, and params null when the model's buffer does not hold
+  // them (ZeRO stage 3's are in its shard): sections left out, not taken from the model.
+  bool own_part = false;
 };
 
 // The checkpoint of a training run as sections over the live buffers (no copy) and metadata.
@@ -70,10 +74,11 @@ StatusOr<std::string> save_training_checkpoint(const std::string& dir, int keep_
 
 // Restores model parameters, the moments into m and v (the model's layout), the optimizer
 // step, and fills `state`. Fails with a clear message when the checkpoint's parameter layout
-// differs from `model`'s (or, with `shards`, from the whole model's).
+// differs from `model`'s (or, with `shards`, from the whole model's). A null m or v is not
+// loaded; with `params` false neither are the parameters (a rank's own ZeRO-3 snapshot).
 Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Model& model, float* m,
                                    float* v, int* opt_step, ResumeState* state,
-                                   const CheckpointShards* shards = nullptr);
+                                   const CheckpointShards* shards = nullptr, bool params = true);
 // The "optimizer_extra" object saved with the checkpoint ("{}" when absent).
 std::string checkpoint_optimizer_extra(const ckpt::LoadedCheckpoint& ck);
 
