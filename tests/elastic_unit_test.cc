@@ -98,7 +98,7 @@ TEST(AsyncCheckpointWriterTest, FailedWriteIsReportedAndKeepsEarlierOnes) {
 }
 
 // The worked example of ckpt/replicas.h.
-TEST(ReplicaPlanTest, CommittedStepIsTheSmallestNewestAndNeighboursBackUp) {
+TEST(ReplicaPlanTest, CommittedStepIsTheNewestAndNeighboursBackUp) {
   TempDir dir;
   std::vector<char> data(8, 'x');
   const std::vector<std::vector<int>> steps = {{7, 8}, {6, 7}, {7, 8}};
@@ -107,13 +107,21 @@ TEST(ReplicaPlanTest, CommittedStepIsTheSmallestNewestAndNeighboursBackUp) {
       ASSERT_TRUE(
           ckpt::write_checkpoint(dir.file("rank" + std::to_string(r)), one_section(s, data), 2)
               .ok());
+  // Rank 1 died during step 8 before its snapshot; ranks 0 and 2 wrote step 8, whose
+  // collectives rank 1 had finished: nothing is trained twice.
   ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(dir.path(), 3);
-  EXPECT_EQ(plan.step, 7);
-  const std::string r0 = dir.file("rank0/step-00000007"), r1 = dir.file("rank1/step-00000007"),
-                    r2 = dir.file("rank2/step-00000007");
-  EXPECT_EQ(plan.candidates[0], r0 + ";" + r1 + ";" + r2);
-  EXPECT_EQ(plan.candidates[1], r1 + ";" + r2 + ";" + r0);
-  EXPECT_EQ(plan.candidates[2], r2 + ";" + r0 + ";" + r1);
+  EXPECT_EQ(plan.step, 8);
+  const std::string r0 = dir.file("rank0/step-00000008"), r2 = dir.file("rank2/step-00000008");
+  EXPECT_EQ(plan.candidates[0], r0 + ";" + r2);
+  EXPECT_EQ(plan.candidates[1], r2 + ";" + r0);
+  EXPECT_EQ(plan.candidates[2], r2 + ";" + r0);
+
+  // Once rank 1 has its own copy of step 8, it comes first, the others after in ring order.
+  ASSERT_TRUE(ckpt::write_checkpoint(dir.file("rank1"), one_section(8, data), 2).ok());
+  plan = ckpt::plan_replica_restore(dir.path(), 3);
+  EXPECT_EQ(plan.step, 8);
+  EXPECT_EQ(plan.candidates[1],
+            dir.file("rank1/step-00000008") + ";" + r2 + ";" + r0);
 
   // Rank 1 lost its copies: it takes its neighbour's first.
   ASSERT_TRUE(remove_all(dir.file("rank1")).ok());

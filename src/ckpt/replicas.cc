@@ -75,7 +75,7 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
   ReplicaPlan plan;
   plan.candidates.assign(static_cast<size_t>(world_size), "");
   std::vector<std::vector<std::string>> listed(static_cast<size_t>(world_size));
-  int64_t committed = -1;
+  int64_t committed = -1, newest_any = -1;
   bool any = false;
   for (int r = 0; r < world_size; ++r) {
     auto l = list_checkpoints(join_path(root, "rank" + std::to_string(r)));
@@ -83,6 +83,7 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
     listed[r] = std::move(*l);
     const int64_t newest = step_of(listed[r].front());
     committed = any ? std::min(committed, newest) : newest;
+    newest_any = std::max(newest_any, newest);
     any = true;
   }
   if (!any) return plan;
@@ -101,6 +102,14 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
       plan_own_copies(copy, committed, &plan);
       return plan;
     }
+  // Whole-state copies: the newest step any rank wrote is one every rank's collectives
+  // finished, and its copy serves everyone.
+  committed = newest_any;
+  for (int r = 0; r < world_size; ++r) {
+    copy[r].clear();
+    for (const std::string& p : listed[r])
+      if (step_of(p) == committed) copy[r] = p;
+  }
   plan.step = committed;
   for (int r = 0; r < world_size; ++r) {
     std::string list;

@@ -2,14 +2,14 @@
 //
 // Every rank r keeps the last two snapshots of the run state in <root>/rank<r>/ (checkpoint
 // format, in a memory file system; each snapshot holds the whole state, so any rank's copy can
-// restore any rank). A step is committed when every rank finished it; a rank writes its
-// snapshot of step k only after the collectives of step k, so the ranks' newest snapshots differ
-// by at most one snapshot interval, and the committed step is the smallest newest step. Keeping
-// two per rank means that step is still present at ranks that already wrote the next one.
+// restore any rank). A rank writes its snapshot of step k only after the collectives of step
+// k, so once any rank wrote step k every rank's gradients of step k were reduced, and that
+// rank's copy is the whole state after step k: the committed step is the newest step any rank
+// wrote, and a rank without a copy of it loads a neighbour's.
 //
 // Example, 3 ranks, snapshot every step: rank 0 holds {7, 8}, rank 1 {6, 7} (killed during
-// step 8), rank 2 {7, 8}. Committed step: 7. Rank 1 loads rank1/step-7, or rank2/step-7 (its
-// neighbour) if its own is damaged, or any other rank's step-7.
+// step 8, before its snapshot), rank 2 {7, 8}. Committed step: 8. Rank 1 loads rank2/step-8
+// (its neighbour), else rank0/step-8; ranks 0 and 2 load their own, else the other's.
 //
 // Under model parallelism a snapshot holds only its rank's part of the state (its shards, stage
 // or experts, its optimizer moments and residuals) in its own layout, and its metadata says so
@@ -17,8 +17,9 @@
 // the committed step only, and when any rank lacks one, or a copy is marked with another rank
 // or layout, the plan names no step and every rank loads the newest disk checkpoint (the whole
 // model, gathered), so that all ranks still agree on the step. Example, tp=2: rank 0 holds
-// {7, 8}, rank 1 {7} (its step-6 pruned, killed during step 8): committed step 7, rank 0 loads
-// rank0/step-7, rank 1 rank1/step-7 and nothing else.
+// {7, 8}, rank 1 {7} (its step-6 pruned, killed during step 8): committed step 7 (the
+// smallest newest step: each rank needs its own copy), rank 0 loads rank0/step-7, rank 1
+// rank1/step-7 and nothing else.
 #pragma once
 
 #include <cstdint>
