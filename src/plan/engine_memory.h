@@ -86,7 +86,7 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp =
 // Floats of the flat parameter buffer per block on one rank, each tensor padded to 16 floats
 // as ParamTable lays it out (the last tensor, the final norm's bias, is not padded). Split
 // tensors hold 1/tp of their rows or columns; expert tensors 1/ep of the experts. With
-// tp = ep = 1 the blocks add up to ParamTable::total_floats(). gpt and bert only.
+// tp = ep = 1 the blocks add up to ParamTable::total_floats().
 struct EngineParams {
   double embedding = 0;  // token and position tables
   double dense_layer = 0;
