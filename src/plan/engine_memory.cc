@@ -4,13 +4,12 @@
 // tests/plan_engine_memory_test.cc and tests/recompute_test.cc.
 #include "plan/engine_memory.h"
 
-#include "model/engine_support.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "model/param_table.h"
+#include "plan/engine_support.h"
 #include "plan/partition.h"
 #include "plan/predict.h"
 
@@ -130,8 +129,8 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   const size_t FW = std::max(F, SF);
   size_t scratch = take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * vd) + take(N * QKV) +
                    take(N * (glu ? 2 * FW : FW));
-  if (glu) scratch += take(N * FW);  // d_act, apart from d_fch
-  if (m.has_shared_experts()) scratch += take(N * C);  // d_shared_x: the shared experts' d(x)
+  if (glu) scratch += take(N * FW);                      // d_act, apart from d_fch
+  if (m.has_shared_experts()) scratch += take(N * C);    // d_shared_x: the shared experts' d(x)
   if (m.qk_norm) scratch += take(2 * N * qk_heads * d);  // d_qk: the normed and raw heads
   if (m.is_moe()) {
     scratch += take(E * cap * C) + take(E * cap * FM) + (glu ? take(E * cap * 2 * FM) : 0) +
@@ -236,7 +235,6 @@ std::vector<int> engine_stage_bounds(const model::ModelSpec& m, const Strategy& 
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,
                                              int micro_batch, int seq_len,
                                              const EngineBuckets& buckets) {
-  CANN_RETURN_IF_ERROR(model::engine_builds(m));
   if (micro_batch <= 0 || seq_len <= 0 || seq_len > m.position_rows())
     return InvalidArgument("micro-batch " + std::to_string(micro_batch) + " x sequence " +
                            std::to_string(seq_len) + ": both must be positive and the sequence " +
@@ -252,6 +250,9 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
   Strategy s = s_in;
   s.mbs = micro_batch;
   if (s.gbs <= 0) s.gbs = s.dp * s.mbs;
+  // What the engine refuses has no memory to predict (cp with MoE layers, ep with sp, ...):
+  // `run`'s own rules, over the processes the strategy takes.
+  CANN_RETURN_IF_ERROR(engine_supports(s, m, EngineShape{s.devices(), seq_len, {}, false}));
   CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(m, engine_cluster(s.devices()), 0));
   in.seq_len = seq_len;
   in.engine_buckets = buckets;

@@ -40,9 +40,10 @@ struct EngineMemory {
 
 // The engine's memory per rank for `s` (its mbs replaced by micro_batch; gbs 0 means one
 // micro-batch per step) at sequence length seq_len (at most the model's seq_length). s.dp must
-// be set (parse_strategy leaves an omitted dp at 0). Errors: a strategy the model does not
-// admit, or sizes that are not positive. The figures are the
-// fp32 planner's for the same strategy (`cann-train simulate` on an fp32 cluster).
+// be set (parse_strategy leaves an omitted dp at 0). Errors: a strategy the engine does not
+// run (engine_supports over dp*tp*pp*cp processes), or sizes that are not positive. The
+// figures are the fp32 planner's for the same strategy (`cann-train simulate` on an fp32
+// cluster).
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s,
                                              int micro_batch, int seq_len,
                                              const EngineBuckets& buckets = {});
