@@ -1,6 +1,6 @@
 // The planner's fp32 arena against the engine's for the MoE families and every layout the
 // engine builds them in: tensor and sequence parallelism, expert parallelism (with tp too),
-// each recomputation mode; context parallelism refused for MoE as the engine refuses it; and
+// pipeline stages, each recomputation mode; context parallelism refused for MoE as the engine refuses it; and
 // the shipped tiny configs at the size `run` trains them, 16 x 128 on one process.
 #include <gtest/gtest.h>
 
@@ -12,8 +12,10 @@
 #include "engine_memory_models.h"
 #include "model/model.h"
 #include "model/param_table.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/tp_comm.h"
 #include "plan/engine_memory.h"
+#include "plan/predict.h"
 #include "test_util.h"
 
 namespace cann::plan {
@@ -120,6 +122,42 @@ TEST(PlanEngineMemoryTest, RecomputationIsTheEnginesArenaForEveryModel) {
         EXPECT_EQ(e->activations + e->staging, static_cast<double>((*model)->activation_bytes()))
             << describe(m, st, B, seq);
       }
+}
+
+// Two 1F1B pipeline stages of every model (the families' dense first layers and MoE layers
+// split by the planner's partition, as `run` splits them), each with the activation slots the
+// schedule needs for 4 micro-batches: each stage's arena, recomputed layers included, is the
+// planner's figure for that stage.
+TEST(PlanEngineMemoryTest, PipelineStagesAreTheEnginesArenas) {
+  const int B = 2, M = 4;
+  for (const model::ModelSpec& m : models())
+    for (model::Recompute r : kModes) {
+      const int seq = m.seq_length;
+      Strategy st = data_parallel(1, 0);
+      st.pp = 2;
+      st.mbs = B;
+      st.gbs = B * M;
+      st.recompute = r;
+      auto in = make_plan_input(m, engine_cluster(st.devices()), 0);
+      ASSERT_TRUE(in.ok()) << in.status().message();
+      in->seq_len = seq;
+      auto p = predict(*in, st, Fidelity::kExact);
+      ASSERT_TRUE(p.ok()) << p.status().message();
+      const std::vector<int> bounds = engine_stage_bounds(m, st, seq);
+      ASSERT_EQ(p->stages.size(), 2u);
+      for (int i = 0; i < 2; ++i) {
+        const model::PipelineStage stage{
+            bounds[i], bounds[i + 1],
+            parallel::pipeline_slots(parallel::PipelineSchedule::k1F1B, i, 2, M)};
+        auto model = model::Model::create(m, B, seq, {}, stage, {}, r);
+        ASSERT_TRUE(model.ok()) << model.status().message();
+        const StageReport& sr = p->stages[i];
+        EXPECT_EQ(sr.activation_bytes + sr.transient_bytes,
+                  static_cast<double>((*model)->activation_bytes()))
+            << describe(m, st, B, seq) << " stage " << i << " layers [" << bounds[i] << ", "
+            << bounds[i + 1] << ")";
+      }
+    }
 }
 
 // Context parallelism with MoE layers: the engine refuses it (each rank would route only its
