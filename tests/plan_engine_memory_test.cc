@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm_test_util.h"
+#include "engine_memory_models.h"
 #include "kernels/cpu/moe.h"
 #include "model/model.h"
 #include "model/param_table.h"
@@ -28,49 +29,7 @@
 namespace cann::plan {
 namespace {
 
-model::ModelSpec spec_from(const std::string& yaml) {
-  auto s = model::parse_model_spec(yaml, "test.yaml");
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  return *s;
-}
-
-model::ModelSpec shipped(const std::string& name) {
-  auto s = model::load_model_spec(name);
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  return *s;
-}
-
-// Shipped tiny models and hand-made ones whose sizes are not multiples of 16, so the arena's
-// rounding and the parameter table's padding both show: grouped-query attention, bert, MoE on
-// every second layer with top-2 routing, and a dense DeepSeek (multi-head latent attention with
-// its low-rank query, SwiGLU MLPs).
-std::vector<model::ModelSpec> models() {
-  return {shipped("gpt_tiny"),
-          shipped("moe_bert_tiny"),
-          spec_from("architecture: gpt\nhidden_size: 36\nnum_hidden_layers: 3\n"
-                    "num_attention_heads: 6\nnum_key_value_heads: 2\nintermediate_size: 50\n"
-                    "vocab_size: 77\nseq_length: 40\n"),
-          spec_from("architecture: bert\nhidden_size: 24\nnum_hidden_layers: 2\n"
-                    "num_attention_heads: 3\nvocab_size: 61\nseq_length: 33\n"),
-          spec_from("architecture: gpt\nhidden_size: 20\nnum_hidden_layers: 4\n"
-                    "num_attention_heads: 4\nvocab_size: 45\nseq_length: 24\n"
-                    "num_local_experts: 3\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n"
-                    "moe_intermediate_size: 28\ncapacity_factor: 1.1\n"),
-          spec_from("model_type: deepseek_v3\nhidden_size: 20\nnum_hidden_layers: 2\n"
-                    "num_attention_heads: 2\nq_lora_rank: 9\nkv_lora_rank: 7\n"
-                    "qk_nope_head_dim: 3\nqk_rope_head_dim: 4\nv_head_dim: 5\n"
-                    "intermediate_size: 22\nvocab_size: 45\nmax_position_embeddings: 24\n"
-                    "seq_length: 24\nn_routed_experts: 0\nfirst_k_dense_replace: 2\n"
-                    "num_nextn_predict_layers: 0\n")};
-}
-
-Strategy data_parallel(int dp, int zero) {
-  Strategy s;
-  s.dp = dp;
-  s.zero = zero;
-  s.gbs = 0;  // one micro-batch per step
-  return s;
-}
+using namespace engine_test;
 
 TEST(PlanEngineMemoryTest, CapacityIsTheKernelsFormula) {
   for (int N : {1, 7, 64, 1000, 4097})
@@ -169,7 +128,8 @@ TEST(PlanEngineMemoryTest, ZeroOneMatchesZeroOptimizerOverAGroup) {
 // over 2 and 3 ranks, whose own accounting (what the run prints at start) must equal the
 // planner's figure for the same strategy, component by component.
 TEST(PlanEngineMemoryTest, EveryZeroStageMatchesTheEnginesAccounting) {
-  for (const char* name : {"gpt_tiny", "moe_bert_tiny"}) {
+  for (const char* name :
+       {"gpt_tiny", "moe_bert_tiny", "llama_tiny", "qwen3_moe_tiny", "deepseek_tiny"}) {
     const model::ModelSpec m = shipped(name);
     const int B = 2, T = 32;
     for (int P : {2, 3}) {
@@ -238,51 +198,19 @@ TEST(PlanEngineMemoryTest, TensorParallelSplitsTheArena) {
   EXPECT_EQ(sp->parameters, two->parameters);
 }
 
-// MoE under tp, with and without sp, over a real tensor group: every rank routes all tokens
-// (routing buffers of N rows even under sp), sp adds the shard's renumbered slots and one MoE
-// layer's gradient scratch; the arena equals the planner's figure for every recomputation mode
-// (full recomputation's routing ints are the planner's staging index bytes).
-TEST(PlanEngineMemoryTest, MoeUnderTensorAndSequenceParallelismIsTheEnginesArena) {
-  const std::vector<model::ModelSpec> specs = {models()[1], models()[4]};
-  for (const model::ModelSpec& m : specs)
-    for (bool sp : {false, true})
-      for (auto [B, seq] : {std::pair{1, 2}, {2, m.seq_length / 2 + 1}, {3, m.seq_length}})
-        for (model::Recompute r :
-             {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
-          Strategy st = data_parallel(1, 0);
-          st.tp = 2;
-          st.sp = sp;
-          st.recompute = r;
-          auto e = predict_engine_memory(m, st, B, seq);
-          ASSERT_TRUE(e.ok()) << e.status().message();
-          const std::string what = m.name + (sp ? " tp=2 sp " : " tp=2 ") + std::to_string(B) +
-                                   "x" + std::to_string(seq) + " recompute " +
-                                   std::to_string(static_cast<int>(r));
-          test::run_group("shm", 2, [&](int rank, comm::Group& g) {
-            parallel::GroupTensorParallelComm comm(g);
-            auto model = model::Model::create(m, B, seq, {rank, 2, sp, &comm}, {}, {}, r);
-            ASSERT_TRUE(model.ok()) << model.status().message();
-            const double arena = static_cast<double>((*model)->activation_bytes());
-            EXPECT_EQ(e->activations + e->staging, arena) << what;
-            if (r == model::Recompute::kNone) {
-              EXPECT_EQ(4 * engine_arena(m, B, seq, 2, sp).total(m), arena) << what;
-            }
-          });
-        }
-}
-
 // Context parallelism: each rank's arena holds its B x T/cp tokens, probabilities of its queries
 // against every key, and every position's keys and values per layer plus the gather and
 // reduce-scatter scratch; with tp (and sp) and every recomputation mode. Creating a model
 // issues no collective, so one group serves as both the tp and the cp communicator.
 TEST(PlanEngineMemoryTest, ContextParallelArenaIsTheEnginesArena) {
-  // The dense models (latent attention too), the bert with a sequence cp divides (the planner
-  // checks seq_length).
-  const std::vector<model::ModelSpec> all = models();
-  const std::vector<model::ModelSpec> specs = {
-      all[0], all[2], all[5],
+  // The dense models (latent attention, SwiGLU and QK-norm too), the bert with a sequence cp
+  // divides (the planner checks seq_length). MoE is refused (plan_engine_memory_moe_test.cc).
+  std::vector<model::ModelSpec> specs;
+  for (const model::ModelSpec& m : models())
+    if (!m.is_moe() && m.architecture == model::Architecture::kGpt) specs.push_back(m);
+  specs.push_back(
       spec_from("architecture: bert\nhidden_size: 24\nnum_hidden_layers: 2\n"
-                "num_attention_heads: 3\nvocab_size: 61\nseq_length: 36\n")};
+                "num_attention_heads: 3\nvocab_size: 61\nseq_length: 36\n"));
   for (const model::ModelSpec& m : specs)
     for (int tp : {1, 2})
       for (bool sp : {false, true})
@@ -437,7 +365,9 @@ TEST(PlanEngineMemoryTest, Bf16ClustersKeepTheirReserve) {
 // Model parallelism as `run` trains it: the run prints its own accounting beside the planner's
 // figure. MoE under tp keeps experts whole on each tensor-parallel rank and ep adds the
 // all-to-all buffers; the planner once split the expert rows by tp and left both buffers out
-// (-19% and -2.7% on moe_bert_tiny). ep also with tp and with pp (a stage's own experts).
+// (-19% and -2.7% on moe_bert_tiny). ep also with tp and with pp (a stage's own experts); the
+// families' dropless SwiGLU experts (qwen3_moe_tiny with QK-norm, deepseek_tiny with latent
+// attention, shared experts and a dense first layer) under tp, sp, ep and pp.
 TEST(MultiProcEngineMemoryTest, PlannerMatchesTheRunUnderModelParallelism) {
   struct Run {
     std::string model, strategy, nproc;
@@ -447,7 +377,12 @@ TEST(MultiProcEngineMemoryTest, PlannerMatchesTheRunUnderModelParallelism) {
                                  {"moe_bert_tiny", "dp=2,ep=2,mbs=8,gbs=16", "2"},
                                  {"moe_bert_tiny", "dp=2,tp=2,ep=2,mbs=8,gbs=16", "4"},
                                  {"moe_bert_tiny", "dp=2,pp=2,ep=2,mbs=4,gbs=16", "4"},
+                                 {"qwen3_moe_tiny", "tp=2,sp=on,mbs=16,gbs=16", "2"},
+                                 {"qwen3_moe_tiny", "dp=2,ep=2,mbs=8,gbs=16", "2"},
+                                 {"deepseek_tiny", "tp=2,mbs=16,gbs=16", "2"},
+                                 {"deepseek_tiny", "dp=2,pp=2,ep=2,mbs=4,gbs=16", "4"},
                                  {"gpt_tiny", "tp=2,mbs=4,gbs=16", "2"},
+                                 {"llama_tiny", "cp=2,tp=2,sp=on,mbs=8,gbs=16", "4"},
                                  {"gpt_tiny", "cp=2,mbs=4,gbs=16", "2"},
                                  {"gpt_tiny", "cp=2,tp=2,sp=on,mbs=8,gbs=16", "4"}};
   for (const auto& [model, strategy, nproc] : runs) {

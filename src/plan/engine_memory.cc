@@ -4,13 +4,12 @@
 // tests/plan_engine_memory_test.cc and tests/recompute_test.cc.
 #include "plan/engine_memory.h"
 
-#include "model/engine_support.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "model/param_table.h"
+#include "plan/engine_support.h"
 #include "plan/partition.h"
 #include "plan/predict.h"
 
@@ -52,16 +51,26 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
                                : (H + 2 * KV) * d;
   const size_t kv_cols = QKV - H * qk;  // the keys and values of a qkv row
   const size_t F = ceil_div(m.intermediate_size, t);
+  const bool glu = m.mlp == model::MlpKind::kSwiGlu;
   const size_t E = m.num_local_experts, K = m.num_experts_per_tok;
   // The engine shards experts by ep only: every tensor-parallel rank holds its experts whole
   // and runs them on all its tokens, or under sp on its own shard of them
-  // (model/param_table.cc, model/moe_layer.h), so expert rows are FM wide.
-  const size_t FM = m.moe_intermediate_size;
+  // (model/param_table.cc, model/moe_layer.h), so expert rows are FM wide (the fine-grained
+  // experts' moe_intermediate_size), and SwiGLU experts' first GEMM [gate | up] 2 * FM.
+  const size_t FM = m.moe_intermediate_size, FMC = glu ? 2 * FM : FM;
   // Expert rows are sized for every token this rank's experts may see: the tensor group's
-  // tokens, gathered under sp.
-  const size_t cap = m.is_moe() ? engine_moe_capacity(static_cast<int>(N), static_cast<int>(E),
-                                                      static_cast<int>(K), m.capacity_factor)
-                                : 0;
+  // tokens, gathered under sp. Dropless routing (the families' router) computes every
+  // assignment, so each expert has N slots (a token's K experts are distinct); capacity
+  // routing has GShard's capacity (model/moe_layer.cc, moe_layer_capacity).
+  const size_t cap = !m.is_moe() ? 0
+                     : m.routing == model::MoeRouting::kDropless
+                         ? N
+                         : engine_moe_capacity(static_cast<int>(N), static_cast<int>(E),
+                                               static_cast<int>(K), m.capacity_factor);
+  // The shared experts' width on this rank (split over tp like a dense MLP), 0 without.
+  const size_t SF = m.has_shared_experts() ? ceil_div(m.shared_expert_intermediate_size, t) : 0;
+  // QK-norm (Qwen3) normalizes every query and key head: H + KV heads of d per token.
+  const size_t qk_heads = m.qk_norm ? H + KV : 0;
   const size_t att = b * H * sq * static_cast<size_t>(seq);
   // Context parallelism: each layer keeps every position's keys and values, gathered from the
   // cp ranks (model/context_parallel.cc).
@@ -76,24 +85,27 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   // encoded, then the int buffers inputs and targets.
   a.embedding = take(Nsp * C) + take(N) + take(N);
   // ln1, ln1 mean, rstd, qkv, att, atty, resid_attn, ln2, mean, rstd, out.
-  // Under cp also the gathered keys and values.
+  // Under cp also the gathered keys and values; with QK-norm the heads before their norm
+  // (qk_raw) and their 1/rms (qk_rstd).
   const size_t shared = take(Nsp * C) + 2 * take(Nsp) + take(N * QKV) + latents + take(att) +
                         take(N * H * vd) + take(Nsp * C) + take(Nsp * C) + 2 * take(Nsp) +
-                        take(Nsp * C) + (cp > 1 ? take(all_kv) : 0);
+                        take(Nsp * C) + (cp > 1 ? take(all_kv) : 0) +
+                        (m.qk_norm ? take(N * qk_heads * d) + take(N * qk_heads) : 0);
   // fch, fch_gelu; SwiGLU's fch holds the gate and up halves.
-  const bool glu = m.mlp == model::MlpKind::kSwiGlu;
   a.dense_layer = shared + take(N * (glu ? 2 * F : F)) + take(N * F);
   // Routing covers every token of the micro-batch, gathered under sp (each tensor-parallel
   // rank routes them all, then computes the experts for its own Nsp).
   if (m.is_moe()) {
-    // router_logits, probs, gate, load_fraction, xe, he, ge, ye; ints expert_index, slot,
+    // router_logits, probs (the softmax or sigmoid scores: the selection bias, the group
+    // ranking and the balance losses work in heap vectors of E or n_group, outside the
+    // arena), gate, load_fraction, xe, he (FMC wide), ge, ye; ints expert_index, slot,
     // expert_count.
     a.moe_layer = shared + 2 * take(N * E) + take(N * K) + take(E) + take(E * cap * C) +
-                  2 * take(E * cap * FM) + take(E * cap * C) + 2 * take(N * K) + take(E);
-    // Shared experts (split over tp like a dense MLP): fch, fch_gelu, their output, the gate.
+                  take(E * cap * FMC) + take(E * cap * FM) + take(E * cap * C) + 2 * take(N * K) +
+                  take(E);
+    // Shared experts: fch, fch_gelu, their output and Qwen2-MoE's sigmoid gate (one per row).
     if (m.has_shared_experts()) {
-      const size_t SF = ceil_div(m.shared_expert_intermediate_size, t);
-      const size_t SFC = m.mlp == model::MlpKind::kSwiGlu ? 2 * SF : SF;
+      const size_t SFC = glu ? 2 * SF : SF;
       a.moe_layer +=
           take(N * SFC) + take(N * SF) + take(Nsp * C) + (m.shared_expert_gate ? take(Nsp) : 0);
     }
@@ -104,25 +116,30 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   a.layer_output = take(Nsp * C);
   if (m.is_moe()) {
     a.expert_counts = take(E);
-    a.moe_routing = 2 * take(N * K) + take(E) + (sp && tp > 1 ? take(Nsp * K) + take(E) : 0);
+    a.moe_routing = 2 * take(N * K) + take(E) + (ep > 1 ? take(E) : 0) +
+                    (sp && tp > 1 ? take(Nsp * K) + take(E) : 0);
   }
   // lnf, mean, rstd, logits, losses.
   a.head = take(Nsp * C) + 2 * take(Nsp) + take(N * V) + take(N);
   // Under tp the vocabulary-parallel loss keeps per-token row maxima, two sums and a shift.
   if (tp > 1) a.head += take(N) + take(2 * N) + take(N);
-  // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch (and SwiGLU's d_act); MoE: d_xe, d_ge,
+  // d_resid, d_branch, d_ln, d_atty, d_qkv, d_fch (and SwiGLU's d_act), both as wide as the
+  // dense MLP or the shared experts, whichever is wider; MoE: d_xe, d_ge, SwiGLU's d_he,
   // d_ye, d_gate, d_router.
+  const size_t FW = std::max(F, SF);
   size_t scratch = take(Nsp * C) + take(Nsp * C) + take(N * C) + take(N * H * vd) + take(N * QKV) +
-                   take(N * (glu ? 2 * F : F));
-  if (glu) scratch += take(N * F);  // d_act, apart from d_fch
+                   take(N * (glu ? 2 * FW : FW));
+  if (glu) scratch += take(N * FW);                      // d_act, apart from d_fch
+  if (m.has_shared_experts()) scratch += take(N * C);    // d_shared_x: the shared experts' d(x)
+  if (m.qk_norm) scratch += take(2 * N * qk_heads * d);  // d_qk: the normed and raw heads
   if (m.is_moe()) {
-    scratch +=
-        take(E * cap * C) + take(E * cap * FM) + take(E * cap * C) + take(N * K) + take(N * E);
+    scratch += take(E * cap * C) + take(E * cap * FM) + (glu ? take(E * cap * 2 * FM) : 0) +
+               take(E * cap * C) + take(N * K) + take(N * E);
     if (ep > 1) scratch += 2 * take(E * cap * C);  // all-to-all send and receive rows
-    if (m.has_shared_experts()) scratch += take(N * C);  // the shared experts' input gradient
   }
-  // Under tp: the gathered full-width input and the layernorm gradient partials.
-  if (tp > 1) scratch += take(N * C) + take(2 * C);
+  // Under tp: the gathered full-width input and the layernorm gradient partials (QK-norm's
+  // weight gradient partials too).
+  if (tp > 1) scratch += take(N * C) + take(2 * C) + (m.qk_norm ? take(2 * d) : 0);
   // Under cp: the rank-ordered gather / reduce-scatter blocks, every position's key/value
   // gradients, and this rank's reduced ones.
   if (cp > 1) scratch += 2 * take(all_kv) + take(N * kv_cols);
@@ -218,7 +235,6 @@ std::vector<int> engine_stage_bounds(const model::ModelSpec& m, const Strategy& 
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,
                                              int micro_batch, int seq_len,
                                              const EngineBuckets& buckets) {
-  CANN_RETURN_IF_ERROR(model::engine_builds(m));
   if (micro_batch <= 0 || seq_len <= 0 || seq_len > m.position_rows())
     return InvalidArgument("micro-batch " + std::to_string(micro_batch) + " x sequence " +
                            std::to_string(seq_len) + ": both must be positive and the sequence " +
@@ -234,6 +250,9 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
   Strategy s = s_in;
   s.mbs = micro_batch;
   if (s.gbs <= 0) s.gbs = s.dp * s.mbs;
+  // What the engine refuses has no memory to predict (cp with MoE layers, ep with sp, ...):
+  // `run`'s own rules, over the processes the strategy takes.
+  CANN_RETURN_IF_ERROR(engine_supports(s, m, EngineShape{s.devices(), seq_len, {}, false}));
   CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(m, engine_cluster(s.devices()), 0));
   in.seq_len = seq_len;
   in.engine_buckets = buckets;

@@ -40,9 +40,10 @@ struct EngineMemory {
 
 // The engine's memory per rank for `s` (its mbs replaced by micro_batch; gbs 0 means one
 // micro-batch per step) at sequence length seq_len (at most the model's seq_length). s.dp must
-// be set (parse_strategy leaves an omitted dp at 0). Errors: a strategy the model does not
-// admit, or sizes that are not positive. The figures are the
-// fp32 planner's for the same strategy (`cann-train simulate` on an fp32 cluster).
+// be set (parse_strategy leaves an omitted dp at 0). Errors: a strategy the engine does not
+// run (engine_supports over dp*tp*pp*cp processes), or sizes that are not positive. The
+// figures are the fp32 planner's for the same strategy (`cann-train simulate` on an fp32
+// cluster).
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s,
                                              int micro_batch, int seq_len,
                                              const EngineBuckets& buckets = {});
@@ -86,7 +87,7 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp =
 // Floats of the flat parameter buffer per block on one rank, each tensor padded to 16 floats
 // as ParamTable lays it out (the last tensor, the final norm's bias, is not padded). Split
 // tensors hold 1/tp of their rows or columns; expert tensors 1/ep of the experts. With
-// tp = ep = 1 the blocks add up to ParamTable::total_floats(). gpt and bert only.
+// tp = ep = 1 the blocks add up to ParamTable::total_floats().
 struct EngineParams {
   double embedding = 0;  // token and position tables
   double dense_layer = 0;

@@ -7,11 +7,11 @@
 // recomputation drops what the sublayers name; full recomputation keeps only the layer input
 // (2*Tsp*h) and rebuilds the rest while the layer's backward runs.
 //
-// fp32 devices running cann-train's engine (an fp32 cluster and a gpt/bert spec the engine
-// builds): every byte count that is an element size doubles (streams scale by e/2 with e = 4
-// bytes; the engine has no dropout, and its kernels' bytes are modelled, not measured);
-// parameters and activations are the engine's own buffers (engine_memory.h). Other specs on
-// fp32 devices keep the formulas with e = 4.
+// fp32 devices running cann-train's engine (an fp32 cluster and a spec the engine builds: gpt,
+// bert and the families' dense and MoE decoders): every byte count that is an element size
+// doubles (streams scale by e/2 with e = 4 bytes; the engine has no dropout, and its kernels'
+// bytes are modelled, not measured); parameters and activations are the engine's own buffers
+// (engine_memory.h). Other specs on fp32 devices keep the formulas with e = 4.
 #include "plan/layer_cost.h"
 
 #include <algorithm>
@@ -154,7 +154,7 @@ namespace {
 using cost::Dims;
 using cost::Pass;
 
-// The engine's buffers for the context (fp32 gpt/bert only).
+// The engine's buffers for the context (fp32, specs the engine builds only).
 struct EngineBlocks {
   EngineArena arena;
   EngineParams params;

@@ -84,8 +84,8 @@ struct BlockCosts {
 };
 
 // Under an fp32 device (cluster.h) the parameters are the engine's padded flat-buffer floats
-// and the activations its arena (engine_memory.h) for gpt and bert; element sizes in the
-// traffic and streaming bytes are 4 instead of 2.
+// and the activations its arena (engine_memory.h) for every spec it builds; element sizes in
+// the traffic and streaming bytes are 4 instead of 2.
 //
 // The four block costs for the context's strategy. Only tp, cp, ep, sp, mbs and recompute
 // matter here; dp, pp, zero, vpp and gbs act at the step level (predict.h), which also adds

@@ -36,7 +36,7 @@ struct Dims {
   // Stored bytes of a linear layer's input relative to bf16 (fp8: 0.5), of the attention
   // output (fp8: a 12-bit format, 0.75), and bytes per element of the dispatch all-to-all.
   double lin = 1, attn_out = 1, dispatch_e = 2;
-  bool engine;  // fp32 gpt/bert: the engine's buffers
+  bool engine;  // fp32 and a spec the engine builds: the engine's buffers
   bool sp, glu, fused, qk_norm, mla, attn_dropout, hidden_dropout, dropless;
 };
 
