@@ -18,6 +18,8 @@
 #include "core/event_log.h"
 #include "core/fs.h"
 #include "elastic/heartbeat_monitor.h"
+#include "model/spec.h"
+#include "plan/engine_support.h"
 #include "test_util.h"
 
 namespace cann {
@@ -337,6 +339,24 @@ TEST(ElasticFlagsTest, BadCombinationsAreUsageErrors) {
   EXPECT_NE(r.output.find("must exceed --heartbeat-interval 0.5"), std::string::npos) << r.output;
   r = test::run_cann({"run", "--max-restarts", "-1"}, 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+// Across elastic nodes each generation has its own world: a dp= given at launch follows it
+// (the trainer says so); on fixed nodes a dp= that the processes do not match is refused.
+TEST(ElasticLayoutRulesTest, ADataParallelDegreeFollowsTheWorldAcrossElasticNodes) {
+  auto spec = model::load_model_spec("gpt_tiny");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto s = plan::parse_strategy("dp=4");
+  ASSERT_TRUE(s.ok());
+  plan::EngineShape shape;
+  shape.world = 2;
+  const Status fixed = plan::engine_supports(*s, *spec, shape);
+  EXPECT_EQ(fixed.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(fixed.message().find("processes were started"), std::string::npos) << fixed.message();
+  shape.elastic_nodes = true;
+  EXPECT_TRUE(plan::engine_supports(*s, *spec, shape).ok());
+  shape.world = 6;
+  EXPECT_TRUE(plan::engine_supports(*s, *spec, shape).ok());
 }
 
 }  // namespace

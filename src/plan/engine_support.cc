@@ -193,7 +193,10 @@ Status engine_supports(const Strategy& s, const model::ModelSpec& spec, const En
   CANN_RETURN_IF_ERROR(model::engine_builds(spec));
   EngineShape run = shape;
   if (run.world <= 0) run.world = (s.dp > 0 ? s.dp : 1) * s.tp * s.pp * s.cp;
-  CANN_RETURN_IF_ERROR(check_layout(s, run.world));
+  // Across elastic nodes each generation has its own world: a dp= given at launch follows it.
+  Strategy layout = s;
+  if (run.elastic_nodes) layout.dp = 0;
+  CANN_RETURN_IF_ERROR(check_layout(layout, run.world));
   const int seq = run.seq_len > 0 ? run.seq_len : spec.seq_length;
   CANN_RETURN_IF_ERROR(check_model_split(s, spec, seq));
   CANN_RETURN_IF_ERROR(check_reduction(s, run));

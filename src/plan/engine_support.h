@@ -55,7 +55,7 @@ struct EngineShape {
   int seq_len = 0;  // tokens per sequence; 0: the model's seq_length
   Compression compress;
   // --elastic across nodes: a generation may change the world size (one node's generations
-  // keep it, and with it the layout).
+  // keep it, and with it the layout), so a dp= given at launch follows each generation's world.
   bool elastic_nodes = false;
 };
 

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "core/log.h"
+
 namespace cann::train {
 namespace {
 
@@ -89,6 +91,10 @@ StatusOr<RunLayout> resolve_run_layout(const TrainConfig& config, const model::M
   l.seq_len = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   plan::Strategy& s = l.strategy;
   s.dp = plan::engine_data_parallel(s, world);
+  if (elastic.nodes && config.strategy.dp > 0 && config.strategy.dp != s.dp && rank == 0)
+    log_info("--strategy dp=" + std::to_string(config.strategy.dp) + ": this generation has " +
+             std::to_string(world) + " processes, so dp=" + std::to_string(s.dp) +
+             " (across elastic nodes dp follows the world; the global batch stays)");
   l.data_world = s.dp;
   l.data_rank = rank / (s.tp * s.cp) % s.dp;
   CANN_RETURN_IF_ERROR(split_batch(config, elastic, &l));
