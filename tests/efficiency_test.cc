@@ -113,6 +113,19 @@ TEST(MultiProcEfficiencyTest, RunPlanMeasuresWhatThePlanPredicted) {
     EXPECT_NEAR(j["energy_kwh_per_step"].get<double>(), 2 * 200.0 * step / 3.6e6, 1e-12);
   }
   EXPECT_EQ(steps, 5);
+  // The run's figures are written into the plan beside the predicted ones.
+  auto after = plan::read_plan_file(dir.file("plan.yaml"));
+  ASSERT_TRUE(after.ok()) << after.status().message();
+  ASSERT_TRUE(after->measured.has_value());
+  for (const char* k : {"tei", "mfu", "scaling_efficiency", "comm_ratio", "goodput"})
+    EXPECT_TRUE(after->measured->efficiency.count(k)) << k;
+  const auto& m = after->measured->efficiency;
+  EXPECT_GT(m.at("tei"), 0.0);
+  EXPECT_LE(m.at("tei"), 1.0);
+  EXPECT_NEAR(m.at("tei"),
+              training_efficiency_index(m.at("scaling_efficiency"), m.at("comm_ratio"),
+                                        m.at("goodput")),
+              1e-5);
 }
 
 }  // namespace

@@ -200,6 +200,7 @@ Status record_plan_run(const PlanFlags& flags, const train::TrainConfig& config,
   m.loss_first = summary.first_loss;
   m.loss_last = summary.last_loss;
   m.val_loss = summary.last_val_loss;
+  m.efficiency = summary.efficiency;
   char when[32];
   const std::time_t now = std::time(nullptr);
   std::tm tm{};

@@ -138,6 +138,8 @@ std::string plan_file_text(const PlanFile& f) {
     out << YAML::Key << "loss_first" << YAML::Value << number(m.loss_first);
     out << YAML::Key << "loss_last" << YAML::Value << number(m.loss_last);
     if (m.val_loss >= 0) out << YAML::Key << "val_loss" << YAML::Value << number(m.val_loss);
+    for (const auto& [k, v] : m.efficiency)
+      out << YAML::Key << k << YAML::Value << number(v);
     out << YAML::Key << "finished_at" << YAML::Value << m.finished_at;
     out << YAML::EndMap;
   }
@@ -210,6 +212,10 @@ StatusOr<PlanFile> read_plan_file(const std::string& path) {
       CANN_ASSIGN_OR_RETURN(r.val_loss, get<double>(m, "val_loss", path, "measured"));
     }
     CANN_ASSIGN_OR_RETURN(r.finished_at, get<std::string>(m, "finished_at", path, "measured"));
+    for (const char* k : {"tei", "mfu", "scaling_efficiency", "comm_ratio", "goodput"}) {
+      if (!m[k]) continue;
+      CANN_ASSIGN_OR_RETURN(r.efficiency[k], get<double>(m, k, path, "measured"));
+    }
     f.measured = r;
   }
   return f;
@@ -261,6 +267,14 @@ std::string plan_diff(const PlanFile& a, const PlanFile& b, const std::string& a
   num("measured.memory_peak_gb", meas(a, &PlanMeasured::memory_peak_gb),
       meas(b, &PlanMeasured::memory_peak_gb));
   num("measured.loss_last", meas(a, &PlanMeasured::loss_last), meas(b, &PlanMeasured::loss_last));
+  for (const char* k : {"tei", "mfu"}) {
+    auto fig = [k](const PlanFile& f) -> std::optional<double> {
+      if (!f.measured) return std::nullopt;
+      const auto it = f.measured->efficiency.find(k);
+      return it == f.measured->efficiency.end() ? std::nullopt : std::optional<double>(it->second);
+    };
+    num(std::string("measured.") + k, fig(a), fig(b));
+  }
   if (rows.empty()) return "the plans are the same\n";
   size_t w0 = 5, w1 = a_name.size(), w2 = b_name.size();
   for (const Row& r : rows) {

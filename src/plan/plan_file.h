@@ -44,6 +44,9 @@ struct PlanMeasured {
   double loss_first = 0, loss_last = 0;
   double val_loss = -1;          // -1: never evaluated
   std::string finished_at;       // UTC, ISO 8601
+  // The leader's efficiency figures by the predicted ones' names (tei, mfu,
+  // scaling_efficiency, comm_ratio, goodput); absent in plans measured before they were kept.
+  std::map<std::string, double> efficiency;
 };
 
 struct PlanFile {

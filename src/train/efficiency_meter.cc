@@ -63,9 +63,29 @@ monitor::RankSnapshot::Efficiency EfficiencyMeter::step(double step_time_s, doub
     e.mfu = mfu->second * step->second / step_time_s;
   else if (devices_.peak_tflops > 0)
     e.mfu = tflops_per_device / devices_.peak_tflops;
+  scaling_.push_back(e.scaling_efficiency);
+  comm_.push_back(e.comm_ratio);
+  if (e.mfu >= 0) mfu_.push_back(e.mfu);
+  goodput_ = e.goodput;
   if (devices_.hourly_usd > 0) e.cost_usd_per_hour = world_ * devices_.hourly_usd;
   if (devices_.watts > 0) e.energy_kwh_per_step = energy_kwh_per_step(world_, devices_.watts, step_time_s);
   return e;
+}
+
+std::map<std::string, double> EfficiencyMeter::summary() const {
+  std::map<std::string, double> out;
+  if (scaling_.empty()) return out;
+  auto median = [](std::vector<double> v) {
+    if (v.size() > 4) v.erase(v.begin(), v.begin() + 2);  // warm-up
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  out["scaling_efficiency"] = median(scaling_);
+  out["comm_ratio"] = median(comm_);
+  out["goodput"] = goodput_;
+  out["tei"] = training_efficiency_index(out["scaling_efficiency"], out["comm_ratio"], goodput_);
+  if (!mfu_.empty()) out["mfu"] = median(mfu_);
+  return out;
 }
 
 }  // namespace cann::train

@@ -13,6 +13,10 @@
 // The last three need the device figures of TrainConfig::devices and are unknown (-1) without.
 #pragma once
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "monitor/snapshot.h"
 #include "train/config.h"
 
@@ -25,8 +29,14 @@ class EfficiencyMeter {
   // One completed step of this rank.
   monitor::RankSnapshot::Efficiency step(double step_time_s, double compute_s,
                                          double comm_exposed_s, double tflops_per_device);
+  // The run's figures by name, for the plan's `measured:`: the medians over its steps (the
+  // first two left out when there are more) of scaling efficiency, comm ratio and MFU, the
+  // goodput at the end, and the TEI of those; empty before any step.
+  std::map<std::string, double> summary() const;
 
  private:
+  std::vector<double> scaling_, comm_, mfu_;
+  double goodput_ = -1;
   TrainConfig::DeviceFigures devices_;
   std::map<std::string, double> predicted_;
   int world_ = 1;

@@ -115,6 +115,12 @@ class StepReporter {
   std::vector<double> link_gbps_;  // the last --link-probe-every measurement
   double last_val_loss_ = -1.0;
   std::unique_ptr<EfficiencyMeter> meter_;
+
+ public:
+  // The run's efficiency figures so far (EfficiencyMeter::summary).
+  std::map<std::string, double> efficiency_summary() const { return meter_->summary(); }
+
+ private:
   monitor::RankSnapshot::Efficiency efficiency_;  // of the last reported step
 };
 

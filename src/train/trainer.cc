@@ -311,6 +311,7 @@ Status Trainer::finish_profile() {
 
 Status Trainer::finish_run(RunSummary* summary, bool show) {
   if (profiler_) CANN_RETURN_IF_ERROR(finish_profile());  // the run ended inside the window
+  summary->efficiency = reporter_->efficiency_summary();
   reporter_->finish();
   // Under model parallelism the export's gather and the sample's forward are collectives, so
   // every rank takes part (the leader writes and prints); under ZeRO stage 3 every rank first

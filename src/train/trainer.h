@@ -19,6 +19,7 @@
 // on (trainer_rejoin.cc).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,7 @@ struct RunSummary {
   double last_val_loss = -1.0;  // -1: never evaluated
   bool interrupted = false;     // stopped by a signal
   std::vector<double> step_times_s;  // this run's steps, in order
+  std::map<std::string, double> efficiency;  // EfficiencyMeter::summary of this rank
 };
 
 class Trainer {
