@@ -87,7 +87,7 @@ TEST(AlertTest, AlertsReachTheWebhook) {
   {
     Hub hub("job-w", 1);
     AlertConfig c;
-    c.webhook = "http://127.0.0.1:" + std::to_string(port) + "/hook";
+    c.routes.webhooks = {"http://127.0.0.1:" + std::to_string(port) + "/hook"};
     c.straggler_interval_s = 1e9;
     AlertEngine alerts(hub, "job-w", c);
     hub.set_observer([&](const RankSnapshot& s) { alerts.observe(s); });

@@ -1,12 +1,14 @@
 // The training loop (see trainer.h).
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 
 #include "core/host.h"
 #include "core/log.h"
+#include "core/pages.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "model/engine_support.h"
@@ -36,6 +38,7 @@ Trainer::~Trainer() = default;
 
 Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   set_num_threads(config_.threads);
+  compute_clock_ = std::make_unique<ComputeClock>();
   comm_ = comm;
   const int world = env != nullptr ? env->world_size : 1, rank = env != nullptr ? env->rank : 0;
   if (env != nullptr) env_ = std::make_unique<DistEnv>(*env);
@@ -141,6 +144,7 @@ Status Trainer::train_steps(RunSummary* summary) {
     if (beacon_) beacon_->set_step(step);
     if (profiler_) profiler_->begin_step(step - start_step_, step + 1);
     const double t0 = now_seconds();
+    const double cpu0 = compute_clock_->cpu_seconds();
     opt_->zero_grads();
     CANN_ASSIGN_OR_RETURN(StepCompute c,
                           parts_->forward_backward(*batches_, *opt_, step, profiler_.get()));
@@ -181,6 +185,11 @@ Status Trainer::train_steps(RunSummary* summary) {
     r.dropped = c.dropped;
     r.samples = batches_->samples_consumed();
     r.memory_bytes = static_cast<int64_t>(memory_bytes(*parts_, *opt_));
+    r.resident_bytes = process_resident_bytes();
+    r.compute_utilization =
+        std::clamp((compute_clock_->cpu_seconds() - cpu0) /
+                       (compute_clock_->threads() * std::max(r.step_time_s, 1e-9)),
+                   0.0, 1.0);
     r.last = done == config_.steps;
     if (step == start_step_) summary->first_loss = r.loss;
     summary->last_loss = r.loss;
