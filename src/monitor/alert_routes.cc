@@ -185,12 +185,15 @@ Status check_alert_routes(const AlertRoutesConfig& c) {
   bool https = false;
   for (const std::string& w : c.webhooks) {
     if (const std::string bad = parse_webhook_url(w, nullptr); !bad.empty())
-      return InvalidArgument("--alert-webhook '" + w + "': " + bad);
+      return InvalidArgument("--alert-webhook '" + w + "': " + bad +
+                             "; hint: give the receiver's http(s) URL, as its service shows it");
     https |= w.rfind("https://", 0) == 0;
   }
   for (const std::string& f : c.webhook_formats)
     if (f != "generic" && f != "slack")
-      return InvalidArgument("--alert-webhook-format '" + f + "': expected generic or slack");
+      return InvalidArgument("--alert-webhook-format '" + f +
+                             "': expected generic or slack; hint: slack for Slack, Mattermost "
+                             "or Rocket.Chat incoming webhooks, generic for anything else");
   const size_t formats = c.webhook_formats.size();
   if (formats > 1 && formats != c.webhooks.size())
     return InvalidArgument("--alert-webhook-format given " + std::to_string(formats) +
@@ -198,7 +201,9 @@ Status check_alert_routes(const AlertRoutesConfig& c) {
                            " webhooks; hint: give one format for all, or one per "
                            "--alert-webhook, in the same order");
   if (!c.webhook_ca.empty()) {
-    if (!https) return InvalidArgument("--alert-webhook-ca needs an https:// --alert-webhook");
+    if (!https)
+      return InvalidArgument("--alert-webhook-ca needs an https:// --alert-webhook; hint: drop "
+                             "it, or give the webhook's https URL");
     if (!std::ifstream(c.webhook_ca).good())
       return InvalidArgument("--alert-webhook-ca '" + c.webhook_ca +
                              "': cannot read the file; hint: give a PEM file of the CA that "
@@ -210,7 +215,8 @@ Status check_alert_routes(const AlertRoutesConfig& c) {
     for (char ch : c.email) plain &= ch > ' ' && ch != 0x7f && ch != ',' && ch != '<';
     if (!plain)
       return InvalidArgument("--alert-email '" + c.email +
-                             "': expected one address, user@host, without spaces");
+                             "': expected one address, user@host, without spaces; hint: give "
+                             "--alert-email once per run, to a list address for several people");
     if (access(c.sendmail.c_str(), X_OK) != 0)
       return InvalidArgument("--alert-sendmail '" + c.sendmail +
                              "': not an executable program; hint: install an MTA that "
