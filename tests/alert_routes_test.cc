@@ -91,13 +91,15 @@ int closed_port() {
 // sendmail stand-in: its arguments to ARGS, its stdin to MAIL.
 std::string fake_sendmail(const test::TempDir& dir) {
   const std::string path = dir.file("sendmail");
-  test::write_text(path, "#!/bin/sh\necho \"$@\" > " + dir.file("args") + "\ncat > " +
-                             dir.file("mail") + "\n");
+  test::write_text(
+      path, "#!/bin/sh\necho \"$@\" > " + dir.file("args") + "\ncat > " + dir.file("mail") + "\n");
   std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   return path;
 }
 
-AlertMessage message() { return {"loss spike at step 812: 3.41 vs median 2.27", 2, 1796230000, "j7"}; }
+AlertMessage message() {
+  return {"loss spike at step 812: 3.41 vs median 2.27", 2, 1796230000, "j7"};
+}
 
 TEST(AlertRoutesTest, HttpsWebhookVerifiesAgainstAPrivateCa) {
   test::TempDir dir;
@@ -259,8 +261,8 @@ TEST(AlertRoutesTest, UnreachableWebhookNeverStopsTraining) {
   test::RunArgs args;
   args.monitor("prometheus").model(dir.file("m.yaml")).steps(40).batch_size(4).seq_len(16);
   args.sample_tokens(0).eval_every(0).quiet();
-  args.flag("--monitor-port", 0).flag("--alert-webhook", "http://127.0.0.1:" +
-                                                             std::to_string(closed_port()) + "/x");
+  args.flag("--monitor-port", 0)
+      .flag("--alert-webhook", "http://127.0.0.1:" + std::to_string(closed_port()) + "/x");
   const auto r = run_with_env(args, 120, {"CANN_TRAIN_FAULT_ALERT=5"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("done: steps 1..40"), std::string::npos) << r.output;

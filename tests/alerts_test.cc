@@ -131,8 +131,8 @@ TEST(AlertTest, TensorBoardScalarsFromARealRun) {
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(files[0].filename().string().rfind("events.out.tfevents.", 0), 0u);
   const std::string bytes = test::read_text(files[0].string());
-  for (const char* tag :
-       {"train/loss", "train/learning_rate", "perf/tokens_per_second", "eval/loss"})
+  for (const char* tag : {"train/loss", "train/learning_rate", "perf/tokens_per_second",
+                          "eval/loss", "perf/compute_utilization", "memory/fragmentation_bytes"})
     EXPECT_NE(bytes.find(tag), std::string::npos) << tag;
 }
 

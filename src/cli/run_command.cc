@@ -295,7 +295,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     const monitor::AlertRoutesConfig& routes = config->alerts.routes;
     if (!config->monitor && (!routes.webhooks.empty() || !routes.email.empty()))
       return report(InvalidArgument(
-          "--alert-webhook/--alert-email: alerts are raised by the job's monitor, which --monitor " +
+          "--alert-webhook/--alert-email: alerts are raised by the job's monitor, which "
+          "--monitor " +
           *monitor_list + " leaves off; hint: add dashboard or prometheus to --monitor"));
     config->monitor_server.port = *monitor_port;
     config->monitor_server.try_next_ports = port_given->count() == 0;

@@ -101,8 +101,8 @@ void AlertDelivery::lane_main(Lane* lane) {
     for (int retry = 0; !done && retry < options_.retries; ++retry) {
       lock.lock();
       // Waits out the back-off unless the owner is going: then no more retries.
-      const bool stop = cv_.wait_for(lock, std::chrono::duration<double>(backoff),
-                                     [&] { return stopping_; });
+      const bool stop =
+          cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return stopping_; });
       lock.unlock();
       if (stop) break;
       done = attempt(lane, m, &last_warning, &unreported);

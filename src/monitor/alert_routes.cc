@@ -202,8 +202,9 @@ Status check_alert_routes(const AlertRoutesConfig& c) {
                            "--alert-webhook, in the same order");
   if (!c.webhook_ca.empty()) {
     if (!https)
-      return InvalidArgument("--alert-webhook-ca needs an https:// --alert-webhook; hint: drop "
-                             "it, or give the webhook's https URL");
+      return InvalidArgument(
+          "--alert-webhook-ca needs an https:// --alert-webhook; hint: drop "
+          "it, or give the webhook's https URL");
     if (!std::ifstream(c.webhook_ca).good())
       return InvalidArgument("--alert-webhook-ca '" + c.webhook_ca +
                              "': cannot read the file; hint: give a PEM file of the CA that "
@@ -259,8 +260,8 @@ std::string alert_email(const std::string& to, const AlertMessage& m) {
   std::tm tm{};
   if (gmtime_r(&t, &tm)) std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
   std::string mail = "To: " + to + "\nSubject: " + subject +
-                     "\nContent-Type: text/plain; charset=utf-8\n\n" + m.text + "\n\njob " +
-                     m.job + ", rank " + std::to_string(m.rank) + ", " + when + "\n";
+                     "\nContent-Type: text/plain; charset=utf-8\n\n" + m.text + "\n\njob " + m.job +
+                     ", rank " + std::to_string(m.rank) + ", " + when + "\n";
   return mail;
 }
 

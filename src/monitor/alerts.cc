@@ -51,8 +51,8 @@ void AlertEngine::observe(const RankSnapshot& s) {
       last_rank0_step_ = s.step;
       if (injected_step_ > 0 && s.step >= injected_step_) {
         alarms.push_back({});
-        alarms.back().message = "injected alert at step " + std::to_string(s.step) +
-                                " (CANN_TRAIN_FAULT_ALERT)";
+        alarms.back().message =
+            "injected alert at step " + std::to_string(s.step) + " (CANN_TRAIN_FAULT_ALERT)";
         injected_step_ = -1;
       }
       for (Alarm& a : series_.observe_step(s.step, s.loss, s.grad_norm, s.step_time_s)) {

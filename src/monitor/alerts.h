@@ -69,7 +69,7 @@ class AlertEngine {
   double last_straggler_check_ = 0.0;
   std::set<int> flagged_;  // ranks named in the last straggler round
   std::set<std::string> flagged_links_;  // links ("2-3") and ranks ("rank 2") named last round
-  int64_t injected_step_ = -1;  // CANN_TRAIN_FAULT_ALERT; -1: none
+  int64_t injected_step_ = -1;           // CANN_TRAIN_FAULT_ALERT; -1: none
   std::unique_ptr<AlertDelivery> delivery_;  // null when no route is configured
 };
 

@@ -11,10 +11,14 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* const kNetCounters[] = {"rx_errors", "tx_errors", "rx_dropped", "tx_dropped"};
-const char* const kInfinibandCounters[] = {
-    "symbol_error",        "port_rcv_errors",    "link_downed",
-    "link_error_recovery", "port_xmit_discards", "port_rcv_remote_physical_errors",
-    "local_link_integrity_errors", "excessive_buffer_overrun_errors"};
+const char* const kInfinibandCounters[] = {"symbol_error",
+                                           "port_rcv_errors",
+                                           "link_downed",
+                                           "link_error_recovery",
+                                           "port_xmit_discards",
+                                           "port_rcv_remote_physical_errors",
+                                           "local_link_integrity_errors",
+                                           "excessive_buffer_overrun_errors"};
 
 // The names in `dir`, sorted (so the exposition's order is stable); none when it is absent.
 std::vector<std::string> entries(const fs::path& dir) {

@@ -33,8 +33,8 @@ struct RankSnapshot {
   double comm_time_s = 0.0;
   double comm_exposed_s = 0.0;
   int64_t comm_bytes_total = 0;  // since the start of the run
-  int64_t memory_bytes = 0;    // live bytes the engine accounts (params, grads, state, arena)
-  int64_t resident_bytes = 0;  // the process's VmRSS when the step was recorded; 0: unknown
+  int64_t memory_bytes = 0;      // live bytes the engine accounts (params, grads, state, arena)
+  int64_t resident_bytes = 0;    // the process's VmRSS when the step was recorded; 0: unknown
   // CPU time the compute threads ran over the step, over threads x step time (core/threads.h
   // ComputeClock); 0..1, -1 when not measured.
   double compute_utilization = -1.0;

@@ -38,7 +38,6 @@ Trainer::~Trainer() = default;
 
 Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   set_num_threads(config_.threads);
-  compute_clock_ = std::make_unique<ComputeClock>();
   comm_ = comm;
   const int world = env != nullptr ? env->world_size : 1, rank = env != nullptr ? env->rank : 0;
   if (env != nullptr) env_ = std::make_unique<DistEnv>(*env);
@@ -140,6 +139,8 @@ Status Trainer::run(RunSummary* summary) {
 // The steps from start_step_ to the end, or to a stop.
 Status Trainer::train_steps(RunSummary* summary) {
   reporter_->start_timing();
+  // On the thread that trains: its OpenMP workers are the ones whose time counts.
+  compute_clock_ = std::make_unique<ComputeClock>();
   for (int step = start_step_; step < config_.steps; ++step) {
     if (beacon_) beacon_->set_step(step);
     if (profiler_) profiler_->begin_step(step - start_step_, step + 1);
