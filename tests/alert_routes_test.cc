@@ -195,6 +195,7 @@ TEST(AlertRoutesTest, UnreachableWebhookWarnsOnceAndDrops) {
   EXPECT_NE(err.find("cannot connect; alerts are queued and retried, training goes on"),
             std::string::npos)
       << err;
+  EXPECT_EQ(err.find("/hook"), std::string::npos) << "the path may hold a secret: " << err;
   ASSERT_EQ(counts.size(), 2u);
   EXPECT_EQ(counts[0].delivered, 0);
   EXPECT_EQ(counts[0].failed_attempts, 15);  // 5 alerts x (1 + 2 retries)

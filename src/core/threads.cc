@@ -32,7 +32,8 @@ int num_threads() {
 }
 
 ComputeClock::ComputeClock() {
-  std::vector<clockid_t> clocks(num_threads() + 1, clockid_t{});
+  // Index t: OpenMP thread t of this thread's team; thread 0 is the calling thread.
+  std::vector<clockid_t> clocks(num_threads(), clockid_t{});
   std::vector<char> found(clocks.size(), 0);
   found[0] = pthread_getcpuclockid(pthread_self(), &clocks[0]) == 0;
 #pragma omp parallel num_threads(num_threads())

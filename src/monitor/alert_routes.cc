@@ -81,7 +81,10 @@ std::string http_error_text(httplib::Error e, long verify_result) {
 class WebhookRoute : public AlertRoute {
  public:
   WebhookRoute(const AlertRoutesConfig& c, const std::string& webhook, ParsedUrl url, bool slack)
-      : url_(webhook), path_(url.path), slack_(slack), client_(url.scheme_host_port) {
+      : shown_(url.scheme_host_port + (url.path == "/" ? "/" : "/...")),
+        path_(url.path),
+        slack_(slack),
+        client_(url.scheme_host_port) {
     const auto t = std::chrono::duration<double>(c.timeout_s);
     client_.set_connection_timeout(t);
     client_.set_read_timeout(t);
@@ -91,7 +94,8 @@ class WebhookRoute : public AlertRoute {
       client_.set_ca_cert_path(c.webhook_ca);
   }
 
-  std::string name() const override { return "webhook " + url_; }
+  // The path is left out: chat services put the webhook's secret there.
+  std::string name() const override { return "webhook " + shown_; }
 
   Status deliver(const AlertMessage& m) override {
     const std::string body = slack_ ? slack_webhook_body(m) : generic_webhook_body(m);
@@ -104,7 +108,7 @@ class WebhookRoute : public AlertRoute {
  private:
   long verify_result() const { return client_.get_openssl_verify_result(); }
 
-  const std::string url_;
+  const std::string shown_;
   const std::string path_;
   const bool slack_;
   httplib::Client client_;

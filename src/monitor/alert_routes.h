@@ -47,10 +47,11 @@ struct AlertMessage {
 class AlertRoute {
  public:
   virtual ~AlertRoute() = default;
-  // "webhook https://host/path", "email ops@example.com": names the route in warnings.
+  // "webhook https://host:8443/...", "email ops@example.com": names the route in warnings.
   virtual std::string name() const = 0;
-  // One attempt. Errors: kUnavailable-like text in a Status (unreachable, HTTP 5xx, sendmail's
-  // exit status), never an exception.
+  // One attempt. Errors: kFailedPrecondition (unreachable, TLS, an HTTP status of 300 or more,
+  // sendmail's exit status or timeout) or kIoError (no pipe, sendmail cannot start), with a
+  // line that says which; never an exception.
   virtual Status deliver(const AlertMessage& m) = 0;
 };
 
