@@ -87,7 +87,7 @@ TEST(AlertTest, AlertsReachTheWebhook) {
   {
     Hub hub("job-w", 1);
     AlertConfig c;
-    c.webhook = "http://127.0.0.1:" + std::to_string(port) + "/hook";
+    c.routes.webhooks = {"http://127.0.0.1:" + std::to_string(port) + "/hook"};
     c.straggler_interval_s = 1e9;
     AlertEngine alerts(hub, "job-w", c);
     hub.set_observer([&](const RankSnapshot& s) { alerts.observe(s); });
@@ -131,8 +131,8 @@ TEST(AlertTest, TensorBoardScalarsFromARealRun) {
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(files[0].filename().string().rfind("events.out.tfevents.", 0), 0u);
   const std::string bytes = test::read_text(files[0].string());
-  for (const char* tag :
-       {"train/loss", "train/learning_rate", "perf/tokens_per_second", "eval/loss"})
+  for (const char* tag : {"train/loss", "train/learning_rate", "perf/tokens_per_second",
+                          "eval/loss", "perf/compute_utilization", "memory/fragmentation_bytes"})
     EXPECT_NE(bytes.find(tag), std::string::npos) << tag;
 }
 

@@ -47,6 +47,7 @@ TEST(EfficiencyTest, TheMeterFollowsTheDefinitions) {
 TEST(EfficiencyTest, SnapshotsAndMetricsCarryMeasuredAndPlanned) {
   monitor::RankSnapshot s;
   s.rank = 0;
+  s.host = "h0";
   s.step = 7;
   s.efficiency = {0.8, 0.1, 0.9, 0.648, 0.35, 3.0, 1e-4};
   s.predicted = {{"tei", 0.7}, {"mfu", 0.4}};
@@ -58,9 +59,11 @@ TEST(EfficiencyTest, SnapshotsAndMetricsCarryMeasuredAndPlanned) {
   monitor::Hub hub("job-eff", 1);
   hub.update(*back);
   const std::string text = hub.prometheus_text();
-  EXPECT_NE(text.find("cann_train_tei{job=\"job-eff\",rank=\"0\"} 0.648"), std::string::npos)
+  EXPECT_NE(text.find("cann_train_tei{job=\"job-eff\",rank=\"0\",host=\"h0\"} 0.648"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find("cann_train_mfu{job=\"job-eff\",rank=\"0\"} 0.35"), std::string::npos);
+  EXPECT_NE(text.find("cann_train_mfu{job=\"job-eff\",rank=\"0\",host=\"h0\"} 0.35"),
+            std::string::npos);
   EXPECT_NE(text.find("cann_train_predicted{job=\"job-eff\",figure=\"tei\"} 0.7"),
             std::string::npos)
       << text;

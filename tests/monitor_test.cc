@@ -40,6 +40,9 @@ RankSnapshot snapshot(int rank, int64_t step) {
   s.comm_exposed_s = 0.01;
   s.comm_bytes_total = 1 << 20;
   s.memory_bytes = 123456789;
+  s.resident_bytes = 223456789;
+  s.compute_utilization = 0.625;
+  s.nic_errors = {{"eth0", "rx_errors", 3}, {"mlx5_0/1", "symbol_error", 0}};
   s.expert_tokens = {10, 20, 30};
   return s;
 }
@@ -56,6 +59,11 @@ TEST(MonitorTest, SnapshotRoundTripKeepsTimePrecision) {
   EXPECT_EQ(back->host, s.host);
   EXPECT_DOUBLE_EQ(back->time, s.time);  // millisecond resolution survives the text form
   EXPECT_EQ(back->expert_tokens, s.expert_tokens);
+  EXPECT_EQ(back->resident_bytes, s.resident_bytes);
+  EXPECT_EQ(back->compute_utilization, s.compute_utilization);
+  ASSERT_EQ(back->nic_errors.size(), 2u);
+  EXPECT_EQ(back->nic_errors[1].device, "mlx5_0/1");
+  EXPECT_EQ(back->nic_errors[0].value, 3);
   EXPECT_FALSE(RankSnapshot::from_json("{not json").ok());
 }
 
@@ -74,6 +82,21 @@ TEST(MonitorTest, PrometheusExpositionIsValid) {
             std::string::npos);
   EXPECT_NE(text.find("cann_train_events_total{job=\"job-1\",kind=\"worker_exited\"} 1"),
             std::string::npos);
+  EXPECT_NE(text.find("cann_train_compute_utilization{job=\"job-1\",rank=\"1\",host=\"host\\\"1\"} "
+                      "0.625"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find(
+          "cann_train_memory_fragmentation_bytes{job=\"job-1\",rank=\"0\",host=\"host\\\"0\"} "
+          "100000000"),
+      std::string::npos);
+  // NIC counters are the host's: once per host, not once per rank.
+  EXPECT_NE(
+      text.find("cann_train_nic_errors_total{job=\"job-1\",host=\"host\\\"1\",device=\"eth0\","
+                "counter=\"rx_errors\"} 3"),
+      std::string::npos)
+      << text;
   if (!have("promtool")) GTEST_SKIP() << "promtool (Debian package prometheus) not installed";
   test::TempDir dir;
   test::write_text(dir.file("metrics.txt"), text);
@@ -82,13 +105,29 @@ TEST(MonitorTest, PrometheusExpositionIsValid) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-TEST(MonitorTest, AlertRulesAreValid) {
+// promtool checks the rules, then runs their unit tests (alerts_test.yml), which must make every
+// rule of alerts.yml fire.
+TEST(MonitorTest, AlertRulesAreValidAndEachFires) {
+  const std::string dir = std::string(CANN_SOURCE_DIR) + "/configs/prometheus/";
+  const std::string rules = test::read_text(dir + "alerts.yml");
+  const std::string tests = test::read_text(dir + "alerts_test.yml");
+  int named = 0;
+  for (size_t at = rules.find("- alert: "); at != std::string::npos;
+       at = rules.find("- alert: ", at + 1), ++named) {
+    const std::string name = rules.substr(at + 9, rules.find('\n', at) - at - 9);
+    const size_t test = tests.find("alertname: " + name + "\n        exp_alerts:");
+    EXPECT_NE(test, std::string::npos) << name << " has no test that fires it";
+  }
+  EXPECT_EQ(named, 8);
   if (!have("promtool")) GTEST_SKIP() << "promtool (Debian package prometheus) not installed";
-  const auto r = test::run_command(
-      {"/bin/sh", "-c",
-       std::string("promtool check rules ") + CANN_SOURCE_DIR + "/configs/prometheus/alerts.yml"});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("SUCCESS: 5 rules found"), std::string::npos) << r.output;
+  const auto check =
+      test::run_command({"/bin/sh", "-c", "promtool check rules " + dir + "alerts.yml"});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("SUCCESS: 8 rules found"), std::string::npos) << check.output;
+  const auto fire =
+      test::run_command({"/bin/sh", "-c", "promtool test rules " + dir + "alerts_test.yml"});
+  EXPECT_EQ(fire.exit_code, 0) << fire.output;
+  EXPECT_NE(fire.output.find("SUCCESS"), std::string::npos) << fire.output;
 }
 
 TEST(MonitorTest, ServerRoutesAndToken) {

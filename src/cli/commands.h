@@ -26,6 +26,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
 // The debugging flags of `cann-train run`: --profile, --profile-dir, --grad-norms,
 // --halt-on-nan.
 void add_run_debug_flags(CLI::App* run, train::TrainConfig* config);
+// --alert-sensitivity and the alert routes: --alert-webhook(-ca, -format), --alert-email,
+// --alert-sendmail (run_alert_flags.cc); checked with monitor::check_alert_routes.
+void add_run_alert_flags(CLI::App* run, train::TrainConfig* config);
 // --init-from / --export-hf (run_weights_flags.cc), and after parsing the model they imply:
 // --init-from's config.json unless --model is given, which must then describe the same model.
 void add_run_weights_flags(CLI::App* run, train::TrainConfig* config);

@@ -205,19 +205,12 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "Where --monitor tensorboard writes events.out.tfevents.* files")
       ->group(kMonitor)
       ->capture_default_str();
-  run->add_option("--alert-sensitivity", config->alerts.sensitivity,
-                  "Anomaly detectors' sensitivity, 0 (fewest alerts) to 1 (most)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->group(kMonitor)
-      ->capture_default_str();
-  run->add_option("--alert-webhook", config->alerts.webhook,
-                  "POST every alert as JSON to this http:// URL")
-      ->group(kMonitor);
   run->add_option("--monitor-token", config->monitor_server.token,
                   "Token for endpoints that change anything (POST /api/stop); default: random, "
                   "printed with the URL")
       ->group(kMonitor);
 
+  add_run_alert_flags(run, config.get());
   add_run_debug_flags(run, config.get());
   add_run_weights_flags(run, config.get());
 
@@ -298,13 +291,13 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       start = comma + 1;
     }
     config->monitor = config->monitor_server.dashboard || config->monitor_server.prometheus;
-    if (!config->alerts.webhook.empty() && config->alerts.webhook.rfind("http://", 0) != 0) {
-      std::fprintf(stderr,
-                   "cann-train run: --alert-webhook '%s': expected an http://HOST[:PORT]/PATH "
-                   "URL (https is not supported)\n",
-                   config->alerts.webhook.c_str());
-      return 2;
-    }
+    if (Status s = monitor::check_alert_routes(config->alerts.routes); !s.ok()) return report(s);
+    const monitor::AlertRoutesConfig& routes = config->alerts.routes;
+    if (!config->monitor && (!routes.webhooks.empty() || !routes.email.empty()))
+      return report(InvalidArgument(
+          "--alert-webhook/--alert-email: alerts are raised by the job's monitor, which "
+          "--monitor " +
+          *monitor_list + " leaves off; hint: add dashboard or prometheus to --monitor"));
     config->monitor_server.port = *monitor_port;
     config->monitor_server.try_next_ports = port_given->count() == 0;
     if (const std::string bad = check_resilience_flags(*resilience); !bad.empty()) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -43,6 +44,18 @@ size_t resident_bytes(const void* p, size_t n) {
   size_t pages = 0;
   for (unsigned char v : vec) pages += v & 1;
   return pages * ps;
+}
+
+int64_t process_resident_bytes() {
+  // /proc files report a size of 0: read line by line until VmRSS.
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long long kb = -1;
+  while (kb < 0 && std::fgets(line, sizeof(line), f) != nullptr)
+    if (std::sscanf(line, "VmRSS: %lld kB", &kb) != 1) kb = -1;
+  std::fclose(f);
+  return kb < 0 ? 0 : static_cast<int64_t>(kb) * 1024;
 }
 
 }  // namespace cann

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace cann {
 
@@ -18,5 +19,8 @@ void zero_and_release(void* p, size_t n);
 // Bytes of the pages overlapping [p, p + n) that are resident in memory (mincore), or 0 when
 // the kernel cannot say.
 size_t resident_bytes(const void* p, size_t n);
+
+// This process's resident set (VmRSS in /proc/self/status), in bytes; 0 when unreadable.
+int64_t process_resident_bytes();
 
 }  // namespace cann

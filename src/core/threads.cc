@@ -2,6 +2,7 @@
 #include "core/threads.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -28,6 +29,29 @@ void set_num_threads(int n) {
 
 int num_threads() {
   return g_threads > 0 ? g_threads : hardware_threads();
+}
+
+ComputeClock::ComputeClock() {
+  // Index t: OpenMP thread t of this thread's team; thread 0 is the calling thread.
+  std::vector<clockid_t> clocks(num_threads(), clockid_t{});
+  std::vector<char> found(clocks.size(), 0);
+  found[0] = pthread_getcpuclockid(pthread_self(), &clocks[0]) == 0;
+#pragma omp parallel num_threads(num_threads())
+  {
+    const int t = omp_get_thread_num();
+    if (t != 0) found[t] = pthread_getcpuclockid(pthread_self(), &clocks[t]) == 0;
+  }
+  for (size_t t = 0; t < clocks.size(); ++t)
+    if (found[t]) clocks_.push_back(clocks[t]);
+}
+
+double ComputeClock::cpu_seconds() const {
+  double sum = 0.0;
+  for (clockid_t c : clocks_) {
+    timespec ts{};
+    if (clock_gettime(c, &ts) == 0) sum += static_cast<double>(ts.tv_sec) + 1e-9 * ts.tv_nsec;
+  }
+  return sum;
 }
 
 const char* blas_core_name() { return openblas_get_corename(); }

@@ -2,6 +2,9 @@
 // share a single pool, so `--threads N` means N busy cores, never N BLAS threads plus N more.
 #pragma once
 
+#include <ctime>
+#include <vector>
+
 namespace cann {
 
 // Number of online cores of this machine.
@@ -16,6 +19,23 @@ int num_threads();
 // instead of sharing the core evenly with compute. Returns how many threads could not be
 // changed (lowering priority needs no privilege; raising it back does).
 int set_compute_nice(int nice);
+
+// CPU time the compute threads have run: the calling thread and the OpenMP workers (which run
+// BLAS too), summed from each thread's CPU clock (pthread_getcpuclockid). Over a step, that
+// sum divided by threads x wall time is the fraction of the step the compute threads ran
+// kernels; time a thread sleeps waiting (for a collective, for the next parallel region) is
+// not in it. libgomp lets an idle worker spin briefly before it sleeps, and that spin counts
+// as run time (OMP_WAIT_POLICY=passive removes it). Build it on the training thread after
+// set_num_threads; a worker that exited since is left out of the sum.
+class ComputeClock {
+ public:
+  ComputeClock();
+  double cpu_seconds() const;
+  int threads() const { return static_cast<int>(clocks_.size()); }
+
+ private:
+  std::vector<clockid_t> clocks_;
+};
 
 // The kernel family OpenBLAS uses ("SkylakeX", "Haswell", ...).
 const char* blas_core_name();

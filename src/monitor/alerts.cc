@@ -1,13 +1,12 @@
 // Alert evaluation and delivery.
 #include "monitor/alerts.h"
 
-#include <httplib.h>
-
 #include <algorithm>
+#include <cstdlib>
 
-#include "core/json_line.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "monitor/alert_delivery.h"
 #include "monitor/stragglers.h"
 
 namespace cann::monitor {
@@ -36,17 +35,13 @@ AlertEngine::AlertEngine(Hub& hub, std::string job, AlertConfig config)
       config_(std::move(config)),
       series_(series_options(config_.sensitivity)),
       last_straggler_check_(now_seconds()) {
-  if (!config_.webhook.empty()) webhook_thread_ = std::thread([this] { webhook_main(); });
+  auto routes = make_alert_routes(config_.routes);
+  if (!routes.empty()) delivery_ = std::make_unique<AlertDelivery>(std::move(routes));
+  if (const char* step = std::getenv("CANN_TRAIN_FAULT_ALERT")) injected_step_ = std::atoll(step);
 }
 
-AlertEngine::~AlertEngine() {
-  {
-    std::lock_guard<std::mutex> lock(webhook_mutex_);
-    stopping_ = true;
-  }
-  webhook_cv_.notify_all();
-  if (webhook_thread_.joinable()) webhook_thread_.join();
-}
+// The delivery threads finish (within their drain time) before the engine goes.
+AlertEngine::~AlertEngine() = default;
 
 void AlertEngine::observe(const RankSnapshot& s) {
   std::vector<Alarm> alarms;
@@ -54,6 +49,12 @@ void AlertEngine::observe(const RankSnapshot& s) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (s.rank == 0 && s.step > last_rank0_step_) {
       last_rank0_step_ = s.step;
+      if (injected_step_ > 0 && s.step >= injected_step_) {
+        alarms.push_back({});
+        alarms.back().message =
+            "injected alert at step " + std::to_string(s.step) + " (CANN_TRAIN_FAULT_ALERT)";
+        injected_step_ = -1;
+      }
       for (Alarm& a : series_.observe_step(s.step, s.loss, s.grad_norm, s.step_time_s)) {
         if (s.step < quiet_until_[a.series]) continue;
         quiet_until_[a.series] = s.step + kQuietSteps;
@@ -142,43 +143,9 @@ void AlertEngine::check_stragglers() {
 
 void AlertEngine::raise(const std::string& message, int rank) {
   log_warning("alert: " + message);
-  hub_.add_event({unix_seconds(), "alert", rank, message});
-  if (config_.webhook.empty()) return;
-  JsonLine j;
-  j.add("alert", message).add("rank", rank).add("time", unix_seconds()).add("job", job_);
-  {
-    std::lock_guard<std::mutex> lock(webhook_mutex_);
-    if (webhook_queue_.size() < 100) webhook_queue_.push_back(j.str());
-  }
-  webhook_cv_.notify_all();
-}
-
-// POSTs queued alerts, one at a time, with short timeouts; failures are logged, not retried.
-void AlertEngine::webhook_main() {
-  const std::string& url = config_.webhook;
-  const std::string scheme = "http://";
-  std::string rest = url.rfind(scheme, 0) == 0 ? url.substr(scheme.size()) : url;
-  const size_t slash = rest.find('/');
-  const std::string host_port = rest.substr(0, slash);
-  const std::string path = slash == std::string::npos ? "/" : rest.substr(slash);
-  httplib::Client client(scheme + host_port);
-  client.set_connection_timeout(2, 0);
-  client.set_read_timeout(2, 0);
-  client.set_write_timeout(2, 0);
-  while (true) {
-    std::string body;
-    {
-      std::unique_lock<std::mutex> lock(webhook_mutex_);
-      webhook_cv_.wait(lock, [&] { return stopping_ || !webhook_queue_.empty(); });
-      if (webhook_queue_.empty()) return;
-      body = std::move(webhook_queue_.front());
-      webhook_queue_.pop_front();
-    }
-    auto res = client.Post(path, body, "application/json");
-    if (!res || res->status >= 300)
-      log_warning("alert webhook " + url + ": " +
-                  (res ? "HTTP " + std::to_string(res->status) : std::string("no response")));
-  }
+  const double now = unix_seconds();
+  hub_.add_event({now, "alert", rank, message});
+  if (delivery_) delivery_->send({message, rank, now, job_});
 }
 
 }  // namespace cann::monitor

@@ -12,29 +12,36 @@
 //     at 0.3x the median bandwidth", or the rank when all its links are slow; a link or rank is
 //     named again only after one round without it.
 // An alert is a warning line on stderr ("alert: ..."), an "alert" event in the Hub (the
-// dashboard's timeline, /api/events, cann_train_events_total), and optionally a JSON POST to a
-// webhook ({"alert", "rank", "time", "job"}), sent from a thread of its own so a slow receiver
-// never delays training.
+// dashboard's timeline, /api/events, cann_train_events_total), and, on the routes the config
+// names, a webhook POST (http or https, generic or Slack JSON) and an email through sendmail
+// (alert_routes.h), delivered from threads of their own (alert_delivery.h) so a slow or
+// unreachable receiver never delays training.
+//
+// Fault injection for tests (as CANN_TRAIN_FAULT_GRAD injects a NaN gradient): the environment
+// variable CANN_TRAIN_FAULT_ALERT=STEP raises one alert ("injected alert at step N") when rank
+// 0 first reports a step >= STEP, so a whole run's delivery can be checked without waiting for
+// a detector's warm-up.
 //
 // Thread safety: observe() may be called from any thread; mutex_ guards the detector state.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 
+#include "monitor/alert_routes.h"
 #include "monitor/detectors.h"
 #include "monitor/hub.h"
 
 namespace cann::monitor {
 
+class AlertDelivery;
+
 struct AlertConfig {
   double sensitivity = 0.5;  // 0..1 (see sensitivity_factor)
-  std::string webhook;       // http://HOST[:PORT]/PATH; empty: none
+  AlertRoutesConfig routes;  // webhook, email; none by default
   double straggler_interval_s = 10.0;
 };
 
@@ -51,7 +58,6 @@ class AlertEngine {
 
  private:
   void raise(const std::string& message, int rank);
-  void webhook_main();
 
   Hub& hub_;
   const std::string job_;
@@ -63,12 +69,8 @@ class AlertEngine {
   double last_straggler_check_ = 0.0;
   std::set<int> flagged_;  // ranks named in the last straggler round
   std::set<std::string> flagged_links_;  // links ("2-3") and ranks ("rank 2") named last round
-  // Webhook queue (its own mutex so raise() never waits on the network).
-  std::mutex webhook_mutex_;
-  std::condition_variable webhook_cv_;
-  std::deque<std::string> webhook_queue_;
-  bool stopping_ = false;
-  std::thread webhook_thread_;
+  int64_t injected_step_ = -1;           // CANN_TRAIN_FAULT_ALERT; -1: none
+  std::unique_ptr<AlertDelivery> delivery_;  // null when no route is configured
 };
 
 }  // namespace cann::monitor

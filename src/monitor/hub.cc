@@ -110,6 +110,7 @@ std::string Hub::prometheus_text() const {
     const char* type;
     const char* help;
     double (*get)(const RankSnapshot&);
+    bool (*reported)(const RankSnapshot&) = nullptr;  // null: every rank reports it
   };
   static const Gauge kGauges[] = {
       {"cann_train_step", "gauge", "Optimizer steps completed.",
@@ -149,33 +150,70 @@ std::string Hub::prometheus_text() const {
       {"cann_train_last_step_timestamp_seconds", "gauge", "Unix time the last step finished.",
        [](const RankSnapshot& s) { return s.time; }},
   };
+  // Measured only where the rank reports them (older workers, other launchers may not).
+  static const Gauge kMeasured[] = {
+      {"cann_train_compute_utilization", "gauge",
+       "Fraction of the last step the compute threads ran kernels (their CPU time over threads "
+       "x step time).",
+       [](const RankSnapshot& s) { return s.compute_utilization; },
+       [](const RankSnapshot& s) { return s.compute_utilization >= 0; }},
+      {"cann_train_resident_memory_bytes", "gauge", "Resident set (VmRSS) of the rank's process.",
+       [](const RankSnapshot& s) { return static_cast<double>(s.resident_bytes); },
+       [](const RankSnapshot& s) { return s.resident_bytes > 0; }},
+      {"cann_train_memory_fragmentation_bytes", "gauge",
+       "Resident set minus the live bytes the engine accounts (cann_train_memory_bytes): "
+       "allocator slack, freed pages not returned, libraries and buffers outside the engine.",
+       [](const RankSnapshot& s) { return static_cast<double>(s.resident_bytes - s.memory_bytes); },
+       [](const RankSnapshot& s) { return s.resident_bytes > 0; }},
+  };
+  const auto rank_labels = [&](int rank, const RankSnapshot& s) {
+    return job + ",rank=\"" + std::to_string(rank) + "\",host=\"" + label_value(s.host) + "\"";
+  };
   for (const Gauge& g : kGauges) {
     header(out, g.name, g.type, g.help);
-    for (const auto& [rank, s] : latest_)
-      sample(out, g.name,
-             job + ",rank=\"" + std::to_string(rank) + "\",host=\"" + label_value(s.host) + "\"",
-             g.get(s));
+    for (const auto& [rank, s] : latest_) sample(out, g.name, rank_labels(rank, s), g.get(s));
   }
+  for (const Gauge& g : kMeasured) {
+    bool any = false;
+    for (const auto& [rank, s] : latest_) {
+      if (!g.reported(s)) continue;
+      if (!any) header(out, g.name, g.type, g.help);
+      any = true;
+      sample(out, g.name, rank_labels(rank, s), g.get(s));
+    }
+  }
+  // NIC counters belong to a host: once per host, from its lowest rank that reports them.
+  std::map<std::string, const RankSnapshot*> per_host;
+  for (const auto& [rank, s] : latest_)
+    if (!s.nic_errors.empty()) per_host.emplace(s.host, &s);
+  if (!per_host.empty())
+    header(out, "cann_train_nic_errors_total", "counter",
+           "NIC error counters of the host (/sys/class/net statistics, InfiniBand port counters).");
+  for (const auto& [host, s] : per_host)
+    for (const NicCounter& c : s->nic_errors)
+      sample(out, "cann_train_nic_errors_total",
+             job + ",host=\"" + label_value(host) + "\",device=\"" + label_value(c.device) +
+                 "\",counter=\"" + label_value(c.counter) + "\"",
+             static_cast<double>(c.value));
   // Efficiency, measured per rank where known, and the plan's predictions (rank 0's).
   using Eff = RankSnapshot::Efficiency;
   static const struct {
     const char* name;
-    const char* plan_key;
     const char* help;
     double Eff::*field;
   } kEfficiency[] = {
-      {"cann_train_tei", "tei", "Training efficiency index: scaling x (1 - comm) x goodput.",
+      {"cann_train_tei", "Training efficiency index: scaling x (1 - comm) x goodput.",
        &Eff::tei},
-      {"cann_train_scaling_efficiency", "scaling_efficiency",
+      {"cann_train_scaling_efficiency",
        "Model compute over the step time less exposed communication.", &Eff::scaling_efficiency},
-      {"cann_train_comm_ratio", "comm_ratio", "Exposed communication over the step time.",
+      {"cann_train_comm_ratio", "Exposed communication over the step time.",
        &Eff::comm_ratio},
-      {"cann_train_goodput", "goodput", "Kept training time over this process's wall time.",
+      {"cann_train_goodput", "Kept training time over this process's wall time.",
        &Eff::goodput},
-      {"cann_train_mfu", "mfu", "Model FLOPs utilization of the last step.", &Eff::mfu},
-      {"cann_train_cost_usd_per_hour", "cost_usd_per_hour", "The job's devices' cost per hour.",
+      {"cann_train_mfu", "Model FLOPs utilization of the last step.", &Eff::mfu},
+      {"cann_train_cost_usd_per_hour", "The job's devices' cost per hour.",
        &Eff::cost_usd_per_hour},
-      {"cann_train_energy_kwh_per_step", "energy_kwh_per_step",
+      {"cann_train_energy_kwh_per_step",
        "Energy of the last step over the job's devices (their rated power).",
        &Eff::energy_kwh_per_step},
   };
@@ -186,7 +224,7 @@ std::string Hub::prometheus_text() const {
     header(out, f.name, "gauge", f.help);
     for (const auto& [rank, s] : latest_)
       if (s.efficiency.*f.field >= 0)
-        sample(out, f.name, job + ",rank=\"" + std::to_string(rank) + "\"", s.efficiency.*f.field);
+        sample(out, f.name, rank_labels(rank, s), s.efficiency.*f.field);
   }
   if (const auto r0 = latest_.find(0); r0 != latest_.end() && !r0->second.predicted.empty()) {
     header(out, "cann_train_predicted", "gauge",

@@ -32,7 +32,14 @@ std::string RankSnapshot::to_json() const {
       .add("comm_exposed_s", comm_exposed_s)
       .add("comm_bytes_total", comm_bytes_total)
       .add("memory_bytes", memory_bytes)
+      .add("resident_bytes", resident_bytes)
+      .add("compute_utilization", compute_utilization)
       .add("expert_tokens", expert_tokens);
+  if (!nic_errors.empty()) {
+    nlohmann::json nics = nlohmann::json::array();
+    for (const NicCounter& c : nic_errors) nics.push_back({c.device, c.counter, c.value});
+    j.add_raw("nic_errors", nics.dump());
+  }
   if (!link_gbps.empty()) {
     std::string links = "[";
     for (size_t i = 0; i < link_gbps.size(); ++i) {
@@ -86,6 +93,12 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
     s.comm_exposed_s = num("comm_exposed_s", 0.0);
     s.comm_bytes_total = j.value("comm_bytes_total", int64_t{0});
     s.memory_bytes = j.value("memory_bytes", int64_t{0});
+    s.resident_bytes = j.value("resident_bytes", int64_t{0});
+    s.compute_utilization = num("compute_utilization", -1.0);
+    if (j.contains("nic_errors") && j["nic_errors"].is_array())
+      for (const auto& c : j["nic_errors"])
+        s.nic_errors.push_back(
+            {c.at(0).get<std::string>(), c.at(1).get<std::string>(), c.at(2).get<int64_t>()});
     if (j.contains("expert_tokens"))
       s.expert_tokens = j["expert_tokens"].get<std::vector<int64_t>>();
     if (j.contains("link_gbps") && j["link_gbps"].is_array()) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "monitor/nic_counters.h"
 
 namespace cann::monitor {
 
@@ -33,7 +34,12 @@ struct RankSnapshot {
   double comm_time_s = 0.0;
   double comm_exposed_s = 0.0;
   int64_t comm_bytes_total = 0;  // since the start of the run
-  int64_t memory_bytes = 0;
+  int64_t memory_bytes = 0;      // live bytes the engine accounts (params, grads, state, arena)
+  int64_t resident_bytes = 0;    // the process's VmRSS when the step was recorded; 0: unknown
+  // CPU time the compute threads ran over the step, over threads x step time (core/threads.h
+  // ComputeClock); 0..1, -1 when not measured.
+  double compute_utilization = -1.0;
+  std::vector<NicCounter> nic_errors;  // this host's NIC error counters (nic_counters.h)
   std::vector<int64_t> expert_tokens;  // tokens routed per expert (summed over MoE layers)
   // The last link probe (run --link-probe-every): GB/s this rank measured receiving from each
   // peer, indexed by peer rank; <= 0 where not measured (itself). Empty when no probe ran.

@@ -164,6 +164,12 @@ Status StepReporter::write_tensorboard(const StepRecord& r) {
   if (tb.ok()) tb = tensorboard_->add_scalar("train/grad_norm", r.grad_norm, step, wall);
   if (tb.ok()) tb = tensorboard_->add_scalar("perf/step_seconds", r.step_time_s, step, wall);
   if (tb.ok()) tb = tensorboard_->add_scalar("perf/tokens_per_second", tokens_per_s, step, wall);
+  if (tb.ok() && r.compute_utilization >= 0)
+    tb = tensorboard_->add_scalar("perf/compute_utilization", r.compute_utilization, step, wall);
+  if (tb.ok() && r.resident_bytes > 0)
+    tb = tensorboard_->add_scalar("memory/fragmentation_bytes",
+                                  static_cast<double>(r.resident_bytes - r.memory_bytes), step,
+                                  wall);
   if (tb.ok() && place_.world_size > 1)
     tb = tensorboard_->add_scalar("perf/comm_exposed_ratio", r.comm.comm_exposed_s / r.step_time_s,
                                   step, wall);
@@ -207,6 +213,13 @@ void StepReporter::publish_snapshot(const StepRecord& r) {
   snap.comm_exposed_s = r.comm.comm_exposed_s;
   snap.comm_bytes_total = comm_bytes_total_;
   snap.memory_bytes = r.memory_bytes;
+  snap.resident_bytes = r.resident_bytes;
+  snap.compute_utilization = r.compute_utilization;
+  if (nic_read_time_ < 0 || now_seconds() - nic_read_time_ >= 1.0) {
+    nic_errors_ = monitor::read_nic_counters();
+    nic_read_time_ = now_seconds();
+  }
+  snap.nic_errors = nic_errors_;
   snap.expert_tokens = expert_tokens_total_;
   snap.link_gbps = link_gbps_;
   snap.efficiency = efficiency_;

@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "monitor/collector.h"
 #include "monitor/job_monitor.h"
+#include "monitor/nic_counters.h"
 #include "monitor/tensorboard.h"
 #include "parallel/reducer.h"
 #include "train/config.h"
@@ -52,6 +53,8 @@ struct StepRecord {
   std::string grad_norms_json;     // --grad-norms: the per-layer norms
   int64_t samples = 0;             // global samples consumed
   int64_t memory_bytes = 0;        // this rank's engine accounting
+  int64_t resident_bytes = 0;      // the process's VmRSS, read with memory_bytes
+  double compute_utilization = -1;  // the compute threads' CPU time / (threads x step time)
   bool last = false;
 };
 
@@ -113,6 +116,8 @@ class StepReporter {
   int64_t comm_bytes_total_ = 0;
   std::vector<int64_t> expert_tokens_total_;
   std::vector<double> link_gbps_;  // the last --link-probe-every measurement
+  std::vector<monitor::NicCounter> nic_errors_;  // read at most once a second
+  double nic_read_time_ = -1.0;
   double last_val_loss_ = -1.0;
   std::unique_ptr<EfficiencyMeter> meter_;
 

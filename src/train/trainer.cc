@@ -1,12 +1,14 @@
 // The training loop (see trainer.h).
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 
 #include "core/host.h"
 #include "core/log.h"
+#include "core/pages.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "model/engine_support.h"
@@ -137,10 +139,13 @@ Status Trainer::run(RunSummary* summary) {
 // The steps from start_step_ to the end, or to a stop.
 Status Trainer::train_steps(RunSummary* summary) {
   reporter_->start_timing();
+  // On the thread that trains: its OpenMP workers are the ones whose time counts.
+  compute_clock_ = std::make_unique<ComputeClock>();
   for (int step = start_step_; step < config_.steps; ++step) {
     if (beacon_) beacon_->set_step(step);
     if (profiler_) profiler_->begin_step(step - start_step_, step + 1);
     const double t0 = now_seconds();
+    const double cpu0 = compute_clock_->cpu_seconds();
     opt_->zero_grads();
     CANN_ASSIGN_OR_RETURN(StepCompute c,
                           parts_->forward_backward(*batches_, *opt_, step, profiler_.get()));
@@ -181,6 +186,11 @@ Status Trainer::train_steps(RunSummary* summary) {
     r.dropped = c.dropped;
     r.samples = batches_->samples_consumed();
     r.memory_bytes = static_cast<int64_t>(memory_bytes(*parts_, *opt_));
+    r.resident_bytes = process_resident_bytes();
+    r.compute_utilization =
+        std::clamp((compute_clock_->cpu_seconds() - cpu0) /
+                       (compute_clock_->threads() * std::max(r.step_time_s, 1e-9)),
+                   0.0, 1.0);
     r.last = done == config_.steps;
     if (step == start_step_) summary->first_loss = r.loss;
     summary->last_loss = r.loss;

@@ -27,6 +27,7 @@
 #include "comm/group.h"
 #include "comm/store.h"
 #include "core/status.h"
+#include "core/threads.h"
 #include "model/spec.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_source.h"
@@ -113,6 +114,7 @@ class Trainer {
   std::unique_ptr<StepReporter> reporter_;
   std::unique_ptr<StepProfiler> profiler_;  // --profile only
   std::unique_ptr<GradWatch> grad_watch_;   // --grad-norms / --halt-on-nan only
+  std::unique_ptr<ComputeClock> compute_clock_;  // the compute threads' CPU time
   int start_step_ = 0;
   bool comm_failed_ = false;  // a collective failed since the last (re)join
 };
