@@ -111,11 +111,26 @@ TEST(PlanCliTest, SearchTextExplainsAndGivesLaunchArguments) {
   const test::CommandResult r = run_cann(
       {"search", "--model", "moe_bert", "--cluster", "1024_ascend910b", "--top", "3"}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* part : {"candidates/s", "strategy", "step s", "tokens/s", "MFU", "TFLOP/s",
-                           "mem peak", "comm", "bubble", "goodput", "likely s",
-                           "What limits it:", "Runner-up",
-                           "--strategy dp=", "--tensor-model-parallel-size",
-                           "--expert-model-parallel-size", "\"zero_optimization\""})
+  for (const char* part : {"candidates/s",
+                           "strategy",
+                           "step s",
+                           "tokens/s",
+                           "MFU",
+                           "mem peak",
+                           "comm",
+                           "bubble",
+                           "goodput",
+                           "TEI",
+                           "$/Mtok",
+                           "J/tok",
+                           "likely s",
+                           "Ranked by throughput: tokens/s, highest first",
+                           "What limits it:",
+                           "Runner-up",
+                           "--strategy dp=",
+                           "--tensor-model-parallel-size",
+                           "--expert-model-parallel-size",
+                           "\"zero_optimization\""})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
 }
 
