@@ -16,15 +16,7 @@ namespace {
 using test::run_cann;
 
 void expect_failure(const std::vector<std::string>& args, const std::vector<std::string>& parts) {
-  const test::CommandResult r = run_cann(args, 120);
-  ASSERT_FALSE(r.timed_out) << "hung";
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  for (const auto& p : parts)
-    EXPECT_NE(r.output.find(p), std::string::npos) << p << "\n" << r.output;
-  std::string out = r.output;
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line:\n" << r.output;
-  EXPECT_EQ(out.rfind("cann-train ", 0), 0u) << r.output;
+  test::expect_one_line_error(run_cann(args, 120), 2, parts);
 }
 
 TEST(PlanCliTest, UnknownNamesListTheAvailableOnes) {

@@ -45,6 +45,12 @@ int fail(const Status& s) {
   return s.exit_code();
 }
 
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
 std::string with_commas(long long v) {
   std::string s = std::to_string(v);
   for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
@@ -58,11 +64,11 @@ int run_search(const SearchFlags& f, const CLI::App& cmd) {
   const bool goodput_given = cmd.count("--min-goodput") > 0;
   if (cost_given && !(f.max_cost_per_hour >= 0))
     return fail(InvalidArgument("--max-cost-per-hour: expected a cost in USD of 0 or more, got " +
-                                std::to_string(f.max_cost_per_hour) +
+                                number_text(f.max_cost_per_hour) +
                                 "; hint: e.g. --max-cost-per-hour 5000"));
   if (goodput_given && !(f.min_goodput >= 0 && f.min_goodput <= 1))
     return fail(InvalidArgument("--min-goodput: expected a fraction in 0..1, got " +
-                                std::to_string(f.min_goodput) + "; hint: e.g. --min-goodput 0.95"));
+                                number_text(f.min_goodput) + "; hint: e.g. --min-goodput 0.95"));
   auto in = plan::load_plan_input(f.model, f.cluster, f.input);
   if (!in.ok()) return fail(in.status());
   const plan::DeviceSpec& dev = in->cluster.device;
@@ -117,7 +123,9 @@ int run_search(const SearchFlags& f, const CLI::App& cmd) {
     if (!s.ok()) return fail(s);
   }
   if (f.json) {
-    std::printf("%s\n", plan::search_json(*in, *r, 2, baseline).c_str());
+    std::printf("%s\n", plan::search_json(*in, *r, 2, baseline,
+                                          baseline ? std::string() : base.status().message())
+                            .c_str());
     return 0;
   }
   const double tokens = static_cast<double>(r->global_batch) * in->model.seq_length;

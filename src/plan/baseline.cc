@@ -36,7 +36,11 @@ StatusOr<Prediction> default_baseline(const PlanInput& in, int gbs) {
 
 StatusOr<Prediction> baseline_of(const PlanInput& in, const std::string& text, int gbs) {
   auto bad = [&](const std::string& why) {
-    return InvalidArgument("--baseline '" + text + "': " + why);
+    return InvalidArgument("--baseline '" + text + "': " + why +
+                           (why.find("hint:") == std::string::npos
+                                ? "; hint: give a strategy as simulate --strategy takes it, e.g. "
+                                  "zero=1 or tp=8,pp=4"
+                                : ""));
   };
   auto parsed = parse_strategy(text);
   if (!parsed.ok()) return bad(parsed.status().message());

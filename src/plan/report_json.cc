@@ -93,11 +93,12 @@ std::string prediction_json(const PlanInput& in, const Prediction& p, int indent
 }
 
 std::string search_json(const PlanInput& in, const SearchResult& r, int indent,
-                        const Prediction* baseline) {
+                        const Prediction* baseline, const std::string& no_baseline) {
   Json j = context(in);
   j["global_batch"] = r.global_batch;
   j["objective"] = std::string(objective_name(r.objective));
   j["objective_quantity"] = std::string(objective_quantity(r.objective));
+  j["candidates_within_limits"] = r.within_limits;
   j["removed_by_cost"] = r.removed_by_cost;
   j["removed_by_goodput"] = r.removed_by_goodput;
   if (baseline) {
@@ -106,6 +107,7 @@ std::string search_json(const PlanInput& in, const SearchResult& r, int indent,
                      {"tokens_per_s", baseline->tokens_per_s}};
   } else {
     j["baseline"] = nullptr;
+    if (!no_baseline.empty()) j["baseline_missing"] = no_baseline;
   }
   j["candidates_in_space"] = r.space;
   j["candidates_evaluated"] = r.evaluated;

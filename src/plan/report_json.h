@@ -18,7 +18,8 @@ std::string prediction_json(const PlanInput& in, const Prediction& p, int indent
 // The search's object: model, cluster, devices, global_batch, objective, candidates_in_space,
 // candidates_evaluated, candidates_pruned, search_time_s, feasible, pareto, baseline (null
 // without one), strategies (with estimated_speedup against the baseline) and pareto_front.
+// `no_baseline` says why there is none (`baseline_missing`).
 std::string search_json(const PlanInput& in, const SearchResult& r, int indent = -1,
-                        const Prediction* baseline = nullptr);
+                        const Prediction* baseline = nullptr, const std::string& no_baseline = "");
 
 }  // namespace cann::plan

@@ -95,7 +95,7 @@ Status constraints_unmet(const PlanInput& in, const SearchOptions& opt, const Se
   if (r.removed_by_cost > 0) {
     char buf[200];
     std::snprintf(buf, sizeof(buf),
-                  "--max-cost-per-hour %.4g removed %s (every layout uses all %d devices: "
+                  "--max-cost-per-hour %.6g removed %s (every layout uses all %d devices: "
                   "$%.4g/h)",
                   opt.max_usd_per_hour, with_commas(r.removed_by_cost).c_str(),
                   in.cluster.num_devices(), usd_per_hour(in.cluster));
@@ -103,7 +103,7 @@ Status constraints_unmet(const PlanInput& in, const SearchOptions& opt, const Se
   }
   if (r.removed_by_goodput > 0) {
     char buf[200];
-    std::snprintf(buf, sizeof(buf), "%s--min-goodput %.4g removed %s (the best reaches %.4f)",
+    std::snprintf(buf, sizeof(buf), "%s--min-goodput %.6g removed %s (the best reaches %.4f)",
                   parts.empty() ? "" : ", ", opt.min_goodput,
                   with_commas(r.removed_by_goodput).c_str(), best_goodput);
     parts += buf;
@@ -206,7 +206,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
   Strategy closest_mem_s, closest_comm_s;
   double closest_mem = INFINITY, closest_comm = INFINITY;
   std::vector<Candidate> fast;  // every candidate meeting the constraints, fast fidelity
-  long long within_limits = 0;  // candidates fitting memory and the communication limit
+  long long& within_limits = r.within_limits;
   double best_goodput = 0;      // the best goodput among them
   r.objective = opt.objective;
 
@@ -398,7 +398,8 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
   });
   if (static_cast<int>(exact.size()) > opt.top_k) exact.resize(opt.top_k);
   r.top = std::move(exact);
-  if (r.feasible.empty()) return constraints_unmet(in, opt, r, within_limits, best_goodput);
+  if (r.feasible.empty() && r.removed_by_cost + r.removed_by_goodput > 0)
+    return constraints_unmet(in, opt, r, within_limits, best_goodput);
   mark_pareto(r.feasible, obj);
   for (const Candidate& cand : r.feasible) r.pareto_count += cand.pareto;
   r.search_time_s = clock.elapsed();

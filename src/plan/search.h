@@ -82,6 +82,7 @@ struct SearchResult {
   // Candidates that fit memory and the communication limit but failed a constraint (one
   // candidate may fail both; the exact re-pricing's removals included).
   long long removed_by_cost = 0, removed_by_goodput = 0;
+  long long within_limits = 0;  // candidates fitting memory and the communication limit
 };
 
 // 2^22 tokens (about 4M) per step, rounded to a power-of-two number of sequences: the batch of
