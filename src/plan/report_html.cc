@@ -226,7 +226,7 @@ objectives();
 
 std::string html_report(const PlanInput& in, const SearchResult& r, const std::string& explanation,
                         const std::string& launch, const Prediction* baseline) {
-  // Points: every Pareto candidate, then the fastest of the rest, the winner first.
+  // Points: every Pareto candidate, then the best of the rest on the objective.
   std::vector<const Candidate*> pts;
   for (const Candidate& c : r.feasible)
     if (c.pareto) pts.push_back(&c);
@@ -234,8 +234,9 @@ std::string html_report(const PlanInput& in, const SearchResult& r, const std::s
     if (pts.size() >= kMaxPoints) break;
     if (!c.pareto) pts.push_back(&c);
   }
-  std::sort(pts.begin(), pts.end(), [](const Candidate* a, const Candidate* b) {
-    return a->tokens_per_s > b->tokens_per_s;
+  // Best on the objective first: the first point is drawn as the winner.
+  std::sort(pts.begin(), pts.end(), [&r](const Candidate* a, const Candidate* b) {
+    return objective_score(r.objective, a->figures()) > objective_score(r.objective, b->figures());
   });
   std::string data = "{\"gbs\":" + std::to_string(r.global_batch) +
                      ",\"limit_gb\":" + num(in.memory_limit_bytes / 1073741824.0) + ",\"points\":[";

@@ -8,7 +8,8 @@
 //    against the baseline (bars);
 //  - the winner's per-stage layer allocation with its time and memory breakdown, the plain
 //    words explanation and the launch arguments.
-// Scatters above kMaxPoints candidates keep every Pareto point and the fastest of the rest.
+// Scatters above kMaxPoints candidates keep every Pareto point and the best of the rest on
+// the objective.
 #pragma once
 
 #include <string>
