@@ -51,11 +51,7 @@ std::string number_text(double v) {
   return buf;
 }
 
-std::string with_commas(long long v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
-  return s;
-}
+using plan::with_commas;
 
 int run_search(const SearchFlags& f, const CLI::App& cmd) {
   auto objective = plan::parse_objective(f.objective);

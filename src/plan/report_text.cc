@@ -323,27 +323,22 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
   return out;
 }
 
-namespace {
-
-// 8030261248 -> "8,030,261,248".
-std::string grouped(double v) {
-  const std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
+std::string with_commas(long long v) {
+  const std::string digits = std::to_string(v);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    if (i > 0 && digits[i - 1] != '-' && (digits.size() - i) % 3 == 0) out.push_back(',');
     out.push_back(digits[i]);
   }
   return out;
 }
 
-}  // namespace
-
 std::string model_summary(const PlanInput& in) {
   const model::ModelSpec& m = in.model;
   std::string out = m.name + ": " + std::string(model::family_name(m.family)) + ", " +
-                    grouped(in.shape.total_params) + " parameters";
+                    with_commas(std::llround(in.shape.total_params)) + " parameters";
   if (in.shape.mtp_params > 0)
-    out += " + " + grouped(in.shape.mtp_params) + " in " +
+    out += " + " + with_commas(std::llround(in.shape.mtp_params)) + " in " +
            std::to_string(m.num_nextn_predict_layers) +
            " multi-token prediction module(s), trained and priced";
   if (m.architecture == model::Architecture::kVit) return out;

@@ -37,6 +37,7 @@ std::string pareto_table(const std::vector<Candidate>& feasible,
 std::string time_shares(const Prediction& p);
 
 std::string format_bytes(double bytes);  // "57.0 GB" (binary GB)
+std::string with_commas(long long v);    // 8030261248 -> "8,030,261,248"
 
 // What the planner read the model as, in one line: family, exact parameter count, blocks,
 // experts, sequence, and the attention kernel it prices; e.g. "llama3_8b: llama, 8,030,261,248

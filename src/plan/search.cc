@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/timer.h"
+#include "plan/report_text.h"
 
 namespace cann::plan {
 namespace {
@@ -72,12 +73,6 @@ double memory_floor(const LayerFloor& f, int L, int pp, int m, double reserved) 
   double inv = 0;
   for (int i = 0; i < pp; ++i) inv += 1 / (f.state + std::min(m, pp - i) * f.activation);
   return L / inv + reserved;
-}
-
-std::string with_commas(long long v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
-  return s;
 }
 
 // Fast-fidelity candidates are ranked by score, ties by throughput, so the order is stable.
