@@ -34,8 +34,8 @@ class BusyLoops {
           CPU_SET(core, &set);
           sched_setaffinity(0, sizeof(set), &set);
           alarm(300);  // never outlive a crashed test
-          for (volatile unsigned long i = 0;; i = i + 1) {
-          }
+          volatile unsigned long spin = 0;
+          while (true) spin = spin + 1;
         }
         if (pid > 0) pids_.push_back(pid);
       }

@@ -21,15 +21,15 @@ LoadReading read_load() {
 }
 
 LoadReading sample_load(int samples, double interval_s) {
-  std::vector<double> runnable;
   LoadReading last;
+  int fewest = 0;
   for (int i = 0; i < samples; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     last = read_load();
     if (!last.ok) return last;
-    runnable.push_back(last.runnable);
+    fewest = i == 0 ? last.runnable : std::min(fewest, last.runnable);
   }
-  last.runnable = static_cast<int>(median(runnable));
+  last.runnable = fewest;
   return last;
 }
 

@@ -30,8 +30,9 @@ struct LoadReading {
 };
 // One read of /proc/loadavg.
 LoadReading read_load();
-// `samples` reads `interval_s` apart; the median runnable count, the last load average (a
-// single read catches short-lived tasks).
+// `samples` reads `interval_s` apart; the smallest runnable count, the last load average. A
+// task that keeps a core busy is runnable in every read; a short-lived one (a worker of the
+// measurement still exiting, a cron job) is not, and one read would count it.
 LoadReading sample_load(int samples = 5, double interval_s = 0.1);
 
 // (largest - smallest) / median; 0 for fewer than two values.
