@@ -128,6 +128,18 @@ void expect_run_usage_errors(const std::vector<std::vector<std::string>>& flag_l
   }
 }
 
+void expect_one_line_error(const CommandResult& r, int exit_code,
+                           const std::vector<std::string>& parts, const std::string& prefix) {
+  ASSERT_FALSE(r.timed_out) << "hung";
+  EXPECT_EQ(r.exit_code, exit_code) << r.output;
+  for (const auto& p : parts)
+    EXPECT_NE(r.output.find(p), std::string::npos) << p << "\n" << r.output;
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line:\n" << r.output;
+  EXPECT_EQ(out.rfind(prefix, 0), 0u) << r.output;
+}
+
 double expect_tensors_close(const model::ParamTable& table, const std::vector<float>& ref,
                             const std::vector<float>& got, double tol, const std::string& what) {
   double worst = 0;

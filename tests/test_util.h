@@ -42,6 +42,12 @@ CommandResult run_cann(const std::vector<std::string>& args, double timeout_s = 
 // exit 2 and one line of output that carries a hint.
 void expect_run_usage_errors(const std::vector<std::vector<std::string>>& flag_lists);
 
+// Expects a failure of exit status `exit_code` that is one line starting with `prefix` and
+// containing every one of `parts`.
+void expect_one_line_error(const CommandResult& r, int exit_code,
+                           const std::vector<std::string>& parts,
+                           const std::string& prefix = "cann-train ");
+
 void write_text(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
 

@@ -46,6 +46,13 @@ std::string describe(const Priced& p, int processes, int threads) {
 StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores) {
   CANN_ASSIGN_OR_RETURN(model::ModelSpec spec, model::load_model_spec(config.model));
   CANN_ASSIGN_OR_RETURN(plan::ClusterSpec cluster, local_cluster(cores, cores, "auto", false));
+  // Once per run: the figures the choice rests on were measured while the machine was busy.
+  if (!cluster.measured_under_load.empty())
+    std::fprintf(stderr,
+                 "auto: warning: the calibrated spec %s was measured under load (%s), so this "
+                 "choice may be wrong; hint: rerun `cann-train bench calibrate` on a quiet "
+                 "machine\n",
+                 cluster.source.c_str(), cluster.measured_under_load.c_str());
   const int seq = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   const int gbs = config.batch_size;
   const plan::EngineBuckets buckets = plan::EngineBuckets::of_mib(config.bucket_mb);

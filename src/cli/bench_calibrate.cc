@@ -3,6 +3,9 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,8 +15,10 @@
 
 #include "comm/group.h"
 #include "core/fs.h"
+#include "core/machine_load.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "elastic/agent.h"
 #include "kernels/cpu/linear.h"
 #include "plan/cluster.h"
 #include "train/distributed.h"
@@ -53,6 +58,24 @@ StatusOr<double> allreduce_seconds(comm::Group& g, size_t count, int reps) {
   return static_cast<double>(t);
 }
 
+// Each measurement is taken this many times: the median is kept, the spread judged.
+constexpr int kRepeats = 3;
+
+// This process's CPU time, all its threads.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// The agent's reading before it started the workers: "load1 runnable" (calibrate_env_before).
+LoadReading reading_from_env() {
+  LoadReading r;
+  if (const char* v = std::getenv(kCalibrateBeforeEnv))
+    r.ok = std::sscanf(v, "%lf %d", &r.load1, &r.runnable) == 2;
+  return r;
+}
+
 double mem_total_gb() {
   long long kb = 0;
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
@@ -78,34 +101,125 @@ double gemm_gflops(int m, int n, int k) {
   return flops * reps / (now_seconds() - t0) / 1e9;
 }
 
-Status run_calibrate_worker(const train::DistEnv& env, const std::string& output) {
+int run_calibrate_agent(int nproc, bool accept_busy, const std::vector<std::string>& worker_args) {
+  auto fail = [](const std::string& message, int code) {
+    std::fprintf(stderr, "cann-train bench: error: %s\n", message.c_str());
+    return code;
+  };
+  // Read before any worker starts, so every runnable task but this one is someone else's.
+  const LoadReading before = sample_load();
+  char reading[64];
+  std::snprintf(reading, sizeof(reading), "%.2f %d", before.load1, before.runnable);
+  if (before.ok) setenv(kCalibrateBeforeEnv, reading, 1);
+  char verdict[] = "/tmp/cann-train-calibrate-XXXXXX";
+  const int fd = mkstemp(verdict);
+  if (fd < 0)
+    return fail("cannot create a temporary file in /tmp; hint: check that it is writable", 1);
+  close(fd);
+  setenv(kCalibrateVerdictEnv, verdict, 1);
+  elastic::AgentConfig ac;
+  ac.nproc_per_node = nproc > 0 ? nproc : hardware_threads();
+  ac.worker_args = worker_args;
+  ac.plain_rank0_stdout = true;
+  auto code = elastic::run_agent(ac);
+  auto busy = read_file(verdict);
+  std::remove(verdict);
+  if (!code.ok()) return fail(code.status().message(), code.status().exit_code());
+  if (*code == 0 && busy.ok() && !busy->empty() && !accept_busy)
+    return fail("the machine is busy: " + *busy +
+                    "; the cluster spec was not written; hint: wait for the other work to "
+                    "finish, or pass --accept-busy to keep a spec measured under load",
+                1);
+  return *code;
+}
+
+Status run_calibrate_worker(const train::DistEnv& env, const std::string& output,
+                            bool accept_busy) {
   set_num_threads(1);
   const int P = env.world_size;
   train::CommConfig cc;
   cc.backend = "shm";
   CANN_ASSIGN_OR_RETURN(auto shm, train::make_world_group(env, cc));
-  // GEMMs and copies on every device at once.
+  // GEMMs and copies on every device at once, each kRepeats times: the median kept, the
+  // largest spread and the smallest share of a core this process got judged below.
   CANN_RETURN_IF_ERROR(shm->barrier()->wait());
   std::vector<float> gemm;
-  for (const GemmShape& s : kShapes) gemm.push_back(static_cast<float>(gemm_gflops(s.m, s.n, s.k)));
-  float copy = static_cast<float>(copy_GBps());
-  // Each figure as the slowest device measured it.
+  float worst[2] = {0, 0};  // largest spread; 1 - smallest CPU share
+  int worst_of = -1;        // which measurement: a shape's index, or kShapes' size for the copy
+  const double cpu0 = process_cpu_seconds(), wall0 = now_seconds();
+  auto judge = [&](const std::vector<double>& v, int which) {
+    const double sp = spread(v);
+    if (sp > worst[0]) worst[0] = static_cast<float>(sp), worst_of = which;
+    return median(v);
+  };
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    std::vector<double> reps;
+    for (int r = 0; r < kRepeats; ++r)
+      reps.push_back(gemm_gflops(kShapes[i].m, kShapes[i].n, kShapes[i].k));
+    gemm.push_back(static_cast<float>(judge(reps, static_cast<int>(i))));
+  }
+  std::vector<double> copies;
+  for (int r = 0; r < kRepeats; ++r) copies.push_back(copy_GBps());
+  float copy = static_cast<float>(judge(copies, static_cast<int>(std::size(kShapes))));
+  worst[1] = static_cast<float>(
+      std::max(0.0, 1 - (process_cpu_seconds() - cpu0) / std::max(now_seconds() - wall0, 1e-9)));
+  // Each figure as the average device measured it; the worst spread and share of any device.
+  float mine[2] = {worst[0], static_cast<float>(worst_of)};
   CANN_RETURN_IF_ERROR(
       shm->allreduce(gemm.data(), gemm.size(), comm::DataType::kFloat32, comm::ReduceOp::kAvg)
           ->wait());
   CANN_RETURN_IF_ERROR(
       shm->allreduce(&copy, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)->wait());
+  CANN_RETURN_IF_ERROR(
+      shm->allreduce(worst, 2, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
+  // Collective timings: the median of kRepeats; their spread is not judged (a latency of tens
+  // of microseconds varies with every wake-up, loaded or not).
   const double big = 64.0 * (1 << 20);
   const double bus = P > 1 ? 2.0 * (P - 1) / P : 1.0;
-  CANN_ASSIGN_OR_RETURN(double t_big, allreduce_seconds(*shm, static_cast<size_t>(big / 4), 10));
-  CANN_ASSIGN_OR_RETURN(double t_small, allreduce_seconds(*shm, 2, 200));
+  auto timed = [&](comm::Group& g, size_t count, int reps) -> StatusOr<double> {
+    std::vector<double> t;
+    for (int r = 0; r < kRepeats; ++r) {
+      CANN_ASSIGN_OR_RETURN(double s, allreduce_seconds(g, count, reps));
+      t.push_back(s);
+    }
+    return median(t);
+  };
+  CANN_ASSIGN_OR_RETURN(double t_big, timed(*shm, static_cast<size_t>(big / 4), 10));
+  CANN_ASSIGN_OR_RETURN(double t_small, timed(*shm, 2, 200));
   train::DistEnv genv = env;
   genv.job_id = env.job_id + "/calibrate-gloo";
   cc.backend = "gloo";
   CANN_ASSIGN_OR_RETURN(auto gloo, train::make_world_group(genv, cc));
-  CANN_ASSIGN_OR_RETURN(double g_big, allreduce_seconds(*gloo, static_cast<size_t>(big / 4), 3));
-  CANN_ASSIGN_OR_RETURN(double g_small, allreduce_seconds(*gloo, 2, 50));
+  CANN_ASSIGN_OR_RETURN(double g_big, timed(*gloo, static_cast<size_t>(big / 4), 3));
+  CANN_ASSIGN_OR_RETURN(double g_small, timed(*gloo, 2, 50));
   if (env.rank != 0) return OkStatus();
+
+  // The load after: the other workers are leaving; give them a moment, then count.
+  MeasurementNoise noise;
+  noise.before = reading_from_env();
+  noise.own_before = 1;  // the agent that read it
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  noise.after = sample_load();
+  noise.own_after = 1;
+  noise.max_spread = worst[0];
+  const int which = mine[0] == worst[0] ? static_cast<int>(mine[1]) : -1;
+  char what[64] = "a measurement";
+  if (which >= 0 && which < static_cast<int>(std::size(kShapes)))
+    std::snprintf(what, sizeof(what), "GEMM %dx%dx%d", kShapes[which].m, kShapes[which].n,
+                  kShapes[which].k);
+  else if (which == static_cast<int>(std::size(kShapes)))
+    std::snprintf(what, sizeof(what), "memory copy");
+  noise.max_spread_of = what;
+  noise.min_cpu_share = 1 - worst[1];
+  const std::string busy = busy_reasons(noise, hardware_threads(), P);
+  if (!busy.empty() && !accept_busy) {
+    // The agent says it in one line (calibrate_verdict_path); run directly, say it here.
+    if (const char* verdict = std::getenv(kCalibrateVerdictEnv))
+      return write_file_atomic(verdict, busy);
+    return FailedPrecondition("the machine is busy: " + busy +
+                              "; the cluster spec was not written; hint: wait for the other "
+                              "work to finish, or pass --accept-busy to keep it anyway");
+  }
 
   const double peak_gflops = *std::max_element(gemm.begin(), gemm.end());
   const double intra_GBps = big * bus / t_big / 1e9;
@@ -130,6 +244,12 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
                   gemm[i]);
     yaml += buf;
   }
+  std::snprintf(buf, sizeof(buf),
+                "\n# %d repeats of each: largest spread %.1f%% (%s), smallest CPU share %.0f%%; "
+                "load average %.2f before, %.2f after.",
+                kRepeats, 100 * noise.max_spread, noise.max_spread_of.c_str(),
+                100 * noise.min_cpu_share, noise.before.load1, noise.after.load1);
+  yaml += buf;
   yaml +=
       "\n# inter_node is the gloo backend over loopback TCP: this machine has no network link.\n"
       "# precision fp32: the engine trains in fp32, so the planner counts its own buffers.\n";
@@ -147,6 +267,8 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
                 "interconnect: tcp-loopback}\n",
                 intra_GBps, t_small * 1e6 / steps, inter_GBps, g_small * 1e6 / steps);
   yaml += buf;
+  // Kept under load only with --accept-busy, and marked so: `run --strategy auto` warns.
+  if (!busy.empty()) yaml += "measured_under_load: \"" + busy + "\"\n";
   const std::string path = output.empty() ? plan::calibrated_cluster_dir() + "/local.yaml" : output;
   const size_t slash = path.rfind('/');
   if (slash != std::string::npos) CANN_RETURN_IF_ERROR(make_dirs(path.substr(0, slash)));

@@ -78,6 +78,7 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
   struct CalibrateFlags {
     int nproc = 0;
     std::string output;
+    bool accept_busy = false;
   };
   auto cf = std::make_shared<CalibrateFlags>();
   CLI::App* calibrate = bench->add_subcommand(
@@ -89,6 +90,8 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
   calibrate->add_option("--output", cf->output,
                         "Where to write the spec (default: $CANN_TRAIN_HOME/clusters/local.yaml, "
                         "$CANN_TRAIN_HOME defaulting to ~/.cann-train)");
+  calibrate->add_flag("--accept-busy", cf->accept_busy,
+                      "Write the spec even when the machine is busy (marked measured under load)");
 
   auto [plan_vs_real, plan_vs_real_main] = add_plan_vs_real_command(bench);
 
@@ -102,16 +105,9 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
     auto env = train::detect_dist_env();
     if (!env.ok()) return fail(env.status());
     if (calibrate->parsed()) {
-      if (!env->has_value()) {
-        elastic::AgentConfig ac;
-        ac.nproc_per_node = cf->nproc > 0 ? cf->nproc : hardware_threads();
-        ac.worker_args = argv_after_binary;
-        ac.plain_rank0_stdout = true;
-        auto code = elastic::run_agent(ac);
-        if (!code.ok()) return fail(code.status());
-        return *code;
-      }
-      Status s = run_calibrate_worker(**env, cf->output);
+      if (!env->has_value())
+        return run_calibrate_agent(cf->nproc, cf->accept_busy, argv_after_binary);
+      Status s = run_calibrate_worker(**env, cf->output, cf->accept_busy);
       return s.ok() ? 0 : fail(s);
     }
     if (!comm->parsed()) return 2;

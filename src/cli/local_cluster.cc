@@ -28,12 +28,14 @@ Status calibrate(int processes, const std::string& output, const char* who, bool
   if (pid == 0) {
     const int devnull = open("/dev/null", O_WRONLY);
     if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    // --accept-busy: a run must not stop because another build runs; the spec is marked and
+    // `--strategy auto` warns on every run until it is measured again on a quiet machine.
     if (output.empty())
       execl("/proc/self/exe", "cann-train", "bench", "calibrate", "--nproc", nproc.c_str(),
-            static_cast<char*>(nullptr));
+            "--accept-busy", static_cast<char*>(nullptr));
     else
       execl("/proc/self/exe", "cann-train", "bench", "calibrate", "--nproc", nproc.c_str(),
-            "--output", output.c_str(), static_cast<char*>(nullptr));
+            "--output", output.c_str(), "--accept-busy", static_cast<char*>(nullptr));
     _exit(127);
   }
   int status = 0;

@@ -36,7 +36,7 @@ int fail(const Status& s) {
 void print_text(const plan::PlanInput& in, const plan::Prediction& p) {
   std::printf("cann-train simulate: %s on %s (%d devices)\n%s\n\n", in.model.name.c_str(),
               in.cluster.name.c_str(), in.cluster.num_devices(), plan::model_summary(in).c_str());
-  std::printf("%s\n", plan::strategy_table({p}).c_str());
+  std::printf("%s\n", plan::strategy_table(in, {p}).c_str());
   std::printf("step %.4f s: %s\n", p.step_time_s, plan::time_shares(p).c_str());
   std::printf("memory peak %s of %s per device: %s\n",
               plan::format_bytes(p.memory_peak_bytes).c_str(),

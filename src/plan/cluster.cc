@@ -186,6 +186,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   std::map<std::string, Handler> top = {
       {"name", text(&c.name)},
       {"description", text(&description)},
+      {"measured_under_load", text(&c.measured_under_load)},
       {"nodes", integer(&c.nodes, source)},
       {"devices_per_node", integer(&c.devices_per_node, source)},
       {"collective_launch_us", number(&c.collective_launch_us, source, true)},

@@ -112,6 +112,9 @@ struct ClusterSpec {
   // (comm_model.h). NVIDIA presets: NCCL's 8.4 us; 0 where unmeasured or already inside a
   // calibrated latency_us.
   double collective_launch_us = 0;
+  // A calibrated spec kept with `bench calibrate --accept-busy` while the machine was busy:
+  // what was seen. Empty for presets, quiet calibrations and specs written before the mark.
+  std::string measured_under_load;
 
   int num_devices() const { return nodes * devices_per_node; }
 };

@@ -125,7 +125,10 @@ std::string plan_file_text(const PlanFile& f) {
     for (const std::string& k : *keys)
       if (auto it = f.predicted.find(k); it != f.predicted.end())
         out << YAML::Key << k << YAML::Value << number(it->second);
+  if (auto it = f.predicted.find("estimated_speedup"); it != f.predicted.end())
+    out << YAML::Key << "estimated_speedup" << YAML::Value << number(it->second);
   out << YAML::EndMap;
+  if (!f.baseline.empty()) out << YAML::Key << "baseline" << YAML::Value << f.baseline;
   out << YAML::Key << "launch" << YAML::Value << f.launch;
   if (f.measured) {
     const PlanMeasured& m = *f.measured;
@@ -196,6 +199,11 @@ StatusOr<PlanFile> read_plan_file(const std::string& path) {
     if (!pred[k]) continue;
     CANN_ASSIGN_OR_RETURN(const double v, get<double>(pred, k, path, "predicted"));
     f.predicted[k] = v;
+  }
+  if (pred["estimated_speedup"]) {
+    CANN_ASSIGN_OR_RETURN(f.predicted["estimated_speedup"],
+                          get<double>(pred, "estimated_speedup", path, "predicted"));
+    CANN_ASSIGN_OR_RETURN(f.baseline, get<std::string>(n, "baseline", path));
   }
   CANN_ASSIGN_OR_RETURN(f.launch, get<std::string>(n, "launch", path));
   if (const YAML::Node m = n["measured"]) {

@@ -18,7 +18,9 @@
 //   seq_len: 64
 //   strategy: dp=2,tp=1,...
 //   predicted: {step_time_s: ..., step_time_s_low: ..., step_time_s_high: ...,
-//               tokens_per_s: ..., mfu: ..., memory_peak_gb: ..., comm_ratio: ...}
+//               tokens_per_s: ..., mfu: ..., memory_peak_gb: ..., comm_ratio: ...,
+//               estimated_speedup: ...}        # search --out with a baseline only
+//   baseline: dp=64,...,zero=1,...       # what estimated_speedup is stated against
 //   launch: cann-train run --plan FILE
 //   measured: {...}                     # only once a run has trained it
 #pragma once
@@ -60,8 +62,9 @@ struct PlanFile {
   int seq_len = 0;
   Strategy strategy;
   // Predicted figures by name: step_time_s, step_time_s_low, step_time_s_high, tokens_per_s,
-  // mfu, memory_peak_gb, comm_ratio.
+  // mfu, memory_peak_gb, comm_ratio; estimated_speedup when a search had a baseline.
   std::map<std::string, double> predicted;
+  std::string baseline;  // the baseline's strategy string, beside estimated_speedup
   std::string launch;
   std::optional<PlanMeasured> measured;
 

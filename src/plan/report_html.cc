@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "plan/baseline.h"
 #include "plan/report_text.h"
 
 namespace cann::plan {
@@ -40,15 +41,30 @@ std::string num(double v, int digits = 4) {
 }
 
 // [step_s, memory_GB, goodput, tokens_per_s, pareto, dp, tp, pp, ep, cp, sp, mbs, zero,
-//  recompute, vpp]
+//  recompute, vpp, tei, usd_per_million_tokens, joules_per_token]
 std::string point(const Candidate& c) {
   const Strategy& s = c.strategy;
-  char buf[256];
-  std::snprintf(buf, sizeof(buf), "[%.5g,%.4g,%.4g,%.5g,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d]",
-                c.step_time_s, c.memory_peak_bytes / 1073741824.0, c.goodput, c.tokens_per_s,
-                c.pareto ? 1 : 0, s.dp, s.tp, s.pp, s.ep, s.cp, s.sp ? 1 : 0, s.mbs, s.zero,
-                static_cast<int>(s.recompute), s.vpp);
+  char buf[320];
+  std::snprintf(
+      buf, sizeof(buf), "[%.5g,%.4g,%.4g,%.5g,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%.4g,%.4g,%.4g]",
+      c.step_time_s, c.memory_peak_bytes / 1073741824.0, c.goodput, c.tokens_per_s,
+      c.pareto ? 1 : 0, s.dp, s.tp, s.pp, s.ep, s.cp, s.sp ? 1 : 0, s.mbs, s.zero,
+      static_cast<int>(s.recompute), s.vpp, c.tei, c.usd_per_million_tokens, c.joules_per_token);
   return buf;
+}
+
+// The best strategies' bars: {"label", tei, usd_per_million_tokens, joules_per_token,
+// speed-up (0: no baseline)}.
+std::string top_json(const PlanInput& in, const std::vector<Prediction>& top,
+                     const Prediction* baseline) {
+  std::string out = "[";
+  for (size_t i = 0; i < top.size(); ++i) {
+    const ObjectiveFigures f = figures_of(in, top[i]);
+    out += (i ? ",[\"#" : "[\"#") + std::to_string(i + 1) + "\"," + num(f.tei) + "," +
+           num(f.usd_per_million_tokens) + "," + num(f.joules_per_token) + "," +
+           num(baseline ? estimated_speedup(*baseline, top[i]) : 0) + "]";
+  }
+  return out + "]";
 }
 
 std::string stage_json(const StageReport& st, int index) {
@@ -158,15 +174,59 @@ function stages() {
     tb.appendChild(tr);
   }
 }
+// Pareto front: tokens/s against the objective's other figures (linear axes).
+function xy(id, pts, fx, fy, xl, yl) {
+  const W = 440, H = 300, L = 70, R = 16, T = 14, B = 44;
+  const svg = el('svg', {width: W, height: H}, document.getElementById(id));
+  const xs = pts.map(fx), ys = pts.map(fy);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  const dx = (x1 - x0) || Math.abs(x1) || 1, dy = (y1 - y0) || Math.abs(y1) || 1;
+  const X = v => L + (v - x0 + dx * 0.05) / (dx * 1.1) * (W - L - R);
+  const Y = v => H - B - (v - y0 + dy * 0.05) / (dy * 1.1) * (H - T - B);
+  el('line', {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: '#444'}, svg);
+  el('line', {x1: L, y1: T, x2: L, y2: H - B, stroke: '#444'}, svg);
+  for (const [v, anchor] of [[x0, 'start'], [x1, 'end']])
+    el('text', {x: X(v), y: H - B + 16, 'text-anchor': anchor, 'font-size': 11}, svg).textContent = v.toPrecision(3);
+  for (const v of [y0, y1])
+    el('text', {x: L - 6, y: Y(v) + 4, 'text-anchor': 'end', 'font-size': 11}, svg).textContent = v.toPrecision(3);
+  el('text', {x: (W + L) / 2, y: H - 8, 'text-anchor': 'middle'}, svg).textContent = xl;
+  el('text', {x: 14, y: (H - B) / 2, transform: `rotate(-90 14 ${(H - B) / 2})`, 'text-anchor': 'middle'}, svg).textContent = yl;
+  pts.forEach((p, i) => el('circle', {cx: X(xs[i]), cy: Y(ys[i]), r: 4, fill: '#e66100', 'fill-opacity': 0.9}, svg)
+    .appendChild(document.createElementNS(NS, 'title')).textContent = strat(p));
+}
+// The best strategies' figures as horizontal bars, one chart per figure.
+function bars(id, k, label, scale) {
+  const rows = D.top, W = 300, h = 18, L = 40;
+  const svg = el('svg', {width: W, height: rows.length * h + 24}, document.getElementById(id));
+  el('text', {x: 0, y: 12, 'font-size': 12}, svg).textContent = label;
+  const max = Math.max(...rows.map(r => r[k])) || 1;
+  rows.forEach((r, i) => {
+    const y = 20 + i * h, w = r[k] / max * (W - L - 60);
+    el('text', {x: 0, y: y + 11, 'font-size': 11}, svg).textContent = r[0];
+    el('rect', {x: L, y: y, width: w, height: h - 6, fill: '#4c72b0'}, svg);
+    el('text', {x: L + w + 4, y: y + 11, 'font-size': 11}, svg).textContent = (r[k] * scale).toPrecision(3);
+  });
+}
+function objectives() {
+  const front = D.points.filter(p => p[4]);
+  if (D.priced) xy('front_cost', front, p => p[3], p => p[16], 'tokens/s', '$ per million tokens');
+  if (D.powered) xy('front_energy', front, p => p[3], p => p[17], 'tokens/s', 'joules per token');
+  xy('front_tei', front, p => p[3], p => p[15], 'tokens/s', 'TEI');
+  bars('bars_tei', 1, 'TEI (%)', 100);
+  if (D.priced) bars('bars_cost', 2, '$ per million tokens', 1);
+  if (D.powered) bars('bars_energy', 3, 'joules per token', 1);
+  if (D.top.length && D.top[0][4] > 0) bars('bars_speedup', 4, 'speed-up vs baseline (x)', 1);
+}
 scatter();
 stages();
+objectives();
 </script>)";
 
 }  // namespace
 
 std::string html_report(const PlanInput& in, const SearchResult& r, const std::string& explanation,
-                        const std::string& launch) {
-  // Points: every Pareto candidate, then the fastest of the rest, the winner first.
+                        const std::string& launch, const Prediction* baseline) {
+  // Points: every Pareto candidate, then the best of the rest on the objective.
   std::vector<const Candidate*> pts;
   for (const Candidate& c : r.feasible)
     if (c.pareto) pts.push_back(&c);
@@ -174,8 +234,9 @@ std::string html_report(const PlanInput& in, const SearchResult& r, const std::s
     if (pts.size() >= kMaxPoints) break;
     if (!c.pareto) pts.push_back(&c);
   }
-  std::sort(pts.begin(), pts.end(), [](const Candidate* a, const Candidate* b) {
-    return a->tokens_per_s > b->tokens_per_s;
+  // Best on the objective first: the first point is drawn as the winner.
+  std::sort(pts.begin(), pts.end(), [&r](const Candidate* a, const Candidate* b) {
+    return objective_score(r.objective, a->figures()) > objective_score(r.objective, b->figures());
   });
   std::string data = "{\"gbs\":" + std::to_string(r.global_batch) +
                      ",\"limit_gb\":" + num(in.memory_limit_bytes / 1073741824.0) + ",\"points\":[";
@@ -189,7 +250,10 @@ std::string html_report(const PlanInput& in, const SearchResult& r, const std::s
       if (i) data += ',';
       data += stage_json(r.top[0].stages[i], static_cast<int>(i));
     }
-  data += "]}";
+  data += "],\"top\":" + top_json(in, r.top, baseline);
+  data += std::string(",\"priced\":") + (in.cluster.device.hourly_cost_usd > 0 ? "true" : "false");
+  data += std::string(",\"powered\":") + (in.cluster.device.tdp_watts > 0 ? "true" : "false");
+  data += "}";
 
   const std::string title = "cann-train search: " + in.model.name + " on " + in.cluster.name;
   std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" +
@@ -199,7 +263,7 @@ std::string html_report(const PlanInput& in, const SearchResult& r, const std::s
   std::snprintf(summary, sizeof(summary),
                 "<p>%d devices, global batch %d sequences. %lld strategies in the space, %lld "
                 "priced, %lld cut by the memory bound; %zu feasible, %d on the Pareto front over "
-                "step time, memory and goodput. Search time %.3f s.</p>\n",
+                "the objective, memory and goodput. Search time %.3f s.</p>\n",
                 in.cluster.num_devices(), r.global_batch, r.space, r.evaluated, r.pruned,
                 r.feasible.size(), r.pareto_count, r.search_time_s);
   h += summary;
@@ -209,7 +273,21 @@ std::string html_report(const PlanInput& in, const SearchResult& r, const std::s
        "style=\"background:#e66100\"></span>Pareto front<span style=\"border:2px solid "
        "#000;width:8px;height:8px\"></span>winner; dashed: memory limit. Hover for the "
        "strategy.</p>\n<div id=\"scatter\"></div><div id=\"tip\"></div>\n";
-  h += "<h2>Best strategies</h2><pre>" + html_escape(strategy_table(r.top)) + "</pre>\n";
+  h += "<h2>Best strategies</h2><pre>" +
+       html_escape(strategy_table(in, r.top, r.objective, baseline)) + "</pre>\n";
+  h += "<h2>Objectives: throughput, cost, energy, TEI</h2><p>Ranked by " +
+       std::string(objective_name(r.objective)) + " (" +
+       std::string(objective_quantity(r.objective)) +
+       "). The Pareto front's tokens/s against its cost per million tokens, energy per token and "
+       "TEI" +
+       (in.cluster.device.hourly_cost_usd > 0 ? "" : " (no cost plot: the cluster has no price)") +
+       (in.cluster.device.tdp_watts > 0 ? "" : " (no energy plot: the cluster has no TDP)") +
+       "; then the best strategies' figures as bars. Hover a point for its strategy.</p>\n"
+       "<div style=\"display:flex;flex-wrap:wrap\"><div id=\"front_cost\"></div>"
+       "<div id=\"front_energy\"></div><div id=\"front_tei\"></div></div>\n"
+       "<div style=\"display:flex;flex-wrap:wrap;gap:24px\"><div id=\"bars_tei\"></div>"
+       "<div id=\"bars_cost\"></div><div id=\"bars_energy\"></div>"
+       "<div id=\"bars_speedup\"></div></div>\n";
   h += "<h2>Winner: per-stage allocation</h2>\n<table><thead><tr><th>stage</th><th>layers</th>"
        "<th>fwd ms/mb</th><th>bwd ms/mb</th><th>comm ms/mb</th><th>dp tail ms</th>"
        "<th>optimizer ms</th><th>weights GB</th><th>grads GB</th><th>optimizer GB</th>"

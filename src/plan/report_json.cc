@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/baseline.h"
 #include "plan/error_band.h"
 
 namespace cann::plan {
@@ -30,8 +31,9 @@ Json prediction_object(const PlanInput& in, const Prediction& p) {
   j["scaling_efficiency"] = p.scaling_efficiency;
   j["energy_kwh_per_step"] = p.energy_kwh_per_step;
   j["cost_usd_per_day"] = p.cost_usd_per_day;
-  j["cost_usd_per_million_tokens"] =
-      p.tokens_per_s > 0 ? p.cost_usd_per_day / (p.tokens_per_s * 86400 / 1e6) : 0;
+  j["cost_usd_per_million_tokens"] = usd_per_million_tokens(in.cluster, p.tokens_per_s);
+  j["cost_usd_per_hour"] = usd_per_hour(in.cluster);
+  j["energy_j_per_token"] = joules_per_token(in.cluster, p.tokens_per_s);
   const TimeBreakdown& t = p.time;
   j["time_breakdown_s"] = {{"gemm", t.gemm_s},           {"memory_bound", t.stream_s},
                            {"recompute", t.recompute_s}, {"tp_comm", t.tp_comm_s},
@@ -90,9 +92,23 @@ std::string prediction_json(const PlanInput& in, const Prediction& p, int indent
   return j.dump(indent);
 }
 
-std::string search_json(const PlanInput& in, const SearchResult& r, int indent) {
+std::string search_json(const PlanInput& in, const SearchResult& r, int indent,
+                        const Prediction* baseline, const std::string& no_baseline) {
   Json j = context(in);
   j["global_batch"] = r.global_batch;
+  j["objective"] = std::string(objective_name(r.objective));
+  j["objective_quantity"] = std::string(objective_quantity(r.objective));
+  j["candidates_within_limits"] = r.within_limits;
+  j["removed_by_cost"] = r.removed_by_cost;
+  j["removed_by_goodput"] = r.removed_by_goodput;
+  if (baseline) {
+    j["baseline"] = {{"strategy", strategy_string(baseline->strategy)},
+                     {"step_time_s", baseline->step_time_s},
+                     {"tokens_per_s", baseline->tokens_per_s}};
+  } else {
+    j["baseline"] = nullptr;
+    if (!no_baseline.empty()) j["baseline_missing"] = no_baseline;
+  }
   j["candidates_in_space"] = r.space;
   j["candidates_evaluated"] = r.evaluated;
   j["candidates_pruned"] = r.pruned;
@@ -102,10 +118,13 @@ std::string search_json(const PlanInput& in, const SearchResult& r, int indent) 
   Json list = Json::array();
   for (const Prediction& p : r.top) {
     Json o = prediction_object(in, p);
-    // Whether the model can rank it apart from the best: their error bands do not overlap.
-    o["within_band_of_best"] =
-        bands_overlap({r.top[0].step_time_s_low, r.top[0].step_time_s_high},
-                      {p.step_time_s_low, p.step_time_s_high});
+    o["objective_value"] = objective_value(r.objective, figures_of(in, p));
+    // Whether the model can rank it apart from the best: their error bands on the objective
+    // do not overlap.
+    const ScoreBand a = objective_band(r.objective, figures_of(in, r.top[0]));
+    const ScoreBand b = objective_band(r.objective, figures_of(in, p));
+    o["within_band_of_best"] = bands_overlap({a.low, a.high}, {b.low, b.high});
+    if (baseline) o["estimated_speedup"] = estimated_speedup(*baseline, p);
     list.push_back(o);
   }
   j["strategies"] = list;
@@ -118,7 +137,10 @@ std::string search_json(const PlanInput& in, const SearchResult& r, int indent) 
                        {"step_time_s_high", c.step_time_s_high},
                        {"tokens_per_s", c.tokens_per_s},
                        {"memory_peak_bytes", c.memory_peak_bytes},
-                       {"goodput", c.goodput}});
+                       {"goodput", c.goodput},
+                       {"tei", c.tei},
+                       {"cost_usd_per_million_tokens", c.usd_per_million_tokens},
+                       {"energy_j_per_token", c.joules_per_token}});
   j["pareto_front"] = front;
   return j.dump(indent);
 }

@@ -6,6 +6,7 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "plan/baseline.h"
 #include "plan/comm_model.h"
 #include "plan/error_band.h"
 
@@ -115,41 +116,78 @@ std::string time_shares(const Prediction& p) {
   return out;
 }
 
-std::string strategy_table(const std::vector<Prediction>& rows) {
+// The table's strategy: the keys off their defaults (mbs=1 among them: parse_strategy reads an
+// omitted mbs as 1), the batch left out (one for every row).
+std::string row_strategy(Strategy s) {
+  s.gbs = 0;
+  if (s.mbs == 1) s.mbs = 0;
+  return strategy_brief(s);
+}
+
+std::string strategy_table(const PlanInput& in, const std::vector<Prediction>& rows, Objective o,
+                           const Prediction* baseline) {
   size_t w = 8;
-  for (const Prediction& p : rows) w = std::max(w, strategy_string(p.strategy).size());
-  std::string out = fmt("%-3s %-*s %9s %15s %9s %6s %8s %9s %6s %6s %7s\n", "#",
+  for (const Prediction& p : rows) w = std::max(w, row_strategy(p.strategy).size());
+  const bool priced = in.cluster.device.hourly_cost_usd > 0;
+  const bool powered = in.cluster.device.tdp_watts > 0;
+  std::string out = fmt("%-3s %-*s %7s %15s %8s %6s %9s %6s %6s %7s %6s %6s %6s", "#",
                         static_cast<int>(w), "strategy", "step s", "likely s", "tokens/s", "MFU",
-                        "TFLOP/s", "mem peak", "comm", "bubble", "goodput");
+                        "mem peak", "comm", "bubble", "goodput", "TEI", "$/Mtok", "J/tok");
+  out += baseline ? fmt(" %7s\n", "vs base") : "\n";
   int rank = 1;
-  for (const Prediction& p : rows)
-    out += fmt("%-3d %-*s %9.3f %7.3f..%-6.3f %9s %5.1f%% %8.1f %9s %5.1f%% %5.1f%% %6.1f%%\n",
-               rank++, static_cast<int>(w), strategy_string(p.strategy).c_str(), p.step_time_s,
-               p.step_time_s_low, p.step_time_s_high, si(p.tokens_per_s).c_str(), 100 * p.mfu,
-               p.model_tflops_per_device, format_bytes(p.memory_peak_bytes).c_str(),
-               100 * p.comm_ratio, 100 * p.bubble_ratio, 100 * p.goodput.ratio);
+  for (const Prediction& p : rows) {
+    const ObjectiveFigures f = figures_of(in, p);
+    out +=
+        fmt("%-3d %-*s %7.3f %7.3f..%-6.3f %8s %5.1f%% %9s %5.1f%% %5.1f%% %6.1f%% %5.1f%% %6s %6s",
+            rank++, static_cast<int>(w), row_strategy(p.strategy).c_str(), p.step_time_s,
+            p.step_time_s_low, p.step_time_s_high, si(p.tokens_per_s).c_str(), 100 * p.mfu,
+            format_bytes(p.memory_peak_bytes).c_str(), 100 * p.comm_ratio, 100 * p.bubble_ratio,
+            100 * p.goodput.ratio, 100 * p.tei,
+            priced ? fmt("%.3g", f.usd_per_million_tokens).c_str() : "-",
+            powered ? fmt("%.3g", f.joules_per_token).c_str() : "-");
+    out += baseline ? fmt(" %6.2fx\n", estimated_speedup(*baseline, p)) : "\n";
+  }
+  if (!rows.empty())
+    out +=
+        fmt("strategy: the keys off their defaults (mbs=1), gbs=%d. $/Mtok: the cluster's "
+            "price per million tokens; J/tok: device energy (TDP) per token.\n",
+            rows[0].strategy.gbs);
   out += "likely s: the 10th-90th percentile band of the planner's error on published runs of "
          "the same kind of layout (docs/planner.md, \"Error bands\").\n";
-  // Candidates whose bands overlap the best one's: the model cannot tell them apart.
+  if (rows.size() > 1)
+    out +=
+        fmt("Ranked by %s: %s, %s first.\n", std::string(objective_name(o)).c_str(),
+            std::string(objective_quantity(o)).c_str(), lower_is_better(o) ? "lowest" : "highest");
+  if (baseline)
+    out +=
+        fmt("vs base: estimated speed-up, the baseline's predicted step time (%.3f s, %s) over "
+            "the strategy's.\n",
+            baseline->step_time_s, row_strategy(baseline->strategy).c_str());
+  // Candidates whose bands on the objective overlap the best one's: the model cannot tell
+  // them apart.
   std::string close;
-  for (size_t i = 1; i < rows.size(); ++i)
-    if (bands_overlap({rows[0].step_time_s_low, rows[0].step_time_s_high},
-                      {rows[i].step_time_s_low, rows[i].step_time_s_high}))
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const ScoreBand a = objective_band(o, figures_of(in, rows[0]));
+    const ScoreBand b = objective_band(o, figures_of(in, rows[i]));
+    if (bands_overlap({a.low, a.high}, {b.low, b.high}))
       close += fmt("%s#%zu", close.empty() ? "" : ", ", i + 1);
+  }
   if (!close.empty())
-    out += "#1 and " + close +
-           " are within each other's error bands: the model does not rank them apart; measure "
-           "them (cann-train bench plan-vs-real) before choosing.\n";
+    out += "#1 and " + close + " are within each other's error bands on " +
+           std::string(objective_quantity(o)) +
+           ": the model does not rank them apart; measure them (cann-train bench plan-vs-real) "
+           "before choosing.\n";
   return out;
 }
 
-std::string pareto_table(const std::vector<Candidate>& feasible, size_t max_rows) {
+std::string pareto_table(const std::vector<Candidate>& feasible, Objective o, size_t max_rows) {
   std::vector<const Candidate*> front;
   for (const Candidate& c : feasible)
     if (c.pareto) front.push_back(&c);
   if (front.empty()) return "";
-  std::sort(front.begin(), front.end(),
-            [](const Candidate* a, const Candidate* b) { return a->step_time_s < b->step_time_s; });
+  std::sort(front.begin(), front.end(), [o](const Candidate* a, const Candidate* b) {
+    return objective_score(o, a->figures()) > objective_score(o, b->figures());
+  });
   std::vector<size_t> pick;
   if (front.size() <= max_rows) {
     for (size_t i = 0; i < front.size(); ++i) pick.push_back(i);
@@ -168,20 +206,25 @@ std::string pareto_table(const std::vector<Candidate>& feasible, size_t max_rows
   }
   size_t w = 8;
   for (size_t i : pick) w = std::max(w, strategy_string(front[i]->strategy).size());
-  std::string out = fmt("Pareto front over step time, memory peak and goodput: %zu strategies%s\n",
-                        front.size(), front.size() > pick.size() ? ", a spread of them:" : ":");
-  out += fmt("  %-*s %9s %9s %9s %7s\n", static_cast<int>(w), "strategy", "step s", "tokens/s",
-             "mem peak", "goodput");
+  std::string out =
+      fmt("Pareto front over %s, memory peak and goodput: %zu strategies%s\n",
+          o == Objective::kThroughput ? "step time" : std::string(objective_quantity(o)).c_str(),
+          front.size(), front.size() > pick.size() ? ", a spread of them:" : ":");
+  out += fmt("  %-*s %9s %9s %9s %7s %6s %7s %6s\n", static_cast<int>(w), "strategy", "step s",
+             "tokens/s", "mem peak", "goodput", "TEI", "$/Mtok", "J/tok");
   for (size_t i : pick) {
     const Candidate& c = *front[i];
-    out += fmt("  %-*s %9.3f %9s %9s %6.1f%%\n", static_cast<int>(w),
+    out += fmt("  %-*s %9.3f %9s %9s %6.1f%% %5.1f%% %7s %6s\n", static_cast<int>(w),
                strategy_string(c.strategy).c_str(), c.step_time_s, si(c.tokens_per_s).c_str(),
-               format_bytes(c.memory_peak_bytes).c_str(), 100 * c.goodput);
+               format_bytes(c.memory_peak_bytes).c_str(), 100 * c.goodput, 100 * c.tei,
+               c.usd_per_million_tokens > 0 ? fmt("%.3g", c.usd_per_million_tokens).c_str() : "-",
+               c.joules_per_token > 0 ? fmt("%.3g", c.joules_per_token).c_str() : "-");
   }
   return out;
 }
 
-std::string explain_winner(const PlanInput& in, const Prediction& w, const Prediction* runner) {
+std::string explain_winner(const PlanInput& in, const Prediction& w, const Prediction* runner,
+                           Objective o) {
   const Strategy& s = w.strategy;
   const model::ModelSpec& m = in.model;
   std::string out = "Why " + strategy_string(s) + ":\n";
@@ -251,7 +294,12 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
     }
   }
 
-  if (runner) {
+  if (runner && o != Objective::kThroughput) {
+    out +=
+        fmt("  Runner-up %s ranks below it on %s: %.4g against %.4g.\n",
+            strategy_string(runner->strategy).c_str(), std::string(objective_quantity(o)).c_str(),
+            objective_value(o, figures_of(in, *runner)), objective_value(o, figures_of(in, w)));
+  } else if (runner) {
     const TimeBreakdown &a = w.time, &b = runner->time;
     std::vector<Part> delta = {{"GEMM time", b.gemm_s - a.gemm_s},
                                {"memory-bound kernels", b.stream_s - a.stream_s},
@@ -275,27 +323,22 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
   return out;
 }
 
-namespace {
-
-// 8030261248 -> "8,030,261,248".
-std::string grouped(double v) {
-  const std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
+std::string with_commas(long long v) {
+  const std::string digits = std::to_string(v);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    if (i > 0 && digits[i - 1] != '-' && (digits.size() - i) % 3 == 0) out.push_back(',');
     out.push_back(digits[i]);
   }
   return out;
 }
 
-}  // namespace
-
 std::string model_summary(const PlanInput& in) {
   const model::ModelSpec& m = in.model;
   std::string out = m.name + ": " + std::string(model::family_name(m.family)) + ", " +
-                    grouped(in.shape.total_params) + " parameters";
+                    with_commas(std::llround(in.shape.total_params)) + " parameters";
   if (in.shape.mtp_params > 0)
-    out += " + " + grouped(in.shape.mtp_params) + " in " +
+    out += " + " + with_commas(std::llround(in.shape.mtp_params)) + " in " +
            std::to_string(m.num_nextn_predict_layers) +
            " multi-token prediction module(s), trained and priced";
   if (m.architecture == model::Architecture::kVit) return out;

@@ -11,25 +11,33 @@
 
 namespace cann::plan {
 
-// One row per strategy: strategy string, step time, tokens/s, MFU, TFLOP/s per device,
-// memory peak, communication share, bubble share, goodput.
-std::string strategy_table(const std::vector<Prediction>& rows);
+// One row per strategy: strategy (the keys off their defaults), step time and its likely band,
+// tokens/s, MFU, memory peak, communication share, bubble share, goodput, TEI, $ per million
+// tokens and joules per token ("-" where the cluster has no price or TDP), and with a
+// `baseline` the estimated speed-up against it. Under it: which objective ranked the rows,
+// and which rows lie within the first one's error band on that objective.
+std::string strategy_table(const PlanInput& in, const std::vector<Prediction>& rows,
+                           Objective o = Objective::kThroughput,
+                           const Prediction* baseline = nullptr);
 
 // A few sentences about `winner` (and `runner_up`, may be null). Prices the winner's
 // neighbours (less recomputation, a lower ZeRO stage, a larger micro-batch) to say which limit
 // keeps it where it is.
+// Under an objective other than throughput, the runner-up is compared on that objective.
 std::string explain_winner(const PlanInput& in, const Prediction& winner,
-                           const Prediction* runner_up);
+                           const Prediction* runner_up, Objective o = Objective::kThroughput);
 
-// The Pareto front over step time, memory peak and goodput, as rows from fastest to most
-// frugal: all of it when short, else `max_rows` spread along it (the fastest, the smallest and
-// the most reliable always among them).
-std::string pareto_table(const std::vector<Candidate>& feasible, size_t max_rows = 8);
+// The Pareto front over the objective (step time for throughput), memory peak and goodput, as
+// rows from the best on the objective to the most frugal: all of it when short, else
+// `max_rows` spread along it (the best, the smallest and the most reliable always among them).
+std::string pareto_table(const std::vector<Candidate>& feasible,
+                         Objective o = Objective::kThroughput, size_t max_rows = 8);
 
 // Where one prediction's step goes, as a short line ("GEMM 61%, memory-bound 7%, ...").
 std::string time_shares(const Prediction& p);
 
 std::string format_bytes(double bytes);  // "57.0 GB" (binary GB)
+std::string with_commas(long long v);    // 8030261248 -> "8,030,261,248"
 
 // What the planner read the model as, in one line: family, exact parameter count, blocks,
 // experts, sequence, and the attention kernel it prices; e.g. "llama3_8b: llama, 8,030,261,248

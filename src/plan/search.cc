@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/timer.h"
+#include "plan/report_text.h"
 
 namespace cann::plan {
 namespace {
@@ -74,7 +75,56 @@ double memory_floor(const LayerFloor& f, int L, int pp, int m, double reserved) 
   return L / inv + reserved;
 }
 
-Candidate candidate_of(const Prediction& p) {
+// Fast-fidelity candidates are ranked by score, ties by throughput, so the order is stable.
+bool ranks_before(Objective o, const ObjectiveFigures& a, const ObjectiveFigures& b) {
+  const double sa = objective_score(o, a), sb = objective_score(o, b);
+  if (sa != sb) return sa > sb;
+  return a.tokens_per_s > b.tokens_per_s;
+}
+
+// Strategies fit memory and the communication limit, but the cost or goodput constraint
+// removed every one of them: say which removed how many.
+Status constraints_unmet(const PlanInput& in, const SearchOptions& opt, const SearchResult& r,
+                         long long within_limits, double best_goodput) {
+  std::string parts;
+  if (r.removed_by_cost > 0) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf),
+                  "--max-cost-per-hour %.6g removed %s (every layout uses all %d devices: "
+                  "$%.4g/h)",
+                  opt.max_usd_per_hour, with_commas(r.removed_by_cost).c_str(),
+                  in.cluster.num_devices(), usd_per_hour(in.cluster));
+    parts += buf;
+  }
+  if (r.removed_by_goodput > 0) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "%s--min-goodput %.6g removed %s (the best reaches %.4f)",
+                  parts.empty() ? "" : ", ", opt.min_goodput,
+                  with_commas(r.removed_by_goodput).c_str(), best_goodput);
+    parts += buf;
+  }
+  return FailedPrecondition("no strategy meets the constraints: of " + with_commas(within_limits) +
+                            " that fit memory and the communication limit, " + parts +
+                            "; hint: relax the constraint, or plan on a cheaper or more "
+                            "reliable cluster");
+}
+
+}  // namespace
+
+ObjectiveFigures Candidate::figures() const {
+  ObjectiveFigures f;
+  f.tokens_per_s = tokens_per_s;
+  f.goodput = goodput;
+  f.tei = tei;
+  f.usd_per_million_tokens = usd_per_million_tokens;
+  f.joules_per_token = joules_per_token;
+  f.step_time_s = step_time_s;
+  f.step_time_s_low = step_time_s_low;
+  f.step_time_s_high = step_time_s_high;
+  return f;
+}
+
+Candidate candidate_of(const PlanInput& in, const Prediction& p) {
   Candidate c;
   c.strategy = p.strategy;
   c.step_time_s = p.step_time_s;
@@ -85,27 +135,37 @@ Candidate candidate_of(const Prediction& p) {
   c.goodput = p.goodput.ratio;
   c.comm_ratio = p.comm_ratio;
   c.mfu = p.mfu;
+  c.tei = p.tei;
+  c.usd_per_million_tokens = usd_per_million_tokens(in.cluster, p.tokens_per_s);
+  c.joules_per_token = joules_per_token(in.cluster, p.tokens_per_s);
   return c;
 }
 
-}  // namespace
+ObjectiveFigures figures_of(const PlanInput& in, const Prediction& p) {
+  return candidate_of(in, p).figures();
+}
 
 int default_global_batch(const model::ModelSpec& m) {
   const double seqs = std::ldexp(1.0, 22) / std::max(1, m.seq_length);
   return std::max(1, static_cast<int>(std::exp2(std::round(std::log2(std::max(1.0, seqs))))));
 }
 
-void mark_pareto(std::vector<Candidate>& c) {
+void mark_pareto(std::vector<Candidate>& c, Objective o) {
   // Goodput is compared at 0.1% resolution: smaller differences come from rounding the
   // checkpoint interval to whole steps and would fill the front with noise.
   auto good = [&](size_t i) { return std::round(c[i].goodput * 1000); };
-  // Sweep in step-time order; a candidate is dominated when an earlier one (no slower) has no
+  // The first axis, lower better: step time for throughput (the same order at one batch
+  // size), else the objective's score negated.
+  std::vector<double> first(c.size());
+  for (size_t i = 0; i < c.size(); ++i)
+    first[i] = o == Objective::kThroughput ? c[i].step_time_s : -objective_score(o, c[i].figures());
+  // Sweep in that order; a candidate is dominated when an earlier one (no worse) has no
   // more memory and no less goodput. `front` maps memory to the best goodput at or below it,
   // kept as a staircase (goodput rising with memory), so the query is one lookup.
   std::vector<size_t> order(c.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (c[a].step_time_s != c[b].step_time_s) return c[a].step_time_s < c[b].step_time_s;
+    if (first[a] != first[b]) return first[a] < first[b];
     if (c[a].memory_peak_bytes != c[b].memory_peak_bytes)
       return c[a].memory_peak_bytes < c[b].memory_peak_bytes;
     return good(a) > good(b);
@@ -141,6 +201,9 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
   Strategy closest_mem_s, closest_comm_s;
   double closest_mem = INFINITY, closest_comm = INFINITY;
   std::vector<Candidate> fast;  // every candidate meeting the constraints, fast fidelity
+  long long& within_limits = r.within_limits;
+  double best_goodput = 0;      // the best goodput among them
+  r.objective = opt.objective;
 
   for (int tp : divisors(m.num_attention_heads, N)) {
     if (N % tp != 0 || (kv % tp != 0 && tp % kv != 0)) continue;
@@ -225,7 +288,14 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                       closest_comm_s = s;
                     }
                     if (p.comm_ratio > opt.max_comm_ratio) continue;
-                    fast.push_back(candidate_of(p));
+                    ++within_limits;
+                    const bool over_cost = usd_per_hour(c) > opt.max_usd_per_hour;
+                    const bool under_goodput = p.goodput.ratio < opt.min_goodput;
+                    r.removed_by_cost += over_cost;
+                    r.removed_by_goodput += under_goodput;
+                    best_goodput = std::max(best_goodput, p.goodput.ratio);
+                    if (over_cost || under_goodput) continue;
+                    fast.push_back(candidate_of(in, p));
                   }
                 }
                 s.vpp = 1;
@@ -238,6 +308,8 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
     }
   }
 
+  if (fast.empty() && within_limits > 0)
+    return constraints_unmet(in, opt, r, within_limits, best_goodput);
   if (fast.empty()) {
     if (r.space == 0)
       return InvalidArgument("no strategy divides global batch " + std::to_string(gbs) + " over " +
@@ -254,6 +326,8 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
         all.prune = false;
         all.max_micro_batch = 1;
         all.max_comm_ratio = INFINITY;
+        all.max_usd_per_hour = INFINITY;
+        all.min_goodput = 0;
         all.exact_rerank = 0;
         all.top_k = 0;
         PlanInput unlimited = in;
@@ -287,9 +361,11 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                            "network");
   }
 
-  // Rank by throughput; re-price the leaders exactly and rank them again.
-  std::sort(fast.begin(), fast.end(),
-            [](const Candidate& a, const Candidate& b) { return a.tokens_per_s > b.tokens_per_s; });
+  // Rank by the objective; re-price the leaders exactly and rank them again.
+  const Objective obj = opt.objective;
+  std::sort(fast.begin(), fast.end(), [obj](const Candidate& a, const Candidate& b) {
+    return ranks_before(obj, a.figures(), b.figures());
+  });
   r.feasible = std::move(fast);
   const int n_exact = std::min<int>(r.feasible.size(), std::max(opt.exact_rerank, opt.top_k));
   std::vector<Prediction> exact;
@@ -302,17 +378,24 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
       drop[i] = true;
       continue;
     }
-    r.feasible[i] = candidate_of(*p);
+    if (p->goodput.ratio < opt.min_goodput) {
+      ++r.removed_by_goodput;
+      drop[i] = true;
+      continue;
+    }
+    r.feasible[i] = candidate_of(in, *p);
     exact.push_back(std::move(*p));
   }
   for (size_t i = drop.size(); i-- > 0;)
     if (drop[i]) r.feasible.erase(r.feasible.begin() + i);
-  std::sort(exact.begin(), exact.end(), [](const Prediction& a, const Prediction& b) {
-    return a.tokens_per_s > b.tokens_per_s;
+  std::sort(exact.begin(), exact.end(), [&](const Prediction& a, const Prediction& b) {
+    return ranks_before(obj, figures_of(in, a), figures_of(in, b));
   });
   if (static_cast<int>(exact.size()) > opt.top_k) exact.resize(opt.top_k);
   r.top = std::move(exact);
-  mark_pareto(r.feasible);
+  if (r.feasible.empty() && r.removed_by_cost + r.removed_by_goodput > 0)
+    return constraints_unmet(in, opt, r, within_limits, best_goodput);
+  mark_pareto(r.feasible, obj);
   for (const Candidate& cand : r.feasible) r.pareto_count += cand.pareto;
   r.search_time_s = clock.elapsed();
   return r;

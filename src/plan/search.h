@@ -1,8 +1,8 @@
 // Exhaustive strategy search. Every valid combination of dp, tp, pp, ep, cp, sp, micro-batch,
 // ZeRO stage, recomputation and vpp for the cluster's device count is priced, infeasible
-// branches are cut before their leaves are priced, feasible candidates are ranked by predicted
-// throughput under the user's constraints, and the Pareto front over step time, memory peak
-// and goodput is marked.
+// branches are cut before their leaves are priced, feasible candidates are ranked by the chosen
+// objective (objective.h; predicted throughput by default) under the user's constraints, and
+// the Pareto front over the objective, memory peak and goodput is marked.
 //
 // Loop order puts the expensive parts outside: block costs (the kernel lists) are computed once
 // per (tp, cp, ep, sp, mbs, recompute) and shared by every pp; the stage layout (partition and
@@ -18,12 +18,14 @@
 // re-priced with the event simulation and the exact partition, and re-ranked.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "plan/engine_support.h"
+#include "plan/objective.h"
 #include "plan/predict.h"
 
 namespace cann::plan {
@@ -42,6 +44,11 @@ struct SearchOptions {
   // (sp with ep, cp with MoE layers, ZeRO with ep); the others leave the space when reached.
   std::optional<bool> engine_only;
   EngineShape engine;
+  Objective objective = Objective::kThroughput;  // what ranks the candidates
+  // Constraints beside memory and communication. Every strategy uses all the cluster's
+  // devices, so the cost per hour is the cluster's (objective.h): it passes all or none.
+  double max_usd_per_hour = INFINITY;
+  double min_goodput = 0;  // 0..1
 };
 
 // One feasible candidate, as the scatter plot and the Pareto front see it.
@@ -54,7 +61,12 @@ struct Candidate {
   double goodput = 0;
   double comm_ratio = 0;
   double mfu = 0;
+  double tei = 0;
+  double usd_per_million_tokens = 0;
+  double joules_per_token = 0;
   bool pareto = false;
+
+  ObjectiveFigures figures() const;
 };
 
 struct SearchResult {
@@ -66,6 +78,11 @@ struct SearchResult {
   std::vector<Prediction> top;      // best first, exact fidelity
   std::vector<Candidate> feasible;  // every candidate meeting the constraints
   int pareto_count = 0;
+  Objective objective = Objective::kThroughput;
+  // Candidates that fit memory and the communication limit but failed a constraint (one
+  // candidate may fail both; the exact re-pricing's removals included).
+  long long removed_by_cost = 0, removed_by_goodput = 0;
+  long long within_limits = 0;  // candidates fitting memory and the communication limit
 };
 
 // 2^22 tokens (about 4M) per step, rounded to a power-of-two number of sequences: the batch of
@@ -73,11 +90,18 @@ struct SearchResult {
 // stage (4M, Dubey et al. 2024, section 3.4.1).
 int default_global_batch(const model::ModelSpec& m);
 
-// Fails (InvalidArgument, exit 2) when no strategy satisfies the constraints, naming the
-// closest candidate and by how much it misses.
+// Fails (InvalidArgument, exit 2) when no strategy fits memory and the communication limit,
+// naming the closest candidate and by how much it misses; FailedPrecondition (exit 1) when
+// strategies do but --max-cost-per-hour or --min-goodput removes them all, saying which
+// removed how many.
 StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt);
 
-// Marks candidates no other candidate beats on all of step time, memory and goodput.
-void mark_pareto(std::vector<Candidate>& c);
+// Marks candidates no other candidate beats on all of the objective, memory and goodput
+// (throughput: step time, the same order at one batch size).
+void mark_pareto(std::vector<Candidate>& c, Objective o = Objective::kThroughput);
+
+// A prediction as the search keeps it, its cost and energy figures from the cluster's prices.
+Candidate candidate_of(const PlanInput& in, const Prediction& p);
+ObjectiveFigures figures_of(const PlanInput& in, const Prediction& p);
 
 }  // namespace cann::plan
