@@ -148,7 +148,7 @@ TEST(PlanEngineMemoryTest, PipelineStagesAreTheEnginesArenas) {
       for (int i = 0; i < 2; ++i) {
         const model::PipelineStage stage{
             bounds[i], bounds[i + 1],
-            parallel::pipeline_slots(parallel::PipelineSchedule::k1F1B, i, 2, M)};
+            parallel::pipeline_slots(parallel::PipelineSchedule::k1F1B, i, 2, M), {}};
         auto model = model::Model::create(m, B, seq, {}, stage, {}, r);
         ASSERT_TRUE(model.ok()) << model.status().message();
         const StageReport& sr = p->stages[i];

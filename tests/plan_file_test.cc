@@ -52,7 +52,8 @@ TEST(PlanFileTest, RoundTripsWithAndWithoutMeasuredFigures) {
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(plan::plan_file_text(*back), plan::plan_file_text(f));
   EXPECT_FALSE(back->measured.has_value());
-  f.measured = plan::PlanMeasured{2, 10, 0.31, 1651.6, 0.2, 5.6, 4.1, 4.3, "2026-01-01T00:00:00Z"};
+  f.measured = plan::PlanMeasured{
+      2, 10, 0.31, 1651.6, 0.2, 5.6, 4.1, 4.3, "2026-01-01T00:00:00Z", {{"tei", 0.5}, {"mfu", 0.3}}};
   ASSERT_TRUE(plan::write_plan_file(dir.file("p.yaml"), f).ok());
   back = plan::read_plan_file(dir.file("p.yaml"));
   ASSERT_TRUE(back.ok()) << back.status().message();

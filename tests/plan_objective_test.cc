@@ -175,8 +175,12 @@ TEST(PlanObjectiveTest, DefaultBaselineIsPureDataParallelAtTheSmallestZeroThatFi
         s.recompute = rc;
         auto p = predict(in, s, Fidelity::kExact);
         ASSERT_TRUE(p.ok());
-        if (z < b.zero) EXPECT_FALSE(p->fits) << strategy_string(s);
-        if (z == b.zero && p->fits) EXPECT_GE(p->step_time_s, base->step_time_s);
+        if (z < b.zero) {
+          EXPECT_FALSE(p->fits) << strategy_string(s);
+        }
+        if (z == b.zero && p->fits) {
+          EXPECT_GE(p->step_time_s, base->step_time_s);
+        }
       }
   // The speed-up is the baseline's step time over the candidate's.
   auto r = search(in, every_candidate_exact(Objective::kThroughput));
