@@ -267,54 +267,45 @@ def between_steps(logf):
     return statistics.median(gaps), statistics.median(r["step_time_s"] for r in rows[10:])
 
 
-def snapshot_cost(a, model, world, extra, work_root):
-    """With a snapshot every step and with none (--repeats interleaved runs each): the median
-    ms/step end to end (wall time from the 10th step on), and the median time between steps,
-    whose difference is the snapshot's own cost on rank 0."""
+def snapshot_cost(a, work_root, argv_for, steps):
+    """With a snapshot every step and with none (--repeats interleaved runs each, argv_for(work,
+    every) the command): the median ms/step end to end (wall time from the 10th step on), the
+    same without snapshots, the median time between steps with less without (the snapshot's
+    own cost on rank 0), and the median step time."""
     times = {1: [], 1000: []}
     gaps = {1: [], 1000: []}
-    steps = []
+    step_times = []
     for rep in range(a.repeats):
         for every in (1, 1000):
             work = os.path.join(work_root, f"snap-{rep}-{every}")
             os.makedirs(work)
             logf = os.path.join(work, "log.jsonl")
             times[every].append(seconds_per_step_after_10(
-                cann_args(a, model, world, a.steps, work,
-                          ["--seq-len", "32", "--elastic", "--snapshot-every", str(every),
-                           "--checkpoint-every", "100000", *extra]),
-                logf, a.steps, f"snapshot cost run in {work}"))
-            gap, step = between_steps(logf)
-            gaps[every].append(gap)
-            steps.append(step)
-    snapshot_s = statistics.median(gaps[1]) - statistics.median(gaps[1000])
-    return (statistics.median(times[1]), statistics.median(times[1000]), snapshot_s,
-            statistics.median(steps))
-
-
-def default_snapshot_cost(a, work_root, steps=40):
-    """snapshot_cost for what `cann-train run --nproc-per-node 2 --elastic` trains by default
-    (the embedded model and batch): between-steps time with a snapshot every step and with none,
-    and the median step time."""
-    gaps = {1: [], 1000: []}
-    step_times = []
-    for rep in range(a.repeats):
-        for every in (1, 1000):
-            work = os.path.join(work_root, f"default-{rep}-{every}")
-            os.makedirs(work)
-            logf = os.path.join(work, "log.jsonl")
-            args = [a.binary, "run", "--steps", str(steps), "--nproc-per-node", "2", "--threads",
-                    "1", "--monitor", "off", "--sample-tokens", "0", "--eval-every", "0",
-                    "--elastic", "--snapshot-every", str(every), "--checkpoint-every", "100000",
-                    "--log-json", logf, "--checkpoint-dir", os.path.join(work, "ck")]
-            if subprocess.run(args, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.STDOUT).returncode != 0:
-                raise RuntimeError(f"default-model snapshot run in {work} failed")
+                argv_for(work, every), logf, steps, f"snapshot cost run in {work}"))
             gap, step = between_steps(logf)
             gaps[every].append(gap)
             step_times.append(step)
-    return (statistics.median(gaps[1]) - statistics.median(gaps[1000]),
+    snapshot_s = statistics.median(gaps[1]) - statistics.median(gaps[1000])
+    return (statistics.median(times[1]), statistics.median(times[1000]), snapshot_s,
             statistics.median(step_times))
+
+
+def layout_snapshot_argv(a, model, world, extra):
+    return lambda work, every: cann_args(
+        a, model, world, a.steps, work,
+        ["--seq-len", "32", "--elastic", "--snapshot-every", str(every),
+         "--checkpoint-every", "100000", *extra])
+
+
+def default_snapshot_argv(a, steps):
+    """What `cann-train run --nproc-per-node 2 --elastic` trains by default (the embedded model
+    and batch)."""
+    return lambda work, every: [
+        a.binary, "run", "--steps", str(steps), "--nproc-per-node", "2", "--threads", "1",
+        "--monitor", "off", "--sample-tokens", "0", "--eval-every", "0", "--elastic",
+        "--snapshot-every", str(every), "--checkpoint-every", "100000",
+        "--log-json", os.path.join(work, "log.jsonl"),
+        "--checkpoint-dir", os.path.join(work, "ck")]
 
 
 def layouts_bench(a, rng, tmp):
@@ -348,11 +339,12 @@ def layouts_bench(a, rng, tmp):
         os.makedirs(work)
         r["strategy"] = strategy
         r["snap_ms"], r["none_ms"], r["own_ms"], r["step_ms"] = (
-            v * 1e3 for v in snapshot_cost(a, model, world, extra, work))
+            v * 1e3 for v in snapshot_cost(a, work, layout_snapshot_argv(a, model, world, extra),
+                                           a.steps))
         results.append(r)
     work = os.path.join(tmp, "snapcost-default")
     os.makedirs(work)
-    default_own, default_step = default_snapshot_cost(a, work)
+    _, _, default_own, default_step = snapshot_cost(a, work, default_snapshot_argv(a, 40), 40)
     ok = all(r["valid"] for r in results)
     print(f"refill under model parallelism: SIGKILL one random worker at a random step, "
           f"{a.kills} kills per layout, gpt 4x64 seq 32 (MoE: 4 experts top-2 every second "

@@ -262,15 +262,10 @@ CommandMain add_scale_command(CLI::App& app) {
     config.max_nodes = f->max_nodes > 0 ? f->max_nodes
                                         : (launch->launch_max > 0 ? launch->launch_max
                                                                   : launch->max_nodes);
-    if (launch->launch_max > 0 &&
-        (config.min_nodes < launch->launch_min || config.max_nodes > launch->launch_max)) {
-      std::fprintf(stderr,
-                   "cann-train scale: --min-nodes %d --max-nodes %d leave job '%s''s launch range "
-                   "--nnodes %d:%d; hint: scale within it\n",
-                   config.min_nodes, config.max_nodes, f->job.c_str(), launch->launch_min,
-                   launch->launch_max);
-      return 2;
-    }
+    if (Status s = elastic::check_launch_range(*launch, f->job, config.min_nodes,
+                                               config.max_nodes);
+        !s.ok())
+      return fail(s);
     if (config.min_nodes > config.max_nodes) {
       std::fprintf(stderr, "cann-train scale: --min-nodes %d is above the job's %d nodes at most\n",
                    config.min_nodes, config.max_nodes);

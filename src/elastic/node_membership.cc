@@ -121,6 +121,17 @@ int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global
   return 0;
 }
 
+Status check_launch_range(const NodeBounds& b, const std::string& job, int min_nodes,
+                          int max_nodes) {
+  if (b.launch_max <= 0 || (min_nodes >= b.launch_min && max_nodes <= b.launch_max))
+    return OkStatus();
+  return InvalidArgument("--min-nodes " + std::to_string(min_nodes) + " --max-nodes " +
+                         std::to_string(max_nodes) + " leave job '" + job +
+                         "''s launch range --nnodes " + std::to_string(b.launch_min) + ":" +
+                         std::to_string(b.launch_max) +
+                         "; hint: scale within it (nodes beyond it were never started)");
+}
+
 StatusOr<NodeBounds> get_node_bounds(comm::Store& store, const std::string& job) {
   CANN_ASSIGN_OR_RETURN(auto raw, store.try_get("cann/" + job + "/bounds"));
   if (!raw) return NotFound("job '" + job + "' has no bounds record at " + store.address());
@@ -149,12 +160,7 @@ StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job,
     if (old_raw) {
       CANN_ASSIGN_OR_RETURN(old, parse_bounds(*old_raw));
     }
-    if (old.launch_max > 0 && (min_nodes < old.launch_min || max_nodes > old.launch_max))
-      return InvalidArgument("--min-nodes " + std::to_string(min_nodes) + " --max-nodes " +
-                             std::to_string(max_nodes) + " leave job '" + job +
-                             "''s launch range --nnodes " + std::to_string(old.launch_min) + ":" +
-                             std::to_string(old.launch_max) +
-                             "; hint: scale within it (nodes beyond it were never started)");
+    CANN_RETURN_IF_ERROR(check_launch_range(old, job, min_nodes, max_nodes));
     NodeBounds next = old;
     next.min_nodes = min_nodes;
     next.max_nodes = max_nodes;

@@ -78,6 +78,10 @@ int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global
 StatusOr<NodeBounds> set_node_bounds(comm::Store& store, const std::string& job, int min_nodes,
                                      int max_nodes, const std::string& reason,
                                      NodeRecord* current = nullptr);
+// InvalidArgument when [min_nodes, max_nodes] leaves the launch range `b` records (none
+// recorded: any range).
+Status check_launch_range(const NodeBounds& b, const std::string& job, int min_nodes,
+                          int max_nodes);
 // The job's bounds now (NotFound when it has none).
 StatusOr<NodeBounds> get_node_bounds(comm::Store& store, const std::string& job);
 

@@ -115,6 +115,19 @@ StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot_own() {
   return s;
 }
 
+namespace {
+
+// A checkpoint section as floats; null when missing or, with `floats` > 0, of another size.
+const float* section_floats(const ckpt::LoadedCheckpoint& ck, const std::string& name,
+                            size_t* floats) {
+  const ckpt::Section* s = ck.find(name);
+  if (s == nullptr || (*floats > 0 && s->data.size() != *floats * sizeof(float))) return nullptr;
+  *floats = s->data.size() / sizeof(float);
+  return reinterpret_cast<const float*>(s->data.data());
+}
+
+}  // namespace
+
 Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) {
   const nlohmann::json own = nlohmann::json::parse(checkpoint_optimizer_extra(ck));
   if (own.value("own_part", false)) {
@@ -123,10 +136,8 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
     CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, model_, nullptr, nullptr, &step, state,
                                                      nullptr, config_.zero != 3));
     return stage_->load_own_buffers(
-        [&ck](const std::string& name, size_t floats) -> const float* {
-          const ckpt::Section* s = ck.find(name);
-          if (s == nullptr || s->data.size() != floats * sizeof(float)) return nullptr;
-          return reinterpret_cast<const float*>(s->data.data());
+        [&ck](const std::string& name, size_t floats) {
+          return section_floats(ck, name, &floats);
         },
         step, ck.path);
   }
@@ -156,11 +167,9 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
   }
   if (saved_world != group_.size()) {
     // Another world size: what the error feedback holds back is carried over, resharded.
-    const auto find_all = [&ck](const std::string& name, size_t* floats) -> const float* {
-      const ckpt::Section* s = ck.find(name);
-      if (s == nullptr) return nullptr;
-      *floats = s->data.size() / sizeof(float);
-      return reinterpret_cast<const float*>(s->data.data());
+    const auto find_all = [&ck](const std::string& name, size_t* floats) {
+      *floats = 0;  // any size: the stage checks it against the old world
+      return section_floats(ck, name, floats);
     };
     if (!stage_->keeps_rank_buffers() || saved_world < 1) return OkStatus();
     if (stage_->reshard_rank_buffers(find_all, saved_world)) {
@@ -178,9 +187,9 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
   const size_t r = static_cast<size_t>(group_.rank()), world = static_cast<size_t>(group_.size());
   return stage_->load_rank_buffers(
       [&ck, r, world](const std::string& name, size_t floats) -> const float* {
-        const ckpt::Section* s = ck.find(name);
-        if (s == nullptr || s->data.size() != floats * world * sizeof(float)) return nullptr;
-        return reinterpret_cast<const float*>(s->data.data()) + r * floats;
+        size_t all = floats * world;
+        const float* p = section_floats(ck, name, &all);
+        return p == nullptr ? nullptr : p + r * floats;
       },
       ck.path);
 }
