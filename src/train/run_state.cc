@@ -103,15 +103,12 @@ Status StateKeeper::keep(int done) {
   // The model's part of the metadata, with the mark, is serialized once per layout: a
   // snapshot every step pays only for what changes.
   const model::Model& model = run_.model->model();
-  const std::string key = run_.rank_layout + "#" + std::to_string(rank_) + "#" +
-                          std::to_string(model.table().fingerprint());
-  if (key != snapshot_meta_key_) {
+  if (snapshot_meta_.empty()) {
     std::string object = "{";
     object.append(model_meta_members(model.spec(), model.table())).push_back('}');
     if (!run_.rank_layout.empty())
       object = ckpt::with_rank_snapshot_mark(object, {run_.rank_layout, rank_});
     snapshot_meta_ = object.substr(1, object.size() - 2);
-    snapshot_meta_key_ = key;
   }
   if (snap.params == nullptr && !snap.own_part) snap.params = model.params();
   ckpt::CheckpointWrite w =

@@ -94,7 +94,10 @@ class StateKeeper {
 
   // The glue (run_state.cc). bind() before any of the calls below; a new world group (an
   // elastic rejoin) is bound again.
-  void bind(RunState state) { run_ = std::move(state); }
+  void bind(RunState state) {
+    run_ = std::move(state);
+    snapshot_meta_.clear();  // the model, layout or rank may be new
+  }
   // The step the run continues from, its state loaded: an elastic generation's committed step
   // (agreed over the ranks under multi-node elastic), else the --resume checkpoint, else 0.
   StatusOr<int> restore_at_start();
@@ -132,10 +135,9 @@ class StateKeeper {
   std::string node_snapshots_;     // multi-node elastic: the node's snapshot root
   std::string snapshot_root_;      // the agent's snapshot directory (all ranks)
   std::vector<float> full_state_;  // a model-parallel checkpoint's gathered whole model
-  // The snapshots' model metadata (model_meta_members with the rank's mark) and what it was
-  // made for (layout, rank, parameter table): serialized once, not every step.
+  // The snapshots' model metadata (model_meta_members with the rank's mark), serialized once
+  // per bind(), not every step.
   std::string snapshot_meta_;
-  std::string snapshot_meta_key_;
   int rank_ = 0;
   std::atomic<int> generation_{-1};  // read by the heartbeat thread
   bool leader_ = false;
