@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -167,6 +168,15 @@ TEST(AlertRoutesTest, EmailGoesThroughSendmail) {
   c.sendmail = "/bin/false";
   const Status failed = make_alert_routes(c)[0]->deliver(message());
   EXPECT_NE(failed.message().find("exited with status 1"), std::string::npos) << failed.message();
+  // One that exits before reading breaks the pipe: the caller's thread, not blocking SIGPIPE
+  // itself, survives (the default action would end the process), and no signal is left pending.
+  for (int i = 0; i < 50; ++i) {
+    const Status early = make_alert_routes(c)[0]->deliver(message());
+    EXPECT_FALSE(early.ok());
+  }
+  sigset_t pending;
+  sigpending(&pending);
+  EXPECT_EQ(sigismember(&pending, SIGPIPE), 0);
 }
 
 TEST(AlertRoutesTest, UnreachableWebhookWarnsOnceAndDrops) {

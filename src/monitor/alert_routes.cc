@@ -139,16 +139,33 @@ class EmailRoute : public AlertRoute {
       close(fds[1]);
       return IoError(sendmail_ + ": cannot start: " + std::strerror(err));
     }
-    // SIGPIPE is blocked in delivery threads (alert_delivery.cc): a sendmail that exits early
-    // makes this write fail with EPIPE, reported through its exit status below.
+    // A sendmail that exits before reading its input makes this write fail with EPIPE, reported
+    // through its exit status below. SIGPIPE is blocked for this thread during the write, whatever
+    // thread calls deliver, and a SIGPIPE the write raised is taken back before unblocking.
+    sigset_t pipe_signal, previous, pending;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous);
+    sigpending(&pending);
+    const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
     const std::string mail = alert_email(to_, m);
+    bool broken = false;
     for (size_t off = 0; off < mail.size();) {
       const ssize_t n = write(fds[1], mail.data() + off, mail.size() - off);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
+      if (n <= 0) {
+        broken = n < 0 && errno == EPIPE;
+        break;
+      }
       off += static_cast<size_t>(n);
     }
     close(fds[1]);
+    if (broken && !was_pending) {
+      const timespec now{};
+      while (sigtimedwait(&pipe_signal, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     int status = 0;
     const double deadline = now_seconds() + timeout_s_;
     while (waitpid(pid, &status, WNOHANG) == 0) {
