@@ -14,6 +14,7 @@
 #include "core/machine_load.h"
 #include "core/threads.h"
 #include "plan/cluster.h"
+#include "plan/predict.h"
 #include "test_util.h"
 
 namespace cann {
@@ -67,6 +68,11 @@ TEST(MultiProcBenchCalibrateTest, RefusesOnABusyMachineUnlessAccepted) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_NE(c->measured_under_load.find("other runnable tasks"), std::string::npos)
       << c->measured_under_load;
+  // The runtime's floor, measured from the worker's own resident set: this binary's code alone
+  // is megabytes, and a worker with no training state holds far less than a gigabyte.
+  const double floor_mib = plan::reserved_bytes(c->device) / 1048576.0;
+  EXPECT_GT(floor_mib, 4.0);
+  EXPECT_LT(floor_mib, 1024.0);
 }
 
 TEST(MultiProcBenchCalibrateTest, QuietRunWritesTheSpecUnmarked) {

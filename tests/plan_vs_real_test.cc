@@ -149,7 +149,8 @@ TEST(PlanVsRealForecastTest, EveryDefaultStrategyGetsAForecast) {
       ASSERT_TRUE(f.ok()) << f.status().message();
       EXPECT_GT(f->step_s, 0.0);
       EXPECT_GT(f->rank0_bytes, 1e6);
-      EXPECT_GE(f->peak_bytes, f->rank0_bytes);
+      EXPECT_GE(f->resident_max_bytes, f->resident_min_bytes);
+      EXPECT_GT(f->resident_min_bytes, 0.0);
     }
   }
 }
@@ -166,7 +167,61 @@ TEST(PlanVsRealForecastTest, GpipeHoldsEveryMicroBatch) {
   EXPECT_DOUBLE_EQ(g->step_s, o->step_s);
   // 4 micro-batches: stage 0 holds 4 under GPipe, 2 under 1F1B; stage 1 holds 4 against 1.
   EXPECT_GT(g->rank0_bytes, o->rank0_bytes);
-  EXPECT_GT(g->peak_bytes, o->peak_bytes);
+  EXPECT_GT(g->resident_max_bytes, o->resident_max_bytes);
+}
+
+// A worker's resident set is its training state, the runtime's floor that calibration measured
+// (runtime_reserve_GB) and the token arrays it loaded; rank 0's accounting is the state alone,
+// what the run's memory line prints.
+TEST(PlanVsRealForecastTest, ResidentSetAddsTheRuntimeFloorAndTheData) {
+  auto spec = model::load_model_spec("gpt_tiny");
+  ASSERT_TRUE(spec.ok());
+  for (const char* text : {"dp=2", "pp=2,schedule=1f1b"}) {
+    SCOPED_TRACE(text);
+    auto b = parse_bench_strategy(text, 16);
+    ASSERT_TRUE(b.ok());
+    ClusterSpec bare = two_core_machine(2);
+    ClusterSpec floored = bare;
+    floored.device.runtime_reserve_gb = 20.0 / 1024;  // 20 MiB
+    auto plain = forecast(*spec, bare, *b, 128, {});
+    auto full = forecast(*spec, floored, *b, 128, {}, 10.0 * (1 << 20));
+    ASSERT_TRUE(plain.ok() && full.ok());
+    EXPECT_DOUBLE_EQ(full->rank0_bytes, plain->rank0_bytes);
+    EXPECT_NEAR(full->resident_max_bytes - plain->resident_max_bytes, 30.0 * (1 << 20), 1.0);
+    EXPECT_NEAR(full->resident_min_bytes - plain->resident_min_bytes, 30.0 * (1 << 20), 1.0);
+  }
+  // Pipeline stages differ: the first holds more micro-batches' activations under 1F1B.
+  auto pp = parse_bench_strategy("pp=2,schedule=1f1b", 16);
+  ASSERT_TRUE(pp.ok());
+  auto f = forecast(*spec, two_core_machine(2), *pp, 128, {});
+  ASSERT_TRUE(f.ok());
+  EXPECT_GT(f->resident_max_bytes, f->resident_min_bytes);
+}
+
+// The runtime reserve is a device key; without it the precision's default holds.
+TEST(PlanVsRealForecastTest, RuntimeReserveIsADeviceKey) {
+  ClusterSpec c = two_core_machine(2);
+  EXPECT_EQ(reserved_bytes(c.device), 0.0);
+  auto with = parse_cluster_spec(
+      "name: local\nnodes: 1\ndevices_per_node: 2\n"
+      "device: {name: cpu-core, peak_tflops: 0.13, memory_gb: 5.8, memory_bandwidth_GBps: 12, "
+      "runtime_reserve_GB: 0.025, precision: fp32}\n"
+      "intra_node: {bandwidth_GBps: 5, latency_us: 20}\n",
+      "test");
+  ASSERT_TRUE(with.ok()) << with.status().message();
+  EXPECT_DOUBLE_EQ(reserved_bytes(with->device), 0.025 * 1073741824.0);
+  DeviceSpec gpu;
+  gpu.precision = Precision::kBf16;
+  EXPECT_EQ(reserved_bytes(gpu), kReservedBytes);
+  auto bad = parse_cluster_spec(
+      "name: x\nnodes: 1\ndevices_per_node: 1\n"
+      "device: {name: c, peak_tflops: 1, memory_gb: 1, memory_bandwidth_GBps: 1, "
+      "runtime_reserve_GB: -3}\n"
+      "intra_node: {bandwidth_GBps: 5, latency_us: 20}\n",
+      "bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("runtime_reserve_GB"), std::string::npos)
+      << bad.status().message();
 }
 
 // The engine runs each expert on its routed rows, not on its capacity: on an fp32 device the

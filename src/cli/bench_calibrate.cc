@@ -1,6 +1,7 @@
 // Calibration measurements and the cluster spec they become.
 #include "cli/bench_calibrate.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "comm/group.h"
 #include "core/fs.h"
 #include "core/machine_load.h"
+#include "core/pages.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "elastic/agent.h"
@@ -192,6 +194,15 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   CANN_ASSIGN_OR_RETURN(auto gloo, train::make_world_group(genv, cc));
   CANN_ASSIGN_OR_RETURN(double g_big, timed(*gloo, static_cast<size_t>(big / 4), 3));
   CANN_ASSIGN_OR_RETURN(double g_small, timed(*gloo, 2, 50));
+  // The runtime's resident floor: what a worker holds with its code and libraries loaded, BLAS
+  // started and both communicators up, once the measurements' buffers are freed and the heap
+  // has handed their pages back (malloc keeps freed buffers of a few MiB for reuse; a run's
+  // flat buffers live as long as the run). A run's worker holds it beside its training state;
+  // the largest of any worker is kept.
+  malloc_trim(0);
+  float floor_mib = static_cast<float>(process_resident_bytes() / 1048576.0);
+  CANN_RETURN_IF_ERROR(
+      shm->allreduce(&floor_mib, 1, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
   if (env.rank != 0) return OkStatus();
 
   // The load after: the other workers are leaving; give them a moment, then count.
@@ -252,13 +263,16 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   yaml += buf;
   yaml +=
       "\n# inter_node is the gloo backend over loopback TCP: this machine has no network link.\n"
-      "# precision fp32: the engine trains in fp32, so the planner counts its own buffers.\n";
+      "# precision fp32: the engine trains in fp32, so the planner counts its own buffers.\n"
+      "# runtime_reserve_GB: the largest worker's resident set with the runtime up and no\n"
+      "# training state (code, libraries, BLAS, communicators).\n";
   std::snprintf(buf, sizeof(buf),
                 "name: local\nnodes: 1\ndevices_per_node: %d\n"
                 "device: {name: cpu-core, peak_tflops: %.5f, memory_gb: %.2f, "
                 "memory_bandwidth_GBps: %.2f, tdp_watts: 0, hourly_cost_usd: 0, compute_units: 1, "
-                "gemm_efficiency: 1.0, memory_efficiency: 1.0, precision: fp32}\n",
-                P, peak_gflops / 1e3, mem_total_gb() / P, copy);
+                "gemm_efficiency: 1.0, memory_efficiency: 1.0, runtime_reserve_GB: %.5f, "
+                "precision: fp32}\n",
+                P, peak_gflops / 1e3, mem_total_gb() / P, copy, floor_mib / 1024.0);
   yaml += buf;
   std::snprintf(buf, sizeof(buf),
                 "intra_node: {bandwidth_GBps: %.3f, latency_us: %.2f, topology: switch, "

@@ -4,12 +4,12 @@
 // `cann-train run` really trains it as a child process; the median step time after warm-up
 // (from the run's --log-json step log) and the memory are set beside the forecast.
 //
-// Memory is judged on the engine's own accounting (the run's "memory per rank" line: flat
-// parameter, gradient and optimizer buffers and the activation arena), because that is what
-// the planner forecasts for an fp32 device. The operating system's peak resident set of each
-// worker (VmHWM) is printed beside it but not judged: it adds the process's code, libraries,
-// BLAS and communication buffers, the training data and the allocator's slack, none of which
-// depends on the layout, and on the tiny demo models it is several times the tensors.
+// Memory is judged twice: on the engine's own accounting (the run's "memory per rank" line:
+// flat parameter, gradient and optimizer buffers and the activation arena), and on the
+// operating system's peak resident set of the largest and the smallest worker (VmHWM), which
+// the forecast predicts as the planner's stage memory plus the runtime's floor that
+// calibration measured (the device's runtime_reserve_GB: code, libraries, BLAS, communicators)
+// plus the token arrays every worker loads.
 #pragma once
 
 #include <string>

@@ -216,6 +216,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"compute_units", number(&units, source)},
                        {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
+                       {"runtime_reserve_GB", number(&d.runtime_reserve_gb, source, true)},
                        {"precision", precision(&d.precision, source)},
                        {"attention", [&](const YAML::Node& a, const std::string& k) -> Status {
                           auto kind = parse_attention_kernel(a.IsScalar() ? a.Scalar() : "");

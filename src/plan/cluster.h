@@ -17,6 +17,8 @@
 //                               (DeepSeek-V3's recipe, below) or fp32 (cann-train's own
 //                               engine: plain fp32, see engine_memory.h)
 //   device.fp8_peak_tflops      dense fp8 matrix peak (0: the device has no fp8 units)
+//   device.runtime_reserve_GB   memory the runtime keeps beside the training state (default:
+//                               2 on bf16/fp8 devices, 0 on fp32 ones; measured by calibration)
 //   device.attention            fused (FlashAttention: no s x s tensor kept, recomputed in
 //                               backward; the default for bf16 devices) or materialized (the
 //                               scores and probabilities in memory, as Megatron-LM ran before
@@ -67,6 +69,10 @@ struct DeviceSpec {
   int compute_units = 0;          // 0: wave quantization not modelled
   double gemm_efficiency = 0.80;  // see cluster.cc for the default's source
   double memory_efficiency = 0.90;
+  // Resident memory the runtime holds on every device beside the training state (framework
+  // context, libraries, communicator buffers, allocator slack), binary GB; < 0: the default of
+  // the precision (predict.h, reserved_bytes). `bench calibrate` measures it for CPU workers.
+  double runtime_reserve_gb = -1;
   Precision precision = Precision::kBf16;
   AttentionKernel attention = AttentionKernel::kFused;  // see the file comment for the default
 

@@ -18,11 +18,12 @@
 
 namespace cann::plan {
 
-// The default list: every layout the engine trains on two cores (four processes share them),
-// with one process and plain data parallelism for reference. ep rows apply to MoE models only.
+// The default list: every layout the engine trains, on 2, 4 and 8 processes (more processes
+// than cores share them), with one process and plain data parallelism for reference. ep rows
+// apply to MoE models only, cp rows to dense ones.
 inline constexpr const char* kPlanVsRealStrategies =
     "single;dp=2;tp=2;tp=2,sp=on;pp=2,schedule=gpipe;pp=2,schedule=1f1b;pp=2,vpp=2;dp=2,ep=2;"
-    "dp=2,tp=2;dp=2,pp=2;pp=2,tp=2;dp=4,ep=2;cp=2";
+    "dp=2,tp=2;dp=2,pp=2;pp=2,tp=2;dp=4,ep=2;cp=2;dp=8;dp=2,tp=2,pp=2;dp=4,tp=2";
 
 struct BenchStrategy {
   std::string label;     // as written in the list, e.g. "pp=2,schedule=gpipe"
@@ -42,18 +43,21 @@ StatusOr<BenchStrategy> parse_bench_strategy(const std::string& text, int global
 StatusOr<std::vector<BenchStrategy>> parse_bench_strategies(const std::string& list,
                                                             int global_batch);
 
-// The planner's forecast for one rank of the run: step time, the memory of rank 0 (the first
-// pipeline stage, the one whose accounting `run` prints) and of the busiest rank. The planner
-// times and sizes 1F1B; under the GPipe schedule every stage holds all micro-batches'
-// activations, which the forecast adds.
+// The planner's forecast for the run: step time, rank 0's training state (the first pipeline
+// stage, the one whose accounting `run` prints) and the resident set of the busiest and of the
+// lightest rank: training state, the device's runtime reserve (calibrated: a worker's floor)
+// and `data_bytes`, the token arrays every worker loads whole. The planner times and sizes
+// 1F1B; under the GPipe schedule every stage holds all micro-batches' activations, which the
+// forecast adds.
 struct Forecast {
   double step_s = 0;
   double rank0_bytes = 0;
-  double peak_bytes = 0;
+  double resident_max_bytes = 0;
+  double resident_min_bytes = 0;
   TimeBreakdown time;
 };
 StatusOr<Forecast> forecast(const model::ModelSpec& m, const ClusterSpec& c, const BenchStrategy& s,
-                            int seq_len, const EngineBuckets& buckets);
+                            int seq_len, const EngineBuckets& buckets, double data_bytes = 0);
 
 // step_time_s of every step line of a JSONL step log (event lines skipped), in order. A line
 // that is not JSON, or a step line without step_time_s, is an error naming `where` and the line.
@@ -73,9 +77,12 @@ double error_percent(double predicted, double measured);
 struct Verdict {
   int rows = 0;
   double median_abs_error = 0;  // percent
+  double max_abs_error = 0;     // percent
   double target = 0;            // percent
-  bool pass = false;            // rows > 0 and median <= target
+  bool per_row = false;         // the target holds for every row, not for the median
+  bool pass = false;            // rows > 0 and (per_row ? max : median) <= target
 };
-Verdict judge(const std::vector<double>& errors_percent, double target_percent);
+Verdict judge(const std::vector<double>& errors_percent, double target_percent,
+              bool per_row = false);
 
 }  // namespace cann::plan

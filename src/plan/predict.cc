@@ -99,8 +99,9 @@ double zero3_tensors_per_unit(const model::ModelSpec& m, int tp) {
 
 }  // namespace
 
-double reserved_bytes(Precision p) {
-  return p == Precision::kFp32 ? 0.0 : kReservedBytes;
+double reserved_bytes(const DeviceSpec& d) {
+  if (d.runtime_reserve_gb >= 0) return d.runtime_reserve_gb * 1073741824.0;
+  return d.precision == Precision::kFp32 ? 0.0 : kReservedBytes;
 }
 
 StateBytes state_bytes(Precision p) {
@@ -373,7 +374,7 @@ double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& l
     st->optimizer_bytes = b.optimizer * (P / sh.o + Pe / sh.oe);
     st->transient_bytes = lay.extra_bytes[i] + gathered;
   }
-  st->reserved_bytes = reserved_bytes(prec);
+  st->reserved_bytes = reserved_bytes(in.cluster.device);
   st->total_bytes = st->weights_bytes + st->grads_bytes + st->optimizer_bytes +
                     st->activation_bytes + st->transient_bytes + st->reserved_bytes;
   return st->total_bytes;

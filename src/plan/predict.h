@@ -43,10 +43,11 @@ enum class Fidelity { kFast, kExact };
 // Runtime context, communicator buffers and allocator fragmentation that a framework keeps on
 // every device beyond the tensors counted here (about 2 GiB on PyTorch + NCCL/HCCL jobs).
 inline constexpr double kReservedBytes = 2.0 * 1073741824.0;
-// What the planner reserves on a device of this precision: kReservedBytes for bf16 devices;
-// none for fp32, whose figures are cann-train's own buffers (a process's code, stacks and
-// libraries are not counted).
-double reserved_bytes(Precision p);
+// What the planner reserves on a device: its spec's runtime_reserve_GB where given (a
+// calibrated CPU device: what a worker process holds before it allocates any training state),
+// else by precision: kReservedBytes for bf16 and fp8 devices, none for fp32, whose figures are
+// then cann-train's own buffers alone.
+double reserved_bytes(const DeviceSpec& d);
 // Data-parallel gradient bucket: Megatron-LM's default of 40M parameters, fp32 gradients.
 inline constexpr double kGradBucketParams = 40e6;
 inline constexpr double kGradBucketBytes = kGradBucketParams * 4;

@@ -259,7 +259,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                 for (int z = 0; z < zeros; ++z) {
                   s.zero = z;
                   if (opt.prune && memory_floor(layer_floor(m, blocks, s, prec), L, pp, mb,
-                                                reserved_bytes(prec)) > limit) {
+                                                reserved_bytes(c.device)) > limit) {
                     r.pruned += vpps.size();
                     continue;
                   }
