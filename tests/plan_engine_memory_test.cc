@@ -358,8 +358,10 @@ TEST(PlanEngineMemoryTest, Bf16ClustersKeepTheirReserve) {
   auto c = load_cluster_spec("3072_a100");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->device.precision, Precision::kBf16);
-  EXPECT_EQ(reserved_bytes(c->device.precision), kReservedBytes);
-  EXPECT_EQ(reserved_bytes(Precision::kFp32), 0);
+  EXPECT_EQ(reserved_bytes(c->device), kReservedBytes);
+  DeviceSpec fp32 = c->device;
+  fp32.precision = Precision::kFp32;
+  EXPECT_EQ(reserved_bytes(fp32), 0);
 }
 
 // Model parallelism as `run` trains it: the run prints its own accounting beside the planner's

@@ -19,8 +19,9 @@ inline void add_plan_input_options(CLI::App* cmd, plan::PlanOverrides* o) {
                   "Tokens per training sequence (default: the model's seq_length)")
       ->check(kPositive);
   cmd->add_option("--attention", o->attention,
-                  "Attention kernel: fused (FlashAttention; default on bf16 clusters) or "
-                  "materialized (scores in memory; default on fp32 ones)");
+                  "Attention kernel: fused (FlashAttention: the device's default fused kernel; "
+                  "default on bf16 clusters), materialized (scores in memory; default on fp32 "
+                  "ones), or a fused kernel measured on the device (flash2, cudnn)");
   cmd->add_option("--precision", o->precision,
                   "Training precision on an accelerator cluster: bf16 (default) or fp8 "
                   "(DeepSeek-V3's recipe; needs a device with an fp8 peak)");

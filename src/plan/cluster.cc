@@ -8,6 +8,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -166,6 +168,44 @@ StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name) {
                          "'; hint: fused (FlashAttention) or materialized (scores in memory)");
 }
 
+Status select_attention(DeviceSpec* d, std::string_view name, const std::string& where) {
+  if (name == "fused" || name == "materialized") {
+    d->attention = name == "fused" ? AttentionKernel::kFused : AttentionKernel::kMaterialized;
+    return OkStatus();
+  }
+  std::string measured;
+  for (const AttentionSpeed& a : d->fused_attention) {
+    if (a.kernel == name) {
+      d->attention = AttentionKernel::kFused;
+      d->fused_kernel = a.kernel;
+      return OkStatus();
+    }
+    measured += ", " + a.kernel;
+  }
+  return InvalidArgument(where + "unknown attention kernel '" + std::string(name) + "' on device " +
+                         d->name +
+                         "; hint: fused (FlashAttention), materialized (scores in memory)" +
+                         (measured.empty() ? std::string()
+                                           : " or a kernel measured on it (" +
+                                                 measured.substr(2) + ")"));
+}
+
+double fused_attention_tflops(const DeviceSpec& d, double seq) {
+  for (const AttentionSpeed& a : d.fused_attention) {
+    if (a.kernel != d.fused_kernel) continue;
+    const auto& p = a.tflops_at_seq;
+    if (p.empty()) return 0;
+    if (seq <= p.front().first) return p.front().second;
+    if (seq >= p.back().first) return p.back().second;
+    for (size_t i = 1; i < p.size(); ++i) {
+      if (seq > p[i].first) continue;
+      const double t = std::log2(seq / p[i - 1].first) / std::log2(p[i].first / p[i - 1].first);
+      return p[i - 1].second + t * (p[i].second - p[i - 1].second);
+    }
+  }
+  return 0;
+}
+
 StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::string& source) {
   YAML::Node root;
   try {
@@ -217,6 +257,27 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
                        {"runtime_reserve_GB", number(&d.runtime_reserve_gb, source, true)},
+                       {"fused_attention_kernel", text(&d.fused_kernel)},
+                       {"fused_attention_tflops",
+                        [&](const YAML::Node& t, const std::string& k) -> Status {
+                          if (!t.IsMap())
+                            return key_error(source, k, "expected {kernel: {sequence: TFLOP/s}}");
+                          for (const auto& kernel : t) {
+                            AttentionSpeed a;
+                            a.kernel = kernel.first.as<std::string>();
+                            const std::string at = k + "." + a.kernel;
+                            if (!kernel.second.IsMap() || kernel.second.size() == 0)
+                              return key_error(source, at, "expected {sequence: TFLOP/s, ...}");
+                            for (const auto& point : kernel.second) {
+                              CANN_ASSIGN_OR_RETURN(double seq, read_number(point.first, source, at, false));
+                              CANN_ASSIGN_OR_RETURN(double tf, read_number(point.second, source, at, false));
+                              a.tflops_at_seq.emplace_back(seq, tf);
+                            }
+                            std::sort(a.tflops_at_seq.begin(), a.tflops_at_seq.end());
+                            d.fused_attention.push_back(std::move(a));
+                          }
+                          return OkStatus();
+                        }},
                        {"precision", precision(&d.precision, source)},
                        {"attention", [&](const YAML::Node& a, const std::string& k) -> Status {
                           auto kind = parse_attention_kernel(a.IsScalar() ? a.Scalar() : "");
@@ -267,6 +328,16 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   if (!has_attention)
     c.device.attention = c.device.precision == Precision::kFp32 ? AttentionKernel::kMaterialized
                                                                 : AttentionKernel::kFused;
+  DeviceSpec& d = c.device;
+  if (!d.fused_attention.empty() || !d.fused_kernel.empty()) {
+    bool known = false;
+    for (const AttentionSpeed& a : d.fused_attention) known |= a.kernel == d.fused_kernel;
+    if (!known)
+      return key_error(source, "device.fused_attention_kernel",
+                       "'" + d.fused_kernel +
+                           "' is not among device.fused_attention_tflops; hint: name the "
+                           "measured kernel the device's frameworks run by default");
+  }
   return c;
 }
 

@@ -19,6 +19,9 @@
 //   device.fp8_peak_tflops      dense fp8 matrix peak (0: the device has no fp8 units)
 //   device.runtime_reserve_GB   memory the runtime keeps beside the training state (default:
 //                               2 on bf16/fp8 devices, 0 on fp32 ones; measured by calibration)
+//   device.fused_attention_tflops   measured forward+backward TFLOP/s of fused attention kernels,
+//                               {kernel: {sequence: TFLOP/s, ...}, ...}
+//   device.fused_attention_kernel   the one of them the device's frameworks run by default
 //   device.attention            fused (FlashAttention: no s x s tensor kept, recomputed in
 //                               backward; the default for bf16 devices) or materialized (the
 //                               scores and probabilities in memory, as Megatron-LM ran before
@@ -58,6 +61,13 @@ enum class AttentionKernel { kFused, kMaterialized };
 std::string_view attention_kernel_name(AttentionKernel a);
 StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name);
 
+// Measured forward-plus-backward speed of one fused attention kernel on a device (causal, head
+// dimension 128): TFLOP/s by sequence length, lengths increasing.
+struct AttentionSpeed {
+  std::string kernel;  // e.g. "flash2" (FlashAttention-2), "cudnn" (cuDNN's fused attention)
+  std::vector<std::pair<double, double>> tflops_at_seq;
+};
+
 struct DeviceSpec {
   std::string name;
   double peak_tflops = 0;  // dense bf16/fp16 matrix peak
@@ -75,6 +85,11 @@ struct DeviceSpec {
   double runtime_reserve_gb = -1;
   Precision precision = Precision::kBf16;
   AttentionKernel attention = AttentionKernel::kFused;  // see the file comment for the default
+  // Fused kernels measured on this device (device.fused_attention_tflops) and the one a fused
+  // core runs (device.fused_attention_kernel, or one named by `--attention`; empty: none
+  // measured, see fused_attention_tflops).
+  std::vector<AttentionSpeed> fused_attention;
+  std::string fused_kernel;
 
   double memory_bytes() const { return memory_gb * 1073741824.0; }
 };
@@ -127,6 +142,13 @@ struct ClusterSpec {
 
 // fp8 needs a device with an fp8 peak.
 Status check_precision(const ClusterSpec& c);
+// "fused" (the device's default fused kernel), "materialized", or the name of a fused kernel
+// the device has measured (a fused core run by that kernel); `where` starts the error.
+Status select_attention(DeviceSpec* d, std::string_view name, const std::string& where);
+// TFLOP/s of the device's fused kernel on sequences of `seq` queries: piecewise linear in
+// log2(seq) between the measured lengths, held at the nearest one outside them; 0 when the
+// device has no measured kernel.
+double fused_attention_tflops(const DeviceSpec& d, double seq);
 // Parses YAML text; `source` names the file in every error message.
 StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text, const std::string& source);
 // A path to a YAML file, a spec written by `cann-train bench calibrate` (looked up by name in

@@ -73,8 +73,11 @@ void Pass::stream(double bf16_bytes) {
   cost.stream_s += stream_seconds(dev, bf16_bytes * stream_scale);
 }
 
-void Pass::fused_attention(double flops, double fraction) {
-  cost.gemm_s += flops / (dev.peak_tflops * 1e12 * dev.gemm_efficiency * fraction);
+void Pass::fused_attention(double flops, double fraction, double seq) {
+  const double measured = fused_attention_tflops(dev, seq);
+  cost.gemm_s += measured > 0
+                     ? flops / (measured * 1e12)
+                     : flops / (dev.peak_tflops * 1e12 * dev.gemm_efficiency * fraction);
   cost.flops += flops;
 }
 

@@ -57,8 +57,8 @@ double core(const Dims& x, double dqk, double dv, double q_heads, Pass& fwd, Pas
   const double heads = x.b * q_heads;
   if (x.fused) {
     const double pairs = heads * x.sq * x.keys;
-    fwd.fused_attention(2 * pairs * (dqk + dv), kFusedAttentionForward);
-    bwd.fused_attention(2 * pairs * (3 * dqk + 2 * dv), kFusedAttentionBackward);
+    fwd.fused_attention(2 * pairs * (dqk + dv), kFusedAttentionForward, x.sq);
+    bwd.fused_attention(2 * pairs * (3 * dqk + 2 * dv), kFusedAttentionBackward, x.sq);
     // The output (the output projection's input) and the softmax statistics (fp32).
     return 2 * x.T * q_heads * dv * x.attn_out + 2 * heads * x.sq;
   }

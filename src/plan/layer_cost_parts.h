@@ -23,8 +23,9 @@ struct Pass {
   void linear(double m, double n, double k, double batch = 1);
   void linear_bwd(double m, double n, double k, double batch = 1);
   void stream(double bf16_bytes);
-  // A fused attention kernel doing `flops` at `fraction` of the device's GEMM ceiling.
-  void fused_attention(double flops, double fraction);
+  // A fused attention kernel doing `flops` on sequences of `seq` queries: at the speed measured
+  // for the device's kernel (fused_attention_tflops), else at `fraction` of its GEMM ceiling.
+  void fused_attention(double flops, double fraction, double seq);
 };
 
 struct Dims {
@@ -70,10 +71,10 @@ Stored attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
 Stored dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass& rc);
 Stored moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass& rc);
 
-// Fractions of the device's GEMM ceiling a fused attention kernel reaches: FlashAttention-2
-// reaches 73% of the A100's peak in its forward pass and 63% in its backward (Dao 2023, section
-// 4.1), against 85.9% for the A100's best large GEMM (Bekman 2024, "maximum achievable matmul
-// FLOPS"): 0.73/0.859 and 0.63/0.859. Applied to every device's own ceiling alike.
+// On a device without a measured fused kernel (fused_attention_tflops): the fractions of its GEMM
+// ceiling FlashAttention-2 reaches on the A100, 73% of peak in its forward pass and 63% in its
+// backward (Dao 2023, section 4.1), against 85.9% for the A100's best large GEMM (Bekman 2024,
+// "maximum achievable matmul FLOPS"): 0.73/0.859 and 0.63/0.859.
 inline constexpr double kFusedAttentionForward = 0.73 / 0.859;
 inline constexpr double kFusedAttentionBackward = 0.63 / 0.859;
 

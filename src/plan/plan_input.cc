@@ -41,11 +41,8 @@ StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string&
                              m.name + "; hint: at most " + std::to_string(m.position_rows()));
     m.seq_length = o.seq_len;
   }
-  if (!o.attention.empty()) {
-    auto kind = parse_attention_kernel(o.attention);
-    if (!kind.ok()) return InvalidArgument("--attention: " + kind.status().message());
-    c.device.attention = *kind;
-  }
+  if (!o.attention.empty())
+    CANN_RETURN_IF_ERROR(select_attention(&c.device, o.attention, "--attention: "));
   if (!o.precision.empty()) {
     auto p = parse_precision(o.precision);
     if (!p.ok() || *p == Precision::kFp32)

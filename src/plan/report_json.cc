@@ -78,6 +78,9 @@ Json context(const PlanInput& in) {
   if (in.shape.mtp_params > 0) j["mtp_params"] = static_cast<long long>(in.shape.mtp_params);
   j["seq_length"] = in.model.seq_length;
   j["attention"] = std::string(attention_kernel_name(in.cluster.device.attention));
+  if (in.cluster.device.attention == AttentionKernel::kFused &&
+      !in.cluster.device.fused_kernel.empty())
+    j["attention_kernel"] = in.cluster.device.fused_kernel;
   j["precision"] = std::string(precision_name(in.cluster.device.precision));
   j["cluster"] = in.cluster.name;
   j["devices"] = in.cluster.num_devices();

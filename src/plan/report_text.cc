@@ -374,8 +374,11 @@ std::string model_summary(const PlanInput& in) {
     parts.push_back(moe);
   }
   for (size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? "; " : ", ") + parts[i];
+  const DeviceSpec& d = in.cluster.device;
   out += "; sequence " + std::to_string(m.seq_length) + "; attention " +
-         std::string(attention_kernel_name(in.cluster.device.attention));
+         std::string(attention_kernel_name(d.attention));
+  if (d.attention == AttentionKernel::kFused && !d.fused_kernel.empty())
+    out += " (" + d.fused_kernel + ")";
   if (!m.weight_storage.empty())
     out += "; released weights stored as " + m.weight_storage + ", planned at " +
            std::string(precision_name(in.cluster.device.precision));

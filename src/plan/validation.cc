@@ -141,9 +141,8 @@ StatusOr<ValidationOutcome> run_validation_case(const ValidationCase& c) {
   cluster.nodes = gpus / cluster.devices_per_node;
   if (c.memory_gb > 0) cluster.device.memory_gb = c.memory_gb;
   if (c.inter_node_GBps > 0) cluster.inter_node.bandwidth_GBps = c.inter_node_GBps;
-  if (!c.overrides.attention.empty()) {
-    CANN_ASSIGN_OR_RETURN(cluster.device.attention, parse_attention_kernel(c.overrides.attention));
-  }
+  if (!c.overrides.attention.empty())
+    CANN_RETURN_IF_ERROR(select_attention(&cluster.device, c.overrides.attention, c.id + ": "));
   if (!c.overrides.precision.empty()) {
     CANN_ASSIGN_OR_RETURN(cluster.device.precision, parse_precision(c.overrides.precision));
     CANN_RETURN_IF_ERROR(check_precision(cluster));
