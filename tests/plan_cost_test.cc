@@ -156,6 +156,11 @@ TEST(PlanLayerTest, MoeCostsScaleWithTopKAndCapacity) {
   EXPECT_NEAR(ep4.moe.expert_params, 2 * (2 * h * f + f + h), 1e-6);
   EXPECT_GT(ep4.moe.fwd.ep_comm_s, 0);
   EXPECT_NEAR(ep4.moe.fwd.flops, bc.moe.fwd.flops, 1e-3);  // same work, spread over ranks
+  // Under tensor parallelism a bf16 device holds 1/tp of each of its experts (Megatron-Core's
+  // expert tensor parallelism defaults to the model's tp), as its expert GEMMs are priced.
+  s.tp = 2;
+  const BlockCosts tp2 = costs(m, wide, s);
+  EXPECT_NEAR(tp2.moe.expert_params, ep4.moe.expert_params / 2, 1e-6);
 }
 
 TEST(PlanMemoryTest, ZeroStagesShardStateAsStated) {

@@ -372,6 +372,13 @@ CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
     }
     if (dense >= 0) ctx.dense_params = layer_params(m, dense, s.tp, s.ep);
     if (moe >= 0) ctx.moe_params = layer_params(m, moe, s.tp, s.ep);
+    // The parameter table is the engine's, whose experts are whole on every tensor-parallel
+    // rank. Megatron-Core shards them over an expert tensor-parallel group as large as the
+    // model's tensor group unless told otherwise (parallel_state.initialize_model_parallel:
+    // expert_tensor_parallel_size defaults to tensor_model_parallel_size), which is how the
+    // MoE kernels below price a bf16 device's expert GEMMs: its expert weights, gradients and
+    // optimizer state are 1/tp of the table's.
+    if (!ctx.engine) ctx.moe_params.expert_params /= s.tp;
   } else {
     const double h = m.hidden_size, qkv = m.qkv_size(), f = m.intermediate_size;
     ctx.dense_params.params =
