@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -54,6 +55,34 @@ TEST(AlertTest, LossSpikeRaisesOneAlert) {
   }
   EXPECT_EQ(alerts_in(hub), 1u) << hub.events_json(10);
   EXPECT_NE(hub.events_json(10).find("loss"), std::string::npos);
+}
+
+// A diverged loss crosses the wire as JSON, where NaN is null: the hub must still see NaN, raise
+// the non-finite alert, and export the gauge as NaN, never as a plausible 0.
+TEST(AlertTest, NanLossThroughJsonRaisesTheNonFiniteAlert) {
+  Hub hub("job", 1);
+  AlertConfig c;
+  c.straggler_interval_s = 1e9;
+  AlertEngine alerts(hub, "job", c);
+  hub.set_observer([&](const RankSnapshot& s) { alerts.observe(s); });
+  for (int64_t step = 1; step <= 20; ++step) {
+    const double loss = step < 15 ? 3.0 - 0.01 * step : std::nan("");
+    auto wire = RankSnapshot::from_json(step_of(0, step, loss, 0.2).to_json());
+    ASSERT_TRUE(wire.ok()) << wire.status().message();
+    EXPECT_EQ(std::isnan(wire->loss), step >= 15) << step;
+    hub.update(*wire);
+  }
+  const std::string events = hub.events_json(10);
+  EXPECT_GE(alerts_in(hub), 1u) << events;
+  EXPECT_NE(events.find("nan"), std::string::npos) << events;
+  EXPECT_NE(hub.prometheus_text().find("cann_train_loss{job=\"job\",rank=\"0\",host=\"h0\"} NaN"),
+            std::string::npos)
+      << hub.prometheus_text();
+  // A missing figure is not a diverged one.
+  auto bare = RankSnapshot::from_json("{\"rank\": 1}");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->loss, 0.0);
+  EXPECT_EQ(bare->val_loss, -1.0);
 }
 
 TEST(AlertTest, SlowRankIsNamedOnce) {

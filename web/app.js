@@ -15,7 +15,9 @@ function svgEl(tag, attrs, text) {
 }
 
 function fmt(v) {
-  if (!isFinite(v)) return "-";
+  // null: a NaN or infinite figure (a diverged loss), which JSON cannot carry as a number.
+  if (v === null) return "NaN";
+  if (typeof v !== "number" || !isFinite(v)) return "-";
   const a = Math.abs(v);
   if (a >= 1e9) return (v / 1e9).toFixed(2) + "G";
   if (a >= 1e6) return (v / 1e6).toFixed(2) + "M";
@@ -29,6 +31,8 @@ function lineChart(id, lines) {
   const svg = document.getElementById(id);
   const w = svg.clientWidth || 460, h = svg.clientHeight || 190, pad = 40;
   svg.replaceChildren();
+  // A non-finite value (null in JSON) has no place on the axis: the line skips it.
+  lines = lines.map(l => ({...l, points: l.points.filter(p => typeof p[1] === "number" && isFinite(p[1]))}));
   const all = lines.flatMap(l => l.points);
   if (all.length === 0) {
     svg.appendChild(svgEl("text", {x: pad, y: h / 2, class: "label"}, "no data yet"));

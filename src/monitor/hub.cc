@@ -2,6 +2,7 @@
 #include "monitor/hub.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/json_line.h"
@@ -13,7 +14,13 @@ namespace {
 // One sample line: name{labels} value
 void sample(std::string& out, const char* name, const std::string& labels, double value) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.15g", value);
+  // The exposition format spells non-finite values NaN, +Inf and -Inf.
+  if (std::isnan(value))
+    std::snprintf(buf, sizeof(buf), "NaN");
+  else if (std::isinf(value))
+    std::snprintf(buf, sizeof(buf), "%sInf", value > 0 ? "+" : "-");
+  else
+    std::snprintf(buf, sizeof(buf), "%.15g", value);
   out += name;
   if (!labels.empty()) out += "{" + labels + "}";
   out += " ";

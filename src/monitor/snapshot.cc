@@ -79,10 +79,15 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
     auto num = [&](const char* k, double fallback) {
       return j.contains(k) && j[k].is_number() ? j[k].get<double>() : fallback;
     };
-    s.loss = num("loss", 0.0);
-    s.val_loss = num("val_loss", -1.0);
+    // A diverged run's loss and gradient norm are NaN or infinite, written as null: read back
+    // as NaN, never as a plausible number, so the hub's detectors and gauges see divergence.
+    auto figure = [&](const char* k, double fallback) {
+      return j.contains(k) && j[k].is_null() ? std::nan("") : num(k, fallback);
+    };
+    s.loss = figure("loss", 0.0);
+    s.val_loss = figure("val_loss", -1.0);
     s.lr = num("lr", 0.0);
-    s.grad_norm = num("grad_norm", 0.0);
+    s.grad_norm = figure("grad_norm", 0.0);
     s.step_time_s = num("step_time_s", 0.0);
     s.forward_backward_s = num("forward_backward_s", 0.0);
     s.forward_s = num("forward_s", 0.0);
