@@ -49,6 +49,37 @@ TEST(PlanCliTest, MalformedOrInconsistentStrategies) {
                  {"--strategy is required"});
 }
 
+// --attention names a fused kernel measured on the device: the model line says which, the
+// slower kernel gives the slower step, and a kernel the device has no measurement of is one line.
+TEST(PlanCliTest, AttentionKernelsMeasuredOnTheDevice) {
+  auto step_of = [](const std::string& attention) {
+    auto r = run_cann({"simulate", "--model", "llama3_8b", "--cluster", "16384_h100", "--nodes",
+                       "1", "--strategy", "cp=2,dp=4,gbs=128", "--attention", attention, "--json"},
+                      120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.output;
+    if (j.is_discarded()) return std::pair(std::string(), 0.0);
+    return std::pair(j.value("attention_kernel", std::string()), j.value("step_time_s", 0.0));
+  };
+  const auto [cudnn_name, cudnn_s] = step_of("fused");
+  const auto [flash2_name, flash2_s] = step_of("flash2");
+  EXPECT_EQ(cudnn_name, "cudnn");  // the device's default: what Transformer Engine runs there
+  EXPECT_EQ(flash2_name, "flash2");
+  EXPECT_GT(flash2_s, cudnn_s * 1.02);  // FlashAttention-2 reaches about 60% of cuDNN's speed
+  auto text = run_cann({"simulate", "--model", "llama3_8b", "--cluster", "16384_h100", "--nodes",
+                        "1", "--strategy", "cp=2,dp=4,gbs=128", "--attention", "flash2"},
+                       120);
+  EXPECT_NE(text.output.find("attention fused (flash2)"), std::string::npos) << text.output;
+  expect_failure({"simulate", "--model", "llama3_8b", "--cluster", "16384_h100", "--nodes", "1",
+                  "--strategy", "cp=2,dp=4,gbs=128", "--attention", "flash3"},
+                 {"--attention: unknown attention kernel 'flash3' on device h100-sxm-80gb",
+                  "(cudnn, flash2)"});
+  expect_failure({"simulate", "--model", "gpt_175b", "--cluster", "1024_ascend910b", "--strategy",
+                  "tp=8,pp=8,gbs=1024", "--attention", "cudnn"},
+                 {"unknown attention kernel 'cudnn'", "fused (FlashAttention)"});
+}
+
 TEST(PlanCliTest, UnsatisfiableConstraintsExplainTheClosest) {
   expect_failure(
       {"search", "--model", "moe_bert", "--cluster", "1024_ascend910b", "--max-memory-per-device",
