@@ -1,8 +1,6 @@
 // Queues, retries and rate-limited warnings for the alert routes (see alert_delivery.h).
 #include "monitor/alert_delivery.h"
 
-#include <signal.h>
-
 #include <chrono>
 
 #include "core/log.h"
@@ -75,10 +73,6 @@ bool AlertDelivery::attempt(Lane* lane, const AlertMessage& m, double* last_warn
 }
 
 void AlertDelivery::lane_main(Lane* lane) {
-  sigset_t pipe_signal;
-  sigemptyset(&pipe_signal);
-  sigaddset(&pipe_signal, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
   double last_warning = -1.0;
   int unreported = 0;
   std::unique_lock<std::mutex> lock(mutex_);

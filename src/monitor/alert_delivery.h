@@ -10,8 +10,8 @@
 // `drain_s`; what is left then is dropped, with one line.
 //
 // Thread safety: send() from any thread; the queues are guarded by mutex_. A route is touched
-// by its own thread only. SIGPIPE is blocked in the delivery threads (a receiver that hangs
-// up is an error, not the end of the process).
+// by its own thread only. A receiver that hangs up is an error of the attempt, not the end of
+// the process: each route blocks SIGPIPE around its own writes (alert_routes.cc).
 #pragma once
 
 #include <condition_variable>

@@ -24,6 +24,39 @@ extern char** environ;
 namespace cann::monitor {
 namespace {
 
+// A route's writes to a peer that may be gone (a sendmail that exits before reading, a TLS
+// server that closes) fail with EPIPE instead of ending the process, whatever thread delivers:
+// SIGPIPE is blocked for this thread while the object lives, and one that its writes raised is
+// taken back before the thread's own mask returns.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
+    was_pending_ = pending();
+  }
+  ~SigpipeBlocked() {
+    if (!was_pending_ && pending()) {
+      const timespec now{};
+      while (sigtimedwait(&pipe_, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  static bool pending() {
+    sigset_t set;
+    sigpending(&set);
+    return sigismember(&set, SIGPIPE) == 1;
+  }
+  sigset_t pipe_, previous_;
+  bool was_pending_ = false;
+};
+
 struct ParsedUrl {
   std::string scheme_host_port;  // "https://host:8443"
   std::string path;              // "/hook", "/" when none
@@ -99,6 +132,7 @@ class WebhookRoute : public AlertRoute {
 
   Status deliver(const AlertMessage& m) override {
     const std::string body = slack_ ? slack_webhook_body(m) : generic_webhook_body(m);
+    const SigpipeBlocked blocked;
     auto res = client_.Post(path_, body, "application/json");
     if (!res) return FailedPrecondition(http_error_text(res.error(), verify_result()));
     if (res->status >= 300) return FailedPrecondition("HTTP " + std::to_string(res->status));
@@ -140,32 +174,18 @@ class EmailRoute : public AlertRoute {
       return IoError(sendmail_ + ": cannot start: " + std::strerror(err));
     }
     // A sendmail that exits before reading its input makes this write fail with EPIPE, reported
-    // through its exit status below. SIGPIPE is blocked for this thread during the write, whatever
-    // thread calls deliver, and a SIGPIPE the write raised is taken back before unblocking.
-    sigset_t pipe_signal, previous, pending;
-    sigemptyset(&pipe_signal);
-    sigaddset(&pipe_signal, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous);
-    sigpending(&pending);
-    const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+    // through its exit status below.
     const std::string mail = alert_email(to_, m);
-    bool broken = false;
-    for (size_t off = 0; off < mail.size();) {
-      const ssize_t n = write(fds[1], mail.data() + off, mail.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        broken = n < 0 && errno == EPIPE;
-        break;
+    {
+      const SigpipeBlocked blocked;
+      for (size_t off = 0; off < mail.size();) {
+        const ssize_t n = write(fds[1], mail.data() + off, mail.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
       }
-      off += static_cast<size_t>(n);
     }
     close(fds[1]);
-    if (broken && !was_pending) {
-      const timespec now{};
-      while (sigtimedwait(&pipe_signal, nullptr, &now) < 0 && errno == EINTR) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     int status = 0;
     const double deadline = now_seconds() + timeout_s_;
     while (waitpid(pid, &status, WNOHANG) == 0) {

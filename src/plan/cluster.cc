@@ -169,8 +169,8 @@ StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name) {
 }
 
 Status select_attention(DeviceSpec* d, std::string_view name, const std::string& where) {
-  if (name == "fused" || name == "materialized") {
-    d->attention = name == "fused" ? AttentionKernel::kFused : AttentionKernel::kMaterialized;
+  if (auto kind = parse_attention_kernel(name); kind.ok()) {
+    d->attention = *kind;
     return OkStatus();
   }
   std::string measured;

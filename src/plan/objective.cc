@@ -5,44 +5,42 @@
 
 namespace cann::plan {
 
+namespace {
+
+struct ObjectiveText {
+  Objective objective;
+  const char* name;      // as --objective takes it
+  const char* quantity;  // the figure it ranks by
+};
+constexpr ObjectiveText kObjectives[] = {
+    {Objective::kThroughput, "throughput", "tokens/s"},
+    {Objective::kCost, "cost", "$ per million tokens"},
+    {Objective::kEnergy, "energy", "joules per token"},
+    {Objective::kGoodput, "goodput", "tokens/s x goodput"},
+    {Objective::kTei, "tei", "TEI"},
+};
+
+const ObjectiveText& text_of(Objective o) {
+  for (const ObjectiveText& t : kObjectives)
+    if (t.objective == o) return t;
+  return kObjectives[0];
+}
+
+}  // namespace
+
 std::string_view objective_name(Objective o) {
-  switch (o) {
-    case Objective::kThroughput:
-      return "throughput";
-    case Objective::kCost:
-      return "cost";
-    case Objective::kEnergy:
-      return "energy";
-    case Objective::kGoodput:
-      return "goodput";
-    case Objective::kTei:
-      return "tei";
-  }
-  return "throughput";
+  return text_of(o).name;
 }
 
 StatusOr<Objective> parse_objective(std::string_view name) {
-  for (Objective o : {Objective::kThroughput, Objective::kCost, Objective::kEnergy,
-                      Objective::kGoodput, Objective::kTei})
-    if (name == objective_name(o)) return o;
+  for (const ObjectiveText& t : kObjectives)
+    if (name == t.name) return t.objective;
   return InvalidArgument("--objective: unknown objective '" + std::string(name) +
                          "'; hint: use throughput, cost, energy, goodput or tei");
 }
 
 std::string_view objective_quantity(Objective o) {
-  switch (o) {
-    case Objective::kThroughput:
-      return "tokens/s";
-    case Objective::kCost:
-      return "$ per million tokens";
-    case Objective::kEnergy:
-      return "joules per token";
-    case Objective::kGoodput:
-      return "tokens/s x goodput";
-    case Objective::kTei:
-      return "TEI";
-  }
-  return "tokens/s";
+  return text_of(o).quantity;
 }
 
 bool lower_is_better(Objective o) {
