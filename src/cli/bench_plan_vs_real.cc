@@ -1,6 +1,7 @@
 // The plan-vs-real benchmark: forecast, train, compare, judge.
 #include "cli/bench_plan_vs_real.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,7 @@ struct Row {
   double step_s = 0, engine_mib = 0;
   double rss_max_mib = 0, rss_min_mib = 0;  // the largest and smallest worker's peak
   double step_error = 0, memory_error = 0;
+  double step_error_min = 0, step_error_max = 0;  // over the repeated pairs
   double rss_error = 0;  // of the two comparisons (largest, smallest), the larger |error|
   std::string command;
 };
@@ -201,14 +203,16 @@ StatusOr<Row> measure(const Flags& f, const model::ModelSpec& spec, const std::s
   last.predicted.step_s = plan::median(predicted);
   last.step_s = plan::median(measured);
   last.step_error = plan::median(errors);
+  last.step_error_min = *std::min_element(errors.begin(), errors.end());
+  last.step_error_max = *std::max_element(errors.begin(), errors.end());
   return last;
 }
 
 void print_table(const std::vector<Row>& rows, const plan::Verdict& step,
                  const plan::Verdict& memory, const plan::Verdict& rss) {
-  std::printf("%-14s %-26s %5s %9s %9s %7s %9s %9s %7s %15s %15s %7s\n", "model", "strategy",
-              "procs", "pred s", "meas s", "err %", "pred MiB", "meas MiB", "err %",
-              "pred RSS MiB", "meas RSS MiB", "err %");
+  std::printf("%-14s %-26s %5s %9s %9s %7s %13s %9s %9s %7s %15s %15s %7s\n", "model",
+              "strategy", "procs", "pred s", "meas s", "err %", "err min..max", "pred MiB",
+              "meas MiB", "err %", "pred RSS MiB", "meas RSS MiB", "err %");
   const double mib = 1.0 / (1 << 20);
   for (const Row& r : rows) {
     if (!r.skipped.empty()) {
@@ -225,9 +229,11 @@ void print_table(const std::vector<Row>& rows, const plan::Verdict& step,
         std::snprintf(buf, sizeof(buf), "%.1f/%.1f", hi, lo);
       return std::string(buf);
     };
-    std::printf("%-14s %-26s %5d %9.4f %9.4f %+7.1f %9.1f %9.1f %+7.1f %15s %15s %+7.1f\n",
+    char spread[32];
+    std::snprintf(spread, sizeof(spread), "%+.0f..%+.0f", r.step_error_min, r.step_error_max);
+    std::printf("%-14s %-26s %5d %9.4f %9.4f %+7.1f %13s %9.1f %9.1f %+7.1f %15s %15s %+7.1f\n",
                 r.model.c_str(), r.label.c_str(), r.processes, r.predicted.step_s, r.step_s,
-                r.step_error, r.predicted.rank0_bytes * mib, r.engine_mib, r.memory_error,
+                r.step_error, spread, r.predicted.rank0_bytes * mib, r.engine_mib, r.memory_error,
                 pair(r.predicted.resident_max_bytes * mib, r.predicted.resident_min_bytes * mib)
                     .c_str(),
                 pair(r.rss_max_mib, r.rss_min_mib).c_str(), r.rss_error);
@@ -256,6 +262,8 @@ std::string to_json(const std::vector<Row>& rows, const plan::Verdict& step,
       j["predicted_step_s"] = r.predicted.step_s;
       j["measured_step_s"] = r.step_s;
       j["step_error_percent"] = r.step_error;
+      j["step_error_percent_min"] = r.step_error_min;
+      j["step_error_percent_max"] = r.step_error_max;
       j["predicted_mib"] = r.predicted.rank0_bytes * mib;
       j["measured_mib"] = r.engine_mib;
       j["memory_error_percent"] = r.memory_error;
