@@ -309,7 +309,6 @@ TEST_P(GlooBoundBuffers, CollectivesAndPointToPoint) {
   const int world = GetParam();
   GlooOptions options;
   options.bound_buffers = true;
-  options.split_bytes = 64 << 10;
   run_gloo(
       world,
       [&](int rank, Group& g) {
@@ -331,10 +330,42 @@ TEST_P(GlooBoundBuffers, CollectivesAndPointToPoint) {
         }
         expect_ok(g.barrier(), "bound barrier");
       },
-      options);
+      options, [](GroupConfig& c) { c.split_bytes = 64 << 10; });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooBoundBuffers, ::testing::Values(2, 5));
+
+// A tuned size table (comm.yaml): direct below 4 KiB, ring up to 256 KiB, direct above, over
+// three channels split from 64 KiB. Every size on both sides of each bound gives the exact sum.
+class GlooTunedRules : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooTunedRules, EverySizeReducesExactly) {
+  EXPECT_EQ(allreduce_algorithm_for({}, 1 << 30), AllreduceAlgorithm::kRing);
+  const std::vector<AllreduceRule> rules = {{4096, AllreduceAlgorithm::kDirect},
+                                            {256 << 10, AllreduceAlgorithm::kRing},
+                                            {SIZE_MAX, AllreduceAlgorithm::kDirect}};
+  EXPECT_EQ(allreduce_algorithm_for(rules, 4095), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(allreduce_algorithm_for(rules, 4096), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(allreduce_algorithm_for(rules, (256 << 10) - 1), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(allreduce_algorithm_for(rules, 256 << 10), AllreduceAlgorithm::kDirect);
+  run_gloo(
+      GetParam(),
+      [&](int, Group& g) {
+        int salt = 0;
+        for (DataType t : kTypes)
+          for (size_t n :
+               {size_t{1}, size_t{511}, size_t{1024}, size_t{65535}, size_t{65536}, size_t{100003}})
+            check_allreduce_broadcast(g, t, n, ++salt);
+      },
+      {},
+      [&](GroupConfig& c) {
+        c.parallel_contexts = 3;
+        c.split_bytes = 64 << 10;
+        c.allreduce_rules = rules;
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooTunedRules, ::testing::Values(2, 3, 7));
 
 // Rank 2 is alive but never joins the call: the others fail within their timeout and name it.
 TEST(GlooFailures, TimeoutNamesTheSilentRank) {

@@ -46,9 +46,26 @@ size_t per_rank_count(const std::string& op, size_t bytes, int P) {
   return std::max<size_t>(1, n / P);  // gather/scatter/all-to-all: the buffer holds P blocks
 }
 
-// Fills inputs so every output element has one known value, runs once, checks.
-Status validate(comm::Group& g, const std::string& op, size_t count, std::vector<float>& in,
+Status run_once(comm::Group& g, const std::string& op, size_t count, std::vector<float>& in,
                 std::vector<float>& out, const comm::Options& opts) {
+  std::shared_ptr<comm::Work> w;
+  if (op == "allreduce")
+    w = g.allreduce(in.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum, opts);
+  else if (op == "allgather")
+    w = g.allgather(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
+  else if (op == "reduce_scatter")
+    w = g.reduce_scatter(out.data(), in.data(), count, comm::DataType::kFloat32,
+                         comm::ReduceOp::kSum, opts);
+  else
+    w = g.alltoall(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
+  return w->wait(opts.timeout);
+}
+
+}  // namespace
+
+Status validate_collective(comm::Group& g, const std::string& op, size_t count,
+                           std::vector<float>& in, std::vector<float>& out,
+                           const comm::Options& opts) {
   const int P = g.size(), me = g.rank();
   Status s;
   if (op == "allreduce") {
@@ -89,23 +106,8 @@ Status validate(comm::Group& g, const std::string& op, size_t count, std::vector
   return OkStatus();
 }
 
-Status run_once(comm::Group& g, const std::string& op, size_t count, std::vector<float>& in,
-                std::vector<float>& out, const comm::Options& opts) {
-  std::shared_ptr<comm::Work> w;
-  if (op == "allreduce")
-    w = g.allreduce(in.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum, opts);
-  else if (op == "allgather")
-    w = g.allgather(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
-  else if (op == "reduce_scatter")
-    w = g.reduce_scatter(out.data(), in.data(), count, comm::DataType::kFloat32,
-                         comm::ReduceOp::kSum, opts);
-  else
-    w = g.alltoall(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
-  return w->wait(opts.timeout);
-}
-
-// Average seconds per call over enough calls to fill the budget; the slowest rank's figure.
-StatusOr<double> time_op(comm::Group& g, const std::function<Status()>& call, double budget) {
+StatusOr<double> time_collective(comm::Group& g, const std::function<Status()>& call,
+                                 double budget) {
   CANN_RETURN_IF_ERROR(call());  // warm-up
   const double t0 = now_seconds();
   CANN_RETURN_IF_ERROR(call());
@@ -122,6 +124,8 @@ StatusOr<double> time_op(comm::Group& g, const std::function<Status()>& call, do
       g.allreduce(&avg, 1, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
   return static_cast<double>(avg);
 }
+
+namespace {
 
 // Raw Gloo: its own TCP device, its own file-store rendezvous, its AllreduceRing algorithm.
 class RawGloo {
@@ -245,9 +249,9 @@ Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv
         const size_t buffer = op == "allreduce" ? count : count * P;
         in.assign(buffer, 0.0f);
         out.assign(buffer, 0.0f);
-        CANN_RETURN_IF_ERROR(validate(*group, op, count, in, out, opts));
+        CANN_RETURN_IF_ERROR(validate_collective(*group, op, count, in, out, opts));
         CANN_ASSIGN_OR_RETURN(
-            double t, time_op(
+            double t, time_collective(
                           *group, [&] { return run_once(*group, op, count, in, out, opts); },
                           config.seconds_per_size));
         Row r{backend, op, P, buffer * 4, t, 0, 0};
@@ -276,7 +280,7 @@ Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv
         if (in[i] != static_cast<float>(P * (P + 1) / 2 + P * (i % 7)))
           return Internal("raw Gloo all-reduce gave a wrong value at element " + std::to_string(i));
       CANN_ASSIGN_OR_RETURN(
-          double t, time_op(
+          double t, time_collective(
                         *sync, [&] { return raw->allreduce(in, count); }, config.seconds_per_size));
       Row r{"gloo-raw", "allreduce", P, count * 4, t, 0, 0};
       r.algbw = static_cast<double>(r.size_bytes) / t / 1e9;

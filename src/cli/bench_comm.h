@@ -2,9 +2,11 @@
 // next to raw Gloo's own ring all-reduce measured by the same processes in the same run.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "comm/group.h"
 #include "core/status.h"
 #include "train/dist_env.h"
 
@@ -21,6 +23,17 @@ struct CommBenchConfig {
   bool raw_gloo = true;
   double timeout_s = 60.0;
 };
+
+// Fills `in` so every output element of `op` (allreduce, allgather, reduce_scatter, alltoall;
+// fp32, `count` per rank) has one known value, runs it once, and checks every element.
+Status validate_collective(comm::Group& g, const std::string& op, size_t count,
+                           std::vector<float>& in, std::vector<float>& out,
+                           const comm::Options& opts);
+
+// Average seconds per call of `call` (a collective over g) over enough calls to fill `budget`
+// seconds, after a warm-up call; the slowest rank's figure, the same on every rank.
+StatusOr<double> time_collective(comm::Group& g, const std::function<Status()>& call,
+                                 double budget);
 
 // Parses "4K:256M" into bytes; K/M/G are powers of 1024.
 Status parse_size_range(const std::string& text, size_t* min_bytes, size_t* max_bytes);

@@ -1,5 +1,5 @@
 // `cann-train bench`: measurements of this machine and of cann-train's own components, each
-// validated and set beside a peer. Subcommands: comm, calibrate, plan-vs-real.
+// validated and set beside a peer. Subcommands: comm, calibrate, tune, plan-vs-real.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -7,11 +7,14 @@
 #include "cli/bench_calibrate.h"
 #include "cli/bench_comm.h"
 #include "cli/bench_plan_vs_real.h"
+#include "cli/bench_tune.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "core/threads.h"
 #include "elastic/agent.h"
+#include "model/spec.h"
 #include "train/dist_env.h"
+#include "train/run_layout.h"
 
 namespace cann::cli {
 namespace {
@@ -93,9 +96,79 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
   calibrate->add_flag("--accept-busy", cf->accept_busy,
                       "Write the spec even when the machine is busy (marked measured under load)");
 
+  struct TuneFlags {
+    TuneConfig config;
+    int nproc_per_node = 2;
+    int nnodes = 1;
+    std::string rdzv, rdzv_id, comm_addr;
+    double rdzv_timeout_s = 300.0;
+    std::string sizes = "4K:64M";
+    std::string channels = "1,2,4";
+    std::string buckets = "1,2,4,8,16,25,64";
+  };
+  auto tf = std::make_shared<TuneFlags>();
+  CLI::App* tune = bench->add_subcommand(
+      "tune",
+      "Measure this job's collectives under every setting (backend, Gloo channels, split size, "
+      "all-reduce algorithm by size) and the bucket size against the model's backward; write "
+      "comm.yaml for `run --comm-config`");
+  tune->add_option("--nproc-per-node", tf->nproc_per_node, "Processes on this node")
+      ->check(kPositive)
+      ->capture_default_str();
+  tune->add_option("--nnodes", tf->nnodes, "Nodes (one `cann-train bench tune` per node)")
+      ->check(kPositive)
+      ->capture_default_str();
+  tune->add_option("--rdzv", tf->rdzv,
+                   "Rendezvous store shared by the nodes: redis://[:PASSWORD@]HOST:PORT");
+  tune->add_option("--rdzv-id", tf->rdzv_id, "Job id; the same on every node");
+  tune->add_option("--rdzv-timeout", tf->rdzv_timeout_s, "Seconds to wait for all nodes to join")
+      ->check(kPositive)
+      ->capture_default_str();
+  tune->add_option(
+      "--comm-addr", tf->comm_addr,
+      "Address this node's workers listen on (default: the one that routes to --rdzv)");
+  tune->add_option("--transport", tf->config.transport,
+                   "Gloo transport between nodes: tcp, ibverbs")
+      ->check(CLI::IsMember({"tcp", "ibverbs"}))
+      ->capture_default_str();
+  tune->add_option("--sizes", tf->sizes, "All-reduce sizes MIN:MAX in bytes (K, M, G suffixes)")
+      ->capture_default_str();
+  tune->add_option("--factor", tf->config.factor, "Size step multiplier")
+      ->check(CLI::Range(2, 1024))
+      ->capture_default_str();
+  tune->add_option("--seconds-per-size", tf->config.seconds_per_size,
+                   "Timing budget per setting and size")
+      ->check(kPositive)
+      ->capture_default_str();
+  tune->add_option("--channels", tf->channels, "Gloo channel counts to try, a comma list")
+      ->capture_default_str();
+  tune->add_option("--buckets", tf->buckets, "Bucket sizes in MiB to train with, a comma list")
+      ->capture_default_str();
+  tune->add_option("--bucket-steps", tf->config.bucket_steps,
+                   "Steps per bucket size (0: leave the bucket size to run)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  tune->add_option("--model", tf->config.train.model, "Model the bucket sizes are timed with")
+      ->capture_default_str();
+  tune->add_option("--data", tf->config.train.data, "Data the bucket trials read")
+      ->capture_default_str();
+  tune->add_option("--batch-size", tf->config.train.batch_size, "Global batch of the trials")
+      ->check(kPositive)
+      ->capture_default_str();
+  tune->add_option("--seq-len", tf->config.train.seq_len, "Sequence length (0: the model's)")
+      ->check(kNonNegative);
+  tune->add_option("--threads", tf->config.train.threads,
+                   "Compute threads per process in the trials (0: cores / processes)")
+      ->check(kNonNegative);
+  tune->add_option("--output", tf->config.output, "Where to write the tuning")
+      ->capture_default_str();
+  tune->add_option("--comm-timeout", tf->config.timeout_s, "Seconds to wait for a peer")
+      ->check(kPositive)
+      ->capture_default_str();
+
   auto [plan_vs_real, plan_vs_real_main] = add_plan_vs_real_command(bench);
 
-  return [bench, comm, calibrate, plan_vs_real, plan_vs_real_main, f, cf,
+  return [bench, comm, calibrate, tune, plan_vs_real, plan_vs_real_main, f, cf, tf,
           argv_after_binary]() -> int {
     auto fail = [](const Status& s) {
       std::fprintf(stderr, "cann-train bench: error: %s\n", s.message().c_str());
@@ -109,6 +182,61 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
         return run_calibrate_agent(cf->nproc, cf->accept_busy, argv_after_binary);
       Status s = run_calibrate_worker(**env, cf->output, cf->accept_busy);
       return s.ok() ? 0 : fail(s);
+    }
+    if (tune->parsed()) {
+      TuneConfig c = tf->config;
+      if (Status s = parse_size_range(tf->sizes, &c.min_bytes, &c.max_bytes); !s.ok())
+        return fail(s);
+      c.channels.clear();
+      for (const std::string& item : split_list(tf->channels, {})) {
+        char* end = nullptr;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < 1 || v > 16)
+          return fail(InvalidArgument("--channels '" + tf->channels +
+                                      "': expected a comma list of counts in 1..16, e.g. 1,2,4"));
+        c.channels.push_back(static_cast<int>(v));
+      }
+      c.buckets_mb.clear();
+      for (const std::string& item : split_list(tf->buckets, {})) {
+        char* end = nullptr;
+        const double v = std::strtod(item.c_str(), &end);
+        if (item.empty() || *end != '\0' || !(v > 0) ||
+            (!c.buckets_mb.empty() && v <= c.buckets_mb.back()))
+          return fail(InvalidArgument("--buckets '" + tf->buckets +
+                                      "': expected increasing sizes in MiB, e.g. 1,4,16"));
+        c.buckets_mb.push_back(v);
+      }
+      if (env->has_value()) {
+        Status s = run_tune_worker(c, **env);
+        return s.ok() ? 0 : fail(s);
+      }
+      if (tf->nnodes > 1 && tf->rdzv.empty())
+        return fail(InvalidArgument("--nnodes " + std::to_string(tf->nnodes) +
+                                    " needs --rdzv, the store every node's agent meets at; hint: "
+                                    "--rdzv redis://HOST:6379 --rdzv-id JOB on every node"));
+      if (tf->nproc_per_node * tf->nnodes < 2)
+        return fail(InvalidArgument(
+            "bench tune: one process has nothing to communicate; hint: give --nproc-per-node 2 "
+            "or more, or several nodes"));
+      if (c.bucket_steps > 0) {
+        auto spec = model::load_model_spec(c.train.model);
+        if (!spec.ok()) return fail(spec.status());
+        if (Status st = train::check_launch(c.train, *spec, tf->nproc_per_node * tf->nnodes, false);
+            !st.ok())
+          return fail(st);
+      }
+      elastic::AgentConfig ac;
+      ac.nproc_per_node = tf->nproc_per_node;
+      ac.nnodes = tf->nnodes;
+      ac.rdzv = tf->rdzv;
+      ac.rdzv_id = tf->rdzv_id;
+      ac.rdzv_timeout_s = tf->rdzv_timeout_s;
+      ac.comm_addr = tf->comm_addr;
+      ac.worker_args = argv_after_binary;
+      ac.plain_rank0_stdout = true;
+      auto code = elastic::run_agent(ac);
+      if (!code.ok()) return fail(code.status());
+      return *code;
     }
     if (!comm->parsed()) return 2;
     CommBenchConfig c;

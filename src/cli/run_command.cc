@@ -15,6 +15,7 @@
 #include "model/spec.h"
 #include "plan/engine_support.h"
 #include "plan/strategy.h"
+#include "train/comm_config.h"
 #include "train/dist_env.h"
 #include "train/run_layout.h"
 #include "train/trainer.h"
@@ -32,6 +33,7 @@ struct LaunchFlags {
   std::string rdzv_id;
   double rdzv_timeout_s = 300.0;
   std::string comm_addr;
+  std::string comm_config;  // --comm-config, else CANN_COMM_CONFIG
 };
 
 // --nnodes N or MIN:MAX (a range needs --elastic). Returns an error line, or "".
@@ -52,7 +54,8 @@ std::string parse_nnodes(LaunchFlags& launch, bool elastic) {
   if (!ok || lo > hi)
     return "--nnodes '" + t + "': expected a node count N or a range MIN:MAX with 1 <= MIN <= MAX";
   if (lo != hi && !elastic)
-    return "--nnodes " + t + ": a range of nodes needs --elastic; hint: add --elastic, or give "
+    return "--nnodes " + t +
+           ": a range of nodes needs --elastic; hint: add --elastic, or give "
            "one node count";
   launch.min_nodes = lo;
   launch.nnodes = hi;
@@ -242,6 +245,10 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->check(CLI::IsMember({"auto", "shm", "gloo", "hierarchical"}))
       ->group(kLaunch)
       ->capture_default_str();
+  run->add_option("--comm-config", launch->comm_config,
+                  "Communication tuning written by `cann-train bench tune` (comm.yaml: backend, "
+                  "Gloo channels and algorithms by size, bucket size); default: $CANN_COMM_CONFIG")
+      ->group(kLaunch);
   run->add_option("--transport", comm->transport, "Gloo transport between nodes: tcp, ibverbs")
       ->check(CLI::IsMember({"tcp", "ibverbs"}))
       ->group(kLaunch)
@@ -264,8 +271,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
   return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
-          monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text,
-          plan_flags, argv_after_binary]() -> int {
+          monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text, plan_flags,
+          argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
     config->monitor_server.prometheus = false;
@@ -356,6 +363,20 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                                  "--nproc-per-node", std::to_string(choice->processes)});
         worker_args = args;
       }
+    }
+    if (launch->comm_config.empty())
+      if (const char* path = std::getenv("CANN_COMM_CONFIG")) launch->comm_config = path;
+    if (!launch->comm_config.empty()) {
+      auto tuning = train::read_comm_tuning(launch->comm_config);
+      if (!tuning.ok()) return report(tuning.status());
+      const int nnodes =
+          env->has_value() ? (*env)->world_size / (*env)->local_world_size : launch->nnodes;
+      const int per_node = env->has_value() ? (*env)->local_world_size : launch->nproc_per_node;
+      auto line = train::apply_comm_tuning(
+          *tuning, launch->comm_config, nnodes, per_node, run->get_option("--backend")->count() > 0,
+          run->get_option("--bucket-size-mb")->count() > 0, comm.get(), &config->bucket_mb);
+      if (!line.ok()) return report(line.status());
+      if (!env->has_value() && !config->quiet) std::printf("%s\n", line->c_str());
     }
     if (!env->has_value() &&
         (launch->nproc_per_node > 1 || launch->nnodes > 1 || resilience->elastic)) {

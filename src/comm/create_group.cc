@@ -16,6 +16,16 @@ std::string default_host_id() {
   return std::string(host) + "/" + boot;
 }
 
+const char* allreduce_algorithm_name(AllreduceAlgorithm a) {
+  return a == AllreduceAlgorithm::kDirect ? "direct" : "ring";
+}
+
+AllreduceAlgorithm allreduce_algorithm_for(const std::vector<AllreduceRule>& rules, size_t bytes) {
+  for (const AllreduceRule& r : rules)
+    if (bytes < r.below_bytes || r.below_bytes == SIZE_MAX) return r.algorithm;
+  return AllreduceAlgorithm::kRing;
+}
+
 StatusOr<std::unique_ptr<Group>> create_group(const GroupConfig& config) {
   if (config.size < 1 || config.rank < 0 || config.rank >= config.size)
     return InvalidArgument("rank " + std::to_string(config.rank) + " is outside a group of size " +

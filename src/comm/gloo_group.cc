@@ -159,7 +159,7 @@ Status GlooGroup::connect() {
 
 Status GlooGroup::run_sliced(size_t n, size_t bytes, const SliceFn& fn) {
   const size_t k = channels_.size();
-  if (k == 1 || bytes < options_.split_bytes) return fn(*channels_[0], 0, n);
+  if (k == 1 || bytes < config_.split_bytes) return fn(*channels_[0], 0, n);
   // e.g. n = 1,000,003 over 2 channels: slices of 500,032 and 499,971 elements.
   const size_t per = ((n + k - 1) / k + kSliceGranule - 1) / kSliceGranule * kSliceGranule;
   std::vector<Status> results(k);
@@ -198,10 +198,12 @@ Status GlooGroup::run_allreduce(void* data, size_t count, DataType type, ReduceO
   if (size() == 1 || count == 0) return OkStatus();  // the reduction of one contribution
   const Deadline deadline = deadline_for(opts);
   const size_t es = dtype_size(type);
+  const bool direct =
+      allreduce_algorithm_for(config_.allreduce_rules, count * es) == AllreduceAlgorithm::kDirect;
   Traffic traffic;
   Status s = run_sliced(count, count * es, [&](GlooChannel& ch, size_t begin, size_t len) {
     void* d = at(data, begin * es);
-    if (type == DataType::kBFloat16 || !ch.unbound())
+    if (direct || type == DataType::kBFloat16 || !ch.unbound())
       return allreduce_direct(ch, d, len, type, op, deadline, traffic);
     const ReduceOp ring_op = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
     CANN_RETURN_IF_ERROR(ch.ring_allreduce(d, len, type, ring_op, deadline, traffic));

@@ -10,9 +10,12 @@
 //   send, recv                   a channel of their own, so they run beside a collective
 //
 // Channels: GroupConfig::parallel_contexts Gloo contexts (each on its own device and event
-// thread) for collectives, plus one for point to point. A message of at least 4 MiB is split
-// into that many slices that run concurrently, one per context, so one TCP stream and one
-// event-loop thread are not the ceiling; smaller messages use context 0.
+// thread) for collectives, plus one for point to point. A message of at least
+// GroupConfig::split_bytes (4 MiB unless tuned) is split into that many slices that run
+// concurrently, one per context, so one TCP stream and one event-loop thread are not the
+// ceiling; smaller messages use context 0. The fp32/integer all-reduce's algorithm follows
+// GroupConfig::allreduce_rules by the whole message's size (`cann-train bench tune` measures
+// both and writes the table to comm.yaml).
 //
 // Addresses (tcp): GroupConfig::hostname when set; otherwise 127.0.0.1 when all ranks share a
 // host_id (one machine), else this machine's non-loopback address (default_tcp_address). On a
@@ -36,8 +39,6 @@ namespace cann::comm {
 struct GlooOptions {
   // Run the ibverbs code path (bound buffers, direct algorithms only) on TCP.
   bool bound_buffers = false;
-  // Messages of at least this many bytes are split over the parallel contexts.
-  size_t split_bytes = size_t{4} << 20;
 };
 
 StatusOr<std::unique_ptr<Group>> make_gloo_group(const GroupConfig& config,

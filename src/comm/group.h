@@ -113,6 +113,22 @@ class Group {
   virtual const FlightRecorder& flight_recorder() const = 0;
 };
 
+// The gloo backend's fp32/integer all-reduce algorithm: Gloo's ring (2(P-1) rounds, each
+// carrying n/P), or the direct reduce-scatter and all-gather of gloo_collectives.h (2 rounds of
+// P-1 concurrent messages). bf16, and every type on ibverbs, always run direct.
+enum class AllreduceAlgorithm { kRing, kDirect };
+const char* allreduce_algorithm_name(AllreduceAlgorithm a);  // "ring", "direct"
+
+// One row of a size table: messages of fewer than below_bytes bytes that no earlier row took.
+struct AllreduceRule {
+  size_t below_bytes = SIZE_MAX;  // SIZE_MAX: every size left
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
+};
+
+// The algorithm `rules` give a message of `bytes`: the first row that holds it; ring when none
+// does (an empty table is ring at every size).
+AllreduceAlgorithm allreduce_algorithm_for(const std::vector<AllreduceRule>& rules, size_t bytes);
+
 struct GroupConfig {
   std::string backend = "gloo";  // gloo | shm | hierarchical
   std::string name = "world";    // in diagnostics and the flight recorder
@@ -128,7 +144,9 @@ struct GroupConfig {
   std::string ib_device;          // ibverbs: device name (default: the first)
   int ib_port = 1;
   int ib_index = 0;
-  int parallel_contexts = 2;  // gloo: large messages are split over this many contexts
+  int parallel_contexts = 2;             // gloo: large messages are split over this many contexts
+  size_t split_bytes = size_t{4} << 20;  // gloo: messages of at least this many bytes are split
+  std::vector<AllreduceRule> allreduce_rules;  // gloo: by message size; empty: ring throughout
   // shm / hierarchical: ranks with the same host_id share memory (default: this machine's
   // hostname and boot id, so ranks on one host find each other).
   std::string host_id;

@@ -1,13 +1,12 @@
 #include "plan/plan_file.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include "core/fs.h"
 #include "model/spec_json.h"
+#include "plan/yaml_read.h"
 
 namespace cann::plan {
 namespace {
@@ -46,14 +45,7 @@ Status bad(const std::string& path, const std::string& what) {
 template <typename T>
 StatusOr<T> get(const YAML::Node& n, const std::string& k, const std::string& path,
                 const std::string& where = "") {
-  const std::string name = where.empty() ? k : where + "." + k;
-  if (!n[k]) return bad(path, "missing key '" + name + "'");
-  try {
-    return n[k].as<T>();
-  } catch (const YAML::Exception&) {
-    return bad(path, "key '" + name + "' has a value of the wrong kind ('" +
-                         YAML::Dump(n[k]) + "')");
-  }
+  return yaml_get<T>(n, k, where, [&](const std::string& what) { return bad(path, what); });
 }
 
 }  // namespace
@@ -159,16 +151,9 @@ Status write_plan_file(const std::string& path, const PlanFile& plan) {
 }
 
 StatusOr<PlanFile> read_plan_file(const std::string& path) {
-  StatusOr<std::string> text = read_file(path);
-  if (!text.ok())
-    return InvalidArgument("cannot read plan file " + path + ": " + text.status().message());
-  YAML::Node n;
-  try {
-    n = YAML::Load(*text);
-  } catch (const YAML::Exception& e) {
-    return bad(path, "not YAML (line " + std::to_string(e.mark.line + 1) + ": " + e.msg + ")");
-  }
-  if (!n.IsMap()) return bad(path, "expected a map of keys");
+  CANN_ASSIGN_OR_RETURN(
+      const YAML::Node n,
+      load_yaml_map(path, "plan file", [&](const std::string& what) { return bad(path, what); }));
   PlanFile f;
   CANN_ASSIGN_OR_RETURN(const int format, get<int>(n, "format", path));
   if (format != kFormat)

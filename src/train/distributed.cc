@@ -32,6 +32,9 @@ StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
   g.timeout = timeout;
   g.debug_checks = config.debug;
   g.transport = config.transport;
+  g.parallel_contexts = config.channels;
+  g.split_bytes = config.split_bytes;
+  g.allreduce_rules = config.allreduce_rules;
   g.hostname = env.comm_addr;
   g.host_id = env.host_id;
   return comm::create_group(g);

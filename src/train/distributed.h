@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/group.h"
 #include "core/status.h"
@@ -16,6 +17,11 @@ struct CommConfig {
   double timeout_s = 60.0;        // --comm-timeout
   bool debug = false;             // --debug-comm: verify every rank issues the same collective
   std::string transport = "tcp";  // gloo transport between nodes: tcp | ibverbs
+  // Gloo's channels, split size and all-reduce algorithms: comm.yaml's (comm_config.h) or the
+  // backend's defaults.
+  int channels = 2;
+  size_t split_bytes = size_t{4} << 20;
+  std::vector<comm::AllreduceRule> allreduce_rules;
 };
 
 // Opens the store named by the environment and builds the group of all ranks. The store is

@@ -1,0 +1,391 @@
+// The tune benchmark's worker: measure every setting, choose, time the bucket sizes, write.
+#include "cli/bench_tune.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+#include "cli/bench_comm.h"
+#include "comm/group.h"
+#include "core/machine_load.h"
+#include "train/comm_config.h"
+#include "train/distributed.h"
+#include "train/trainer.h"
+
+namespace cann::cli {
+namespace {
+
+using comm::AllreduceAlgorithm;
+
+// One measured setting: a backend, for gloo-based ones its channel count and algorithm (every
+// message split over the channels).
+struct Setting {
+  std::string backend;
+  int channels = 1;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
+  std::vector<double> seconds;  // per size
+
+  bool gloo_based() const { return backend != "shm"; }
+  std::string label() const {
+    if (!gloo_based()) return backend;
+    return backend + " " + std::to_string(channels) + "ch " +
+           comm::allreduce_algorithm_name(algorithm);
+  }
+};
+
+// What the engine can do with one backend and channel count, from the settings measured.
+struct Choice {
+  std::string backend;
+  int channels = 1;
+  size_t split_bytes = size_t{4} << 20;
+  std::vector<comm::AllreduceRule> rules;
+  std::vector<double> seconds;  // per size, the setting's best
+  double score = 0;             // mean of seconds / fastest measured, over the sizes
+
+  std::string label() const {
+    if (backend == "shm") return "shm";
+    std::string s = backend + " " + std::to_string(channels) + "ch";
+    for (size_t i = 0; i < rules.size(); ++i) {
+      s += std::string(i ? "/" : " ") + comm::allreduce_algorithm_name(rules[i].algorithm);
+    }
+    return s;
+  }
+};
+
+std::vector<size_t> size_list(const TuneConfig& c) {
+  std::vector<size_t> sizes;
+  for (size_t b = c.min_bytes; b <= c.max_bytes; b *= static_cast<size_t>(c.factor)) {
+    sizes.push_back(b);
+    if (b > c.max_bytes / static_cast<size_t>(c.factor)) break;
+  }
+  return sizes;
+}
+
+train::CommConfig comm_for(const TuneConfig& c, const std::string& backend, int channels,
+                           size_t split_bytes, std::vector<comm::AllreduceRule> rules) {
+  train::CommConfig cc;
+  cc.backend = backend;
+  cc.timeout_s = c.timeout_s;
+  cc.transport = c.transport;
+  cc.channels = channels;
+  cc.split_bytes = split_bytes;
+  cc.allreduce_rules = std::move(rules);
+  return cc;
+}
+
+// Validates and times an fp32 sum all-reduce at every size over `g`.
+StatusOr<std::vector<double>> time_sizes(comm::Group& g, const std::vector<size_t>& sizes,
+                                         const TuneConfig& c) {
+  const comm::Options opts{std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)),
+                           "tune"};
+  std::vector<float> in, out;
+  std::vector<double> seconds;
+  for (size_t bytes : sizes) {
+    const size_t count = bytes / 4;
+    in.assign(count, 0.0f);
+    CANN_RETURN_IF_ERROR(validate_collective(g, "allreduce", count, in, out, opts));
+    CANN_ASSIGN_OR_RETURN(double t, time_collective(
+                                        g,
+                                        [&] {
+                                          return g
+                                              .allreduce(in.data(), count, comm::DataType::kFloat32,
+                                                         comm::ReduceOp::kSum, opts)
+                                              ->wait(opts.timeout);
+                                        },
+                                        c.seconds_per_size));
+    seconds.push_back(t);
+  }
+  return seconds;
+}
+
+train::LinkFigures link_of(const std::vector<double>& seconds, const std::vector<size_t>& sizes,
+                           int P) {
+  train::LinkFigures l;
+  l.latency_us = seconds.front() * 1e6;
+  l.bandwidth_GBps = static_cast<double>(sizes.back()) / seconds.back() * 2.0 * (P - 1) / P / 1e9;
+  return l;
+}
+
+// The best of `backend` with `channels` channels at every size; nullopt when splitting over
+// them never wins (the one-channel choice is the same setting).
+std::optional<Choice> choose(const std::vector<Setting>& settings, const std::string& backend,
+                             int channels, const std::vector<size_t>& sizes,
+                             const std::vector<double>& fastest) {
+  auto find = [&](int ch, AllreduceAlgorithm a) -> const Setting* {
+    for (const Setting& s : settings)
+      if (s.backend == backend && (!s.gloo_based() || (s.channels == ch && s.algorithm == a)))
+        return &s;
+    return nullptr;
+  };
+  const size_t n = sizes.size();
+  Choice c;
+  c.backend = backend;
+  c.channels = channels;
+  // Per size: the faster algorithm, unsplit (one channel) and split over `channels`.
+  std::vector<double> unsplit(n), split(n);
+  std::vector<AllreduceAlgorithm> unsplit_alg(n), split_alg(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto best = [&](int ch, double* t, AllreduceAlgorithm* alg) {
+      *t = INFINITY;
+      for (AllreduceAlgorithm a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect})
+        if (const Setting* s = find(ch, a); s != nullptr && s->seconds[i] < *t) {
+          *t = s->seconds[i];
+          *alg = a;
+        }
+    };
+    best(1, &unsplit[i], &unsplit_alg[i]);
+    best(channels, &split[i], &split_alg[i]);
+  }
+  size_t split_from = n;
+  if (channels > 1 && backend != "shm")
+    while (split_from > 0 && split[split_from - 1] < unsplit[split_from - 1]) --split_from;
+  if (channels > 1 && split_from == n) return std::nullopt;
+  if (split_from < n) c.split_bytes = sizes[split_from];
+  for (size_t i = 0; i < n; ++i) {
+    const bool s = i >= split_from;
+    c.seconds.push_back(s ? split[i] : unsplit[i]);
+    const AllreduceAlgorithm a = s ? split_alg[i] : unsplit_alg[i];
+    if (backend == "shm") continue;
+    if (!c.rules.empty() && c.rules.back().algorithm == a) continue;
+    if (!c.rules.empty()) c.rules.back().below_bytes = sizes[i];
+    c.rules.push_back({SIZE_MAX, a});
+  }
+  for (size_t i = 0; i < n; ++i) c.score += c.seconds[i] / fastest[i] / static_cast<double>(n);
+  return c;
+}
+
+std::string size_text(size_t b) {
+  char buf[32];
+  if (b >= (size_t{1} << 20))
+    std::snprintf(buf, sizeof(buf), "%zuM", b >> 20);
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof(buf), "%zuK", b >> 10);
+  else
+    std::snprintf(buf, sizeof(buf), "%zu", b);
+  return buf;
+}
+
+}  // namespace
+
+Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
+  const int P = env.world_size;
+  if (P < 2)
+    return InvalidArgument(
+        "bench tune: one process has nothing to communicate; hint: give --nproc-per-node 2 or "
+        "more, or several nodes");
+  const bool leader = env.rank == 0;
+  const int per_node = env.local_world_size;
+  const int nnodes = P / per_node;
+  const bool multihost = nnodes > 1;
+  const std::vector<size_t> sizes = size_list(config);
+  std::vector<int> channel_counts = config.channels;
+  if (std::find(channel_counts.begin(), channel_counts.end(), 1) == channel_counts.end())
+    channel_counts.insert(channel_counts.begin(), 1);
+  std::vector<AllreduceAlgorithm> algorithms = {AllreduceAlgorithm::kDirect};
+  if (config.transport == "tcp") algorithms.insert(algorithms.begin(), AllreduceAlgorithm::kRing);
+
+  // Agreement on trial results goes through a group of its own.
+  train::DistEnv sync_env = env;
+  sync_env.job_id = env.job_id + "/tune-sync";
+  std::shared_ptr<comm::Store> store;
+  CANN_ASSIGN_OR_RETURN(
+      auto sync,
+      train::make_world_group(sync_env, comm_for(config, "gloo", 1, SIZE_MAX, {}), &store));
+
+  if (leader) {
+    const LoadReading load = read_load();
+    std::printf(
+        "# cann-train bench tune: %d ranks (%d node%s x %d), %s, fp32 all-reduce %s..%s x%d, "
+        "validated before timing; load average %.2f, %d runnable\n",
+        P, nnodes, nnodes == 1 ? "" : "s", per_node, config.transport.c_str(),
+        size_text(sizes.front()).c_str(), size_text(sizes.back()).c_str(), config.factor,
+        load.load1, load.runnable);
+    std::fflush(stdout);
+  }
+
+  // 1. Every setting at every size.
+  std::vector<Setting> settings;
+  const std::vector<std::string> backends = multihost
+                                                ? std::vector<std::string>{"hierarchical", "gloo"}
+                                                : std::vector<std::string>{"shm", "gloo"};
+  for (const std::string& b : backends) {
+    if (b == "shm") {
+      settings.push_back({b, 1, AllreduceAlgorithm::kRing, {}});
+      continue;
+    }
+    for (int ch : channel_counts)
+      for (AllreduceAlgorithm a : algorithms) settings.push_back({b, ch, a, {}});
+  }
+  for (size_t k = 0; k < settings.size(); ++k) {
+    Setting& s = settings[k];
+    train::DistEnv e = env;
+    e.job_id = env.job_id + "/tune-" + std::to_string(k);
+    CANN_ASSIGN_OR_RETURN(
+        auto group, train::make_world_group(
+                        e, comm_for(config, s.backend, s.channels, 0, {{SIZE_MAX, s.algorithm}})));
+    CANN_ASSIGN_OR_RETURN(s.seconds, time_sizes(*group, sizes, config));
+  }
+  std::vector<double> fastest(sizes.size(), INFINITY);
+  for (const Setting& s : settings)
+    for (size_t i = 0; i < sizes.size(); ++i) fastest[i] = std::min(fastest[i], s.seconds[i]);
+  if (leader) {
+    std::printf("%-8s", "# size");
+    for (const Setting& s : settings) std::printf(" %16s", s.label().c_str());
+    std::printf("   (microseconds per all-reduce)\n");
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::printf("%-8s", size_text(sizes[i]).c_str());
+      for (const Setting& s : settings) std::printf(" %16.1f", s.seconds[i] * 1e6);
+      std::printf("\n");
+    }
+  }
+
+  // 2. The best setting per backend and channel count; the best of all, and of the gloo-based.
+  std::vector<Choice> choices;
+  for (const std::string& b : backends)
+    for (int ch : b == "shm" ? std::vector<int>{1} : channel_counts)
+      if (auto c = choose(settings, b, ch, sizes, fastest)) choices.push_back(std::move(*c));
+  const Choice* best = nullptr;
+  const Choice* best_gloo = nullptr;
+  for (const Choice& c : choices) {
+    if (best == nullptr || c.score < best->score) best = &c;
+    if (c.backend != "shm" && (best_gloo == nullptr || c.score < best_gloo->score)) best_gloo = &c;
+  }
+  if (leader) {
+    std::printf("# settings by mean time over the fastest measured at each size:\n");
+    for (const Choice& c : choices)
+      std::printf("#   %-28s %.3f%s\n", c.label().c_str(), c.score,
+                  &c == best ? "  <- chosen" : "");
+  }
+
+  train::CommTuning t;
+  t.nnodes = nnodes;
+  t.nproc_per_node = per_node;
+  t.transport = config.transport;
+  t.backend = best->backend;
+  t.channels = best_gloo->channels;
+  t.split_bytes = best_gloo->split_bytes;
+  t.allreduce = best_gloo->rules;
+  const train::CommConfig chosen =
+      comm_for(config, t.backend, t.channels, t.split_bytes, t.allreduce);
+
+  // The links the chosen setting measured: one node's all-reduce, and with several nodes one
+  // rank per node across them (the planner's inter-node link).
+  if (!multihost) {
+    t.intra_node = link_of(best->seconds, sizes, P);
+  } else {
+    comm::GroupConfig g;
+    g.store = store;
+    g.timeout = std::chrono::milliseconds(static_cast<long>(config.timeout_s * 1000));
+    g.host_id = env.host_id;
+    g.hostname = env.comm_addr;
+    g.transport = config.transport;
+    std::vector<float> link_seconds(2 * sizes.size(), 0.0f);  // intra, then inter
+    if (per_node > 1) {
+      comm::GroupConfig local = g;
+      local.backend = "shm";
+      local.prefix = "cann/" + env.job_id + "/tune-node" + std::to_string(env.node_rank);
+      local.rank = env.local_rank;
+      local.size = per_node;
+      CANN_ASSIGN_OR_RETURN(auto group, comm::create_group(local));
+      CANN_ASSIGN_OR_RETURN(auto s, time_sizes(*group, sizes, config));
+      for (size_t i = 0; i < sizes.size(); ++i) link_seconds[i] = static_cast<float>(s[i]);
+    }
+    if (env.local_rank == 0) {
+      comm::GroupConfig across = g;
+      across.backend = "gloo";
+      across.prefix = "cann/" + env.job_id + "/tune-nodes";
+      across.rank = env.node_rank;
+      across.size = nnodes;
+      across.parallel_contexts = t.channels;
+      across.split_bytes = t.split_bytes;
+      across.allreduce_rules = t.allreduce;
+      CANN_ASSIGN_OR_RETURN(auto group, comm::create_group(across));
+      CANN_ASSIGN_OR_RETURN(auto s, time_sizes(*group, sizes, config));
+      for (size_t i = 0; i < sizes.size(); ++i)
+        link_seconds[sizes.size() + i] = static_cast<float>(s[i]);
+    }
+    CANN_RETURN_IF_ERROR(sync->allreduce(link_seconds.data(), link_seconds.size(),
+                                         comm::DataType::kFloat32, comm::ReduceOp::kMax)
+                             ->wait());
+    const std::vector<double> intra(link_seconds.begin(), link_seconds.begin() + sizes.size()),
+        inter(link_seconds.begin() + sizes.size(), link_seconds.end());
+    if (per_node > 1) t.intra_node = link_of(intra, sizes, per_node);
+    t.inter_node = link_of(inter, sizes, nnodes);
+  }
+
+  // 3. Bucket sizes against the model's backward.
+  if (config.bucket_steps > 0) {
+    train::TrainConfig tc = config.train;
+    tc.steps = config.bucket_steps;
+    tc.quiet = true;
+    tc.monitor = false;
+    tc.eval_every = 0;
+    tc.eval_batches = 1;
+    tc.sample_tokens = 0;
+    tc.log_json.clear();
+    tc.checkpoint_dir.clear();
+    tc.tensorboard_dir.clear();
+    tc.profile.clear();
+    if (tc.threads == 0)
+      if (const char* threads = std::getenv("CANN_TRAIN_DEFAULT_THREADS"))
+        tc.threads = std::atoi(threads);
+    const int skip = tc.steps > 3 ? 2 : 0;
+    double grad_bytes = 0;
+    std::vector<std::pair<double, double>> trials;  // bucket MiB, median step seconds
+    for (size_t k = 0; k < config.buckets_mb.size(); ++k) {
+      const double mb = config.buckets_mb[k];
+      // Past the model's gradient every size is the same single bucket after the first.
+      if (!trials.empty() && trials.back().first * 1048576.0 >= grad_bytes - 1048576.0) break;
+      tc.bucket_mb = mb;
+      train::DistEnv e = env;
+      e.job_id = env.job_id + "/tune-bucket-" + std::to_string(k);
+      CANN_ASSIGN_OR_RETURN(auto trainer, train::Trainer::create(tc, &e, chosen));
+      grad_bytes = static_cast<double>(trainer->model().num_floats()) * 4.0;
+      train::RunSummary summary;
+      CANN_RETURN_IF_ERROR(trainer->run(&summary));
+      trainer.reset();
+      std::vector<double> timed(
+          summary.step_times_s.begin() + std::min<size_t>(skip, summary.step_times_s.size()),
+          summary.step_times_s.end());
+      float med = static_cast<float>(median(timed));
+      CANN_RETURN_IF_ERROR(
+          sync->allreduce(&med, 1, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
+      trials.emplace_back(mb, med);
+    }
+    size_t pick = 0;
+    for (size_t k = 1; k < trials.size(); ++k)
+      if (trials[k].second < trials[pick].second) pick = k;
+    t.bucket_size_mb = trials[pick].first;
+    t.model = tc.model;
+    if (leader) {
+      std::printf(
+          "# bucket sizes: %s, batch %d, data-parallel over %d ranks, median of steps "
+          "%d..%d (%.1f MB of gradients)\n",
+          tc.model.c_str(), tc.batch_size, P, skip + 1, tc.steps, grad_bytes / 1e6);
+      for (size_t k = 0; k < trials.size(); ++k)
+        std::printf("#   %6g MiB  %9.2f ms%s\n", trials[k].first, trials[k].second * 1e3,
+                    k == pick ? "  <- chosen" : "");
+    }
+  }
+
+  // Every node writes the same file: the timestamp is rank 0's.
+  int64_t now = leader ? static_cast<int64_t>(std::time(nullptr)) : 0;
+  CANN_RETURN_IF_ERROR(sync->broadcast(&now, 1, comm::DataType::kInt64, 0)->wait());
+  char when[32];
+  const std::time_t stamp = static_cast<std::time_t>(now);
+  std::tm tm{};
+  gmtime_r(&stamp, &tm);
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  t.measured_at = when;
+  if (env.local_rank == 0) CANN_RETURN_IF_ERROR(train::write_comm_tuning(config.output, t));
+  CANN_RETURN_IF_ERROR(sync->barrier()->wait());
+  if (leader) {
+    std::printf("wrote %s: %s\n", config.output.c_str(), train::comm_tuning_summary(t).c_str());
+    std::fflush(stdout);
+  }
+  return OkStatus();
+}
+
+}  // namespace cann::cli
