@@ -54,6 +54,9 @@ struct Choice {
   }
 };
 
+// How much faster the other all-reduce algorithm must be at a size to take it over.
+constexpr double kSwitchGain = 0.05;
+
 std::vector<size_t> size_list(const TuneConfig& c) {
   std::vector<size_t> sizes;
   for (size_t b = c.min_bytes; b <= c.max_bytes; b *= static_cast<size_t>(c.factor)) {
@@ -103,7 +106,8 @@ StatusOr<std::vector<double>> time_sizes(comm::Group& g, const std::vector<size_
 train::LinkFigures link_of(const std::vector<double>& seconds, const std::vector<size_t>& sizes,
                            int P) {
   train::LinkFigures l;
-  l.latency_us = seconds.front() * 1e6;
+  // One step of a ring (2(P-1) of them in an all-reduce), as bench calibrate counts latency.
+  l.latency_us = seconds.front() * 1e6 / (2.0 * (P - 1));
   l.bandwidth_GBps = static_cast<double>(sizes.back()) / seconds.back() * 2.0 * (P - 1) / P / 1e9;
   return l;
 }
@@ -127,14 +131,24 @@ std::optional<Choice> choose(const std::vector<Setting>& settings, const std::st
   std::vector<double> unsplit(n), split(n);
   std::vector<AllreduceAlgorithm> unsplit_alg(n), split_alg(n);
   for (size_t i = 0; i < n; ++i) {
+    // The algorithm of the size below (ring at the smallest) unless the other is faster by more
+    // than kSwitchGain: a table that flips with every size would be following noise.
     auto best = [&](int ch, double* t, AllreduceAlgorithm* alg) {
-      *t = INFINITY;
+      const AllreduceAlgorithm keep = i == 0 ? AllreduceAlgorithm::kRing : *alg;
+      const Setting* kept = find(ch, keep);
+      *t = kept != nullptr ? kept->seconds[i] : INFINITY;
+      *alg = keep;
       for (AllreduceAlgorithm a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect})
-        if (const Setting* s = find(ch, a); s != nullptr && s->seconds[i] < *t) {
+        if (const Setting* s = find(ch, a);
+            s != nullptr && a != keep && s->seconds[i] * (1 + kSwitchGain) < *t) {
           *t = s->seconds[i];
           *alg = a;
         }
     };
+    if (i > 0) {
+      unsplit_alg[i] = unsplit_alg[i - 1];
+      split_alg[i] = split_alg[i - 1];
+    }
     best(1, &unsplit[i], &unsplit_alg[i]);
     best(channels, &split[i], &split_alg[i]);
   }

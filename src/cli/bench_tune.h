@@ -10,7 +10,8 @@
 //      gloo-based ones each channel count x {ring, direct}, large messages always split.
 //   2. Per backend and channel count, the best the engine can do at each size: unsplit (one
 //      channel) below the size from which splitting wins at every larger size, split above;
-//      the faster algorithm at each size, rows merged where it does not change. The setting
+//      the faster algorithm at each size (the one of the size below unless the other is over 5%
+//      faster, so noise does not flip it), rows merged where it does not change. The setting
 //      whose mean ratio to the fastest measured time over all sizes is smallest is chosen.
 //   3. The model trains a few steps with each bucket size, data-parallel over every rank, with
 //      the chosen setting; the median step (the first two left out) picks the bucket size.

@@ -123,10 +123,10 @@ Status write_comm_tuning(const std::string& path, const CommTuning& t) {
 }
 
 StatusOr<CommTuning> read_comm_tuning(const std::string& path) {
-  CANN_ASSIGN_OR_RETURN(
-      const YAML::Node n,
-      plan::load_yaml_map(path, "comm config",
-                          [&](const std::string& what) { return bad(path, what); }));
+  CANN_ASSIGN_OR_RETURN(const YAML::Node n,
+                        plan::load_yaml_map(path, "comm config", [&](const std::string& what) {
+                          return bad(path, what);
+                        }));
   CANN_RETURN_IF_ERROR(only_keys(
       n, {"format", "tuned_for", "measured_at", "backend", "gloo", "bucket_size_mb", "links"}, path,
       ""));

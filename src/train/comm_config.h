@@ -31,8 +31,9 @@
 
 namespace cann::train {
 
-// A link as an all-reduce over it measured: bus bandwidth at the largest size (nccl-tests'
-// busbw) and the time of the smallest.
+// A link as an all-reduce over it measured, in the planner's terms (plan::LinkSpec, as `bench
+// calibrate` writes them): bus bandwidth at the largest size (nccl-tests' busbw), and latency
+// as the smallest size's time over the 2(P-1) steps of a ring.
 struct LinkFigures {
   double bandwidth_GBps = 0;
   double latency_us = 0;
