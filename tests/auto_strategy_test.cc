@@ -19,8 +19,7 @@ void expect_trained_as_announced(const std::string& out, int cores) {
   ASSERT_NE(chose, std::string::npos) << out;
   const std::string rest = out.substr(chose);
   if (rest.rfind("chose 1 process", 0) == 0) {
-    EXPECT_NE(out.find("1 rank x " + std::to_string(cores) + " threads"), std::string::npos)
-        << out;
+    EXPECT_NE(out.find("1 rank x " + std::to_string(cores) + " threads"), std::string::npos) << out;
   } else {
     EXPECT_EQ(rest.rfind("chose " + std::to_string(cores) + " processes", 0), 0u) << out;
     EXPECT_NE(out.find(std::to_string(cores) + " ranks x 1 threads"), std::string::npos) << out;
@@ -36,10 +35,9 @@ class MultiProcAutoStrategyTest : public ::testing::Test {
 };
 
 TEST_F(MultiProcAutoStrategyTest, CalibratesFirstThenTrainsWithThePlannersChoice) {
-  const std::vector<std::string> args = {kBinary,  "run",        "--strategy", "auto",
-                                         "--steps", "2",          "--monitor",  "off",
-                                         "--eval-every", "0", "--sample-tokens", "0",
-                                         "--nproc-per-node", "2"};
+  const std::vector<std::string> args = {
+      kBinary,        "run", "--strategy",      "auto", "--steps",          "2", "--monitor", "off",
+      "--eval-every", "0",   "--sample-tokens", "0",    "--nproc-per-node", "2"};
   auto r = test::run_command(args, 240, env());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("measuring this machine first"), std::string::npos) << r.output;
@@ -57,7 +55,10 @@ TEST_F(MultiProcAutoStrategyTest, RefusesWhatItCannPlan) {
   auto r = test::run_command(
       {kBinary, "run", "--strategy", "auto", "--nnodes", "2", "--steps", "1"}, 60, env());
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--strategy auto plans one machine"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--strategy auto across nodes plans with the measured link"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("bench tune --nnodes 2"), std::string::npos) << r.output;
   // A model no layout of this machine can hold: 175B parameters are 700 GB in fp32.
   r = test::run_command({kBinary, "run", "--strategy", "auto", "--model", "gpt_175b",
                          "--batch-size", "2", "--seq-len", "128", "--steps", "1"},

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <regex>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "train/comm_config.h"
 
 namespace cann {
 namespace {
@@ -207,22 +209,28 @@ class MultiProcNetnsTest : public ::testing::Test {
                  " 2>/dev/null; ip netns del " + ns2_ + " 2>/dev/null")
                     .c_str());
   }
-  std::string suffix_, ns1_, ns2_;
+  // redis-server in the first namespace (for at most `seconds`); the rendezvous URL. The test
+  // kills it with the namespace's processes, then collects it with redis_.get().
+  std::string start_redis(double seconds) {
+    password_ = "cann-" + suffix_;
+    redis_ = std::async(std::launch::async, [this, seconds] {
+      return test::run_command(
+          {"/usr/sbin/ip", "netns", "exec", ns1_, "redis-server", "--port", "6379", "--bind",
+           "10.231.0.1", "--requirepass", password_, "--save", "", "--appendonly", "no"},
+          seconds);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return "redis://:" + password_ + "@10.231.0.1:6379";
+  }
+  std::string suffix_, ns1_, ns2_, password_;
+  std::future<test::CommandResult> redis_;
   bool ready_ = false;
 };
 
 TEST_F(MultiProcNetnsTest, TwoNodesTimesTwoProcessesTrain) {
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), kModel);
-  const std::string password = "cann-" + suffix_;
-  auto redis = std::async(std::launch::async, [&] {
-    return test::run_command(
-        {"/usr/sbin/ip", "netns", "exec", ns1_, "redis-server", "--port", "6379", "--bind",
-         "10.231.0.1", "--requirepass", password, "--save", "", "--appendonly", "no"},
-        150);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const std::string rdzv = "redis://:" + password + "@10.231.0.1:6379";
+  const std::string rdzv = start_redis(150);
   std::vector<std::future<test::CommandResult>> nodes;
   for (const std::string& ns : {ns1_, ns2_}) {
     std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", ns, CANN_TRAIN_BINARY};
@@ -236,13 +244,77 @@ TEST_F(MultiProcNetnsTest, TwoNodesTimesTwoProcessesTrain) {
   const auto a = nodes[0].get();
   const auto b = nodes[1].get();
   std::system(("ip netns pids " + ns1_ + " | xargs -r kill 2>/dev/null").c_str());
-  redis.get();
+  redis_.get();
   EXPECT_EQ(a.exit_code, 0) << a.output;
   EXPECT_EQ(b.exit_code, 0) << b.output;
   const std::string both = a.output + b.output;
   EXPECT_NE(both.find("4 ranks"), std::string::npos) << both;
   EXPECT_NE(both.find("done: steps 1..4"), std::string::npos) << both;
-  EXPECT_EQ(both.find(password), std::string::npos) << "the password leaked into the output";
+  EXPECT_EQ(both.find(password_), std::string::npos) << "the password leaked into the output";
+}
+
+// The cluster user's path across nodes: `bench tune` on both nodes measures the link between
+// them into comm.yaml, and `run --strategy auto --comm-config` plans the layout on node 0 with
+// it; both nodes train what node 0 chose.
+TEST_F(MultiProcNetnsTest, TuneThenAutoPlansAcrossTheNodes) {
+  test::TempDir dir;
+  test::write_text(dir.file("m.yaml"), kModel);
+  const std::string rdzv = start_redis(280);
+  const std::vector<std::string> env = {"CANN_TRAIN_HOME=" + dir.file("home")};
+  auto on_both = [&](const std::string& id,
+                     const std::function<std::vector<std::string>(int)>& args) {
+    std::vector<std::future<test::CommandResult>> nodes;
+    int n = 0;
+    for (const std::string& ns : {ns1_, ns2_}) {
+      std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", ns, CANN_TRAIN_BINARY};
+      auto a = args(n++);
+      argv.insert(argv.end(), a.begin(), a.end());
+      argv.insert(argv.end(), {"--nnodes", "2", "--nproc-per-node", "2", "--rdzv", rdzv,
+                               "--rdzv-id", id + suffix_, "--rdzv-timeout", "60"});
+      nodes.push_back(std::async(std::launch::async,
+                                 [argv, env] { return test::run_command(argv, 200, env); }));
+    }
+    std::vector<test::CommandResult> out;
+    for (auto& f : nodes) out.push_back(f.get());
+    return out;
+  };
+  const auto tune = on_both("tune-", [&](int n) {
+    return std::vector<std::string>{"bench",
+                                    "tune",
+                                    "--sizes",
+                                    "4K:256K",
+                                    "--seconds-per-size",
+                                    "0.02",
+                                    "--channels",
+                                    "1,2",
+                                    "--bucket-steps",
+                                    "0",
+                                    "--output",
+                                    dir.file("comm" + std::to_string(n) + ".yaml")};
+  });
+  for (const auto& r : tune) ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto t = train::read_comm_tuning(dir.file("comm0.yaml"));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->nnodes, 2);
+  ASSERT_TRUE(t->inter_node.has_value());
+  EXPECT_GT(t->inter_node->bandwidth_GBps, 0);
+  EXPECT_EQ(test::read_text(dir.file("comm0.yaml")), test::read_text(dir.file("comm1.yaml")));
+
+  const auto runs = on_both("auto-", [&](int n) {
+    auto a = train_args(dir.file("m.yaml"), 3);
+    a.insert(a.end(), {"--strategy", "auto", "--comm-config",
+                       dir.file("comm" + std::to_string(n) + ".yaml")});
+    return a;
+  });
+  std::system(("ip netns pids " + ns1_ + " | xargs -r kill 2>/dev/null").c_str());
+  redis_.get();
+  for (const auto& r : runs) EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string both = runs[0].output + runs[1].output;
+  EXPECT_NE(both.find("auto: planned"), std::string::npos) << both;
+  EXPECT_NE(both.find("for 2 nodes x 2 cores"), std::string::npos) << both;
+  EXPECT_NE(both.find("between nodes"), std::string::npos) << both;
+  EXPECT_NE(both.find("comm config "), std::string::npos) << both;
+  EXPECT_NE(both.find("done: steps 1..3"), std::string::npos) << both;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "plan/cluster.h"
 #include "plan/strategy.h"
 #include "train/config.h"
 
@@ -21,14 +22,19 @@ namespace cann::cli {
 
 struct AutoChoice {
   int processes = 1;
-  int threads = 1;       // per process
+  int threads = 1;  // per process
   // For `run --strategy`: the chosen split; for one process the unset strategy (the whole
   // batch at once).
   plan::Strategy strategy = {.dp = 0, .mbs = 0};
-  std::string report;    // lines for the user: the choice, its prediction, the runner-up
+  std::string report;  // lines for the user: the choice, its prediction, the runner-up
 };
 
-// `cores`: the devices to plan for (this machine's cores).
-StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores);
+// `cores`: the devices to plan for (this machine's cores). Across `nodes` > 1 machines like
+// this one, `inter_node` is the link between them as `bench tune` measured it (comm.yaml's
+// links.inter_node): the candidates are then one process per node using every core, and one
+// single-threaded process per core, each split over all nodes by the same engine-only search.
+StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores,
+                                          int nodes = 1,
+                                          const plan::LinkSpec* inter_node = nullptr);
 
 }  // namespace cann::cli

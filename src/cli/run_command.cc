@@ -62,6 +62,24 @@ std::string parse_nnodes(LaunchFlags& launch, bool elastic) {
   return "";
 }
 
+// The workers' arguments with the layout `--strategy auto` chose in place of "auto".
+std::vector<std::string> with_chosen_layout(const std::vector<std::string>& worker_args,
+                                            const AutoChoice& choice) {
+  std::vector<std::string> args;
+  for (size_t i = 0; i < worker_args.size(); ++i) {
+    const std::string& a = worker_args[i];
+    if (a == "--strategy" || a == "--nproc-per-node") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--strategy=", 0) == 0 || a.rfind("--nproc-per-node=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  args.insert(args.end(), {"--strategy", plan::strategy_string(choice.strategy), "--nproc-per-node",
+                           std::to_string(choice.processes)});
+  return args;
+}
+
 int report(const Status& s) {
   std::fprintf(stderr, "cann-train run: error: %s\n", s.message().c_str());
   return s.exit_code();
@@ -333,11 +351,45 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       if (!strategy.ok()) return report(strategy.status());
       config->strategy = *strategy;
     }
-    if (*strategy_text == "auto") {
-      if (env->has_value() || launch->nnodes > 1)
+    if (launch->comm_config.empty())
+      if (const char* path = std::getenv("CANN_COMM_CONFIG")) launch->comm_config = path;
+    std::optional<train::CommTuning> tuning;
+    if (!launch->comm_config.empty()) {
+      auto read = train::read_comm_tuning(launch->comm_config);
+      if (!read.ok()) return report(read.status());
+      tuning = *read;
+      const int nnodes =
+          env->has_value() ? (*env)->world_size / (*env)->local_world_size : launch->nnodes;
+      // Under --strategy auto the launcher has not chosen the processes yet: no comparison.
+      const int per_node = env->has_value()           ? (*env)->local_world_size
+                           : *strategy_text == "auto" ? tuning->nproc_per_node
+                                                      : launch->nproc_per_node;
+      auto line = train::apply_comm_tuning(
+          *tuning, launch->comm_config, nnodes, per_node, run->get_option("--backend")->count() > 0,
+          run->get_option("--bucket-size-mb")->count() > 0, comm.get(), &config->bucket_mb);
+      if (!line.ok()) return report(line.status());
+      if (!env->has_value() && !config->quiet) std::printf("%s\n", line->c_str());
+    }
+    // --strategy auto across nodes: node 0's agent plans after the rendezvous (below).
+    bool auto_nodes = false;
+    if (*strategy_text == "auto" && launch->nnodes > 1 && !env->has_value()) {
+      if (resilience->elastic)
         return report(InvalidArgument(
-            "--strategy auto plans one machine from its launching process; hint: give workers "
-            "of another launcher, or several nodes, an explicit --strategy"));
+            "--strategy auto with --elastic across nodes: a changed world is not re-planned "
+            "yet; hint: give an explicit --strategy, or drop --elastic"));
+      if (!tuning || !tuning->inter_node)
+        return report(InvalidArgument(
+            "--strategy auto across nodes plans with the measured link between them; hint: run "
+            "`cann-train bench tune --nnodes " +
+            std::to_string(launch->nnodes) +
+            " --rdzv ...` on every node first and pass its file with --comm-config"));
+      auto_nodes = true;
+    }
+    if (*strategy_text == "auto" && !auto_nodes) {
+      if (env->has_value())
+        return report(InvalidArgument(
+            "--strategy auto plans from its launching process; hint: give workers of another "
+            "launcher an explicit --strategy"));
       const int cores = nproc_given->count() > 0 ? launch->nproc_per_node : hardware_threads();
       auto choice = choose_auto_strategy(*config, cores);
       if (!choice.ok()) return report(choice.status());
@@ -348,41 +400,15 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       if (choice->processes == 1) {
         if (threads_given->count() == 0) config->threads = choice->threads;
       } else {
-        // The workers get the chosen layout in place of "auto".
-        std::vector<std::string> args;
-        for (size_t i = 0; i < worker_args.size(); ++i) {
-          const std::string& a = worker_args[i];
-          if (a == "--strategy" || a == "--nproc-per-node") {
-            ++i;
-            continue;
-          }
-          if (a.rfind("--strategy=", 0) == 0 || a.rfind("--nproc-per-node=", 0) == 0) continue;
-          args.push_back(a);
-        }
-        args.insert(args.end(), {"--strategy", plan::strategy_string(choice->strategy),
-                                 "--nproc-per-node", std::to_string(choice->processes)});
-        worker_args = args;
+        worker_args = with_chosen_layout(worker_args, *choice);
       }
-    }
-    if (launch->comm_config.empty())
-      if (const char* path = std::getenv("CANN_COMM_CONFIG")) launch->comm_config = path;
-    if (!launch->comm_config.empty()) {
-      auto tuning = train::read_comm_tuning(launch->comm_config);
-      if (!tuning.ok()) return report(tuning.status());
-      const int nnodes =
-          env->has_value() ? (*env)->world_size / (*env)->local_world_size : launch->nnodes;
-      const int per_node = env->has_value() ? (*env)->local_world_size : launch->nproc_per_node;
-      auto line = train::apply_comm_tuning(
-          *tuning, launch->comm_config, nnodes, per_node, run->get_option("--backend")->count() > 0,
-          run->get_option("--bucket-size-mb")->count() > 0, comm.get(), &config->bucket_mb);
-      if (!line.ok()) return report(line.status());
-      if (!env->has_value() && !config->quiet) std::printf("%s\n", line->c_str());
     }
     if (!env->has_value() &&
         (launch->nproc_per_node > 1 || launch->nnodes > 1 || resilience->elastic)) {
       // This process is the agent: launch the workers with the same arguments.
       // The workers report a model that does not load, with its own message.
-      if (auto spec = model::load_model_spec(config->model); spec.ok())
+      // Under auto across nodes, node 0 checks the layout it chooses.
+      if (auto spec = model::load_model_spec(config->model); spec.ok() && !auto_nodes)
         if (Status st = train::check_launch(*config, *spec, launch->nproc_per_node * launch->nnodes,
                                             resilience->elastic && launch->nnodes > 1);
             !st.ok())
@@ -400,6 +426,24 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ac.monitor_server = config->monitor_server;
       ac.alerts = config->alerts;
       apply_resilience_flags(*resilience, *config, &ac);
+      if (auto_nodes) {
+        const int cores = nproc_given->count() > 0 ? launch->nproc_per_node : hardware_threads();
+        plan::LinkSpec inter;
+        inter.bandwidth_GBps = tuning->inter_node->bandwidth_GBps;
+        inter.latency_us = tuning->inter_node->latency_us;
+        inter.efficiency = 1.0;  // a measured bus bandwidth, as bench calibrate's links
+        inter.interconnect = "measured by bench tune (" + launch->comm_config + ")";
+        ac.node0_decides = [cfg = *config, cores, nodes = launch->nnodes, inter,
+                            worker_args]() -> StatusOr<elastic::AgentConfig::NodeLaunch> {
+          CANN_ASSIGN_OR_RETURN(AutoChoice choice, choose_auto_strategy(cfg, cores, nodes, &inter));
+          if (!cfg.quiet) std::printf("%s\n", choice.report.c_str());
+          std::fflush(stdout);
+          if (auto spec = model::load_model_spec(cfg.model); spec.ok())
+            CANN_RETURN_IF_ERROR(train::check_launch(cfg, *spec, choice.processes * nodes, false));
+          return elastic::AgentConfig::NodeLaunch{choice.processes,
+                                                  with_chosen_layout(worker_args, choice)};
+        };
+      }
       ac.min_nodes = launch->min_nodes;
       ac.max_nodes = launch->nnodes;
       if (resilience->elastic && launch->nnodes > 1) {

@@ -25,6 +25,7 @@
 // See docs/elastic.md.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,15 @@ struct AgentConfig {
   int max_restarts = 3;
   int snapshot_every = 1;
   std::string log_json;  // the step log the events go to (the workers' --log-json)
+  // What every node launches, chosen by node 0's agent after the rendezvous and before any
+  // worker starts, and taken from the store by the other nodes' agents (`run --strategy auto`
+  // across nodes: node 0 plans, so every node runs the same layout). Unset: nproc_per_node
+  // workers of worker_args on every node. Fixed nodes only (not the multi-node elastic agent).
+  struct NodeLaunch {
+    int nproc_per_node = 1;
+    std::vector<std::string> worker_args;
+  };
+  std::function<StatusOr<NodeLaunch>()> node0_decides;
 };
 
 // Runs the workers to completion. Returns the process exit status for the agent: 0 when every

@@ -60,6 +60,7 @@ Status LocalAgent::rendezvous() {
                              " needs --rdzv redis://HOST:PORT so the nodes can find each other");
     CANN_ASSIGN_OR_RETURN(auto store, comm::open_store(store_url_));
     CANN_ASSIGN_OR_RETURN(node_, join_nodes(*store, job_, config_.nnodes, config_.rdzv_timeout_s));
+    if (config_.node0_decides) CANN_RETURN_IF_ERROR(agree_on_launch(*store));
   } else {
     if (store_url_.empty()) {
       std::string templ = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
@@ -79,6 +80,50 @@ Status LocalAgent::rendezvous() {
   threads_per_worker_ = std::max(1, hardware_threads() / P_);
   tty_ = isatty(1) != 0;
   job_keys_ = "cann/" + node_.job_prefix;
+  return OkStatus();
+}
+
+Status LocalAgent::agree_on_launch(comm::Store& store) {
+  // "ok" or "error", then the processes per node and the arguments, or the message.
+  constexpr char kSep = '\x1f';
+  const std::string key = "cann/" + node_.job_prefix + "/launch";
+  if (node_.node_rank == 0) {
+    StatusOr<AgentConfig::NodeLaunch> launch = config_.node0_decides();
+    std::string value;
+    if (launch.ok()) {
+      value = "ok" + std::string(1, kSep) + std::to_string(launch->nproc_per_node);
+      for (const std::string& a : launch->worker_args) value += kSep + a;
+    } else {
+      value = "error" + std::string(1, kSep) + launch.status().message();
+    }
+    CANN_RETURN_IF_ERROR(store.set(key, value));
+    if (!launch.ok()) return launch.status();
+    P_ = launch->nproc_per_node;
+    config_.worker_args = launch->worker_args;
+    return OkStatus();
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<long>(config_.rdzv_timeout_s * 1000));
+  StatusOr<std::string> value = store.get(key, timeout);
+  if (!value.ok())
+    return IoError("node " + std::to_string(node_.node_rank) +
+                   ": node 0 did not say what to launch within " +
+                   std::to_string(static_cast<int>(config_.rdzv_timeout_s)) +
+                   " s; hint: check node 0's output (it plans the layout)");
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t sep = value->find(kSep, start);
+    parts.push_back(
+        value->substr(start, sep == std::string::npos ? std::string::npos : sep - start));
+    if (sep == std::string::npos) break;
+    start = sep + 1;
+  }
+  if (parts[0] == "error" && parts.size() == 2)
+    return FailedPrecondition("node 0 could not choose what to launch: " + parts[1]);
+  if (parts[0] != "ok" || parts.size() < 2 || std::atoi(parts[1].c_str()) < 1)
+    return Internal("node 0's launch record under " + key + " is malformed");
+  P_ = std::atoi(parts[1].c_str());
+  config_.worker_args.assign(parts.begin() + 2, parts.end());
   return OkStatus();
 }
 

@@ -36,6 +36,9 @@ class LocalAgent {
  private:
   // This node's place in the job and the job's store (a temporary file store on one node).
   Status rendezvous();
+  // config_.node0_decides: node 0 chooses the processes per node and the worker arguments and
+  // publishes them (or its error); the other nodes wait for them.
+  Status agree_on_launch(comm::Store& store);
   // Node 0 gathers the workers' snapshots and serves the dashboard.
   Status start_monitor();
   // --elastic: the snapshot root, the store, the event log and the heartbeat monitor.
@@ -57,7 +60,7 @@ class LocalAgent {
   int outcome() const;
 
   AgentConfig config_;
-  const int P_;
+  int P_;  // workers on this node (node 0 may choose it: agree_on_launch)
   std::string job_, store_url_, temp_dir_, comm_addr_;
   NodeAssignment node_;
   int world_ = 0;
