@@ -138,7 +138,7 @@ TEST(MultiProcCommTuneTest, TuneWritesAFileRunTrainsWith) {
                      240);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* part : {"3 ranks (1 node x 3)", "shm", "gloo 2ch direct", "<- chosen",
-                           "# bucket sizes: gpt_tiny", "wrote "})
+                           "# bucket sizes: gpt_tiny", "# allgather", "# alltoall", "wrote "})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   auto t = train::read_comm_tuning(path);
   ASSERT_TRUE(t.ok()) << t.status().message();

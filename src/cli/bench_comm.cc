@@ -46,21 +46,6 @@ size_t per_rank_count(const std::string& op, size_t bytes, int P) {
   return std::max<size_t>(1, n / P);  // gather/scatter/all-to-all: the buffer holds P blocks
 }
 
-Status run_once(comm::Group& g, const std::string& op, size_t count, std::vector<float>& in,
-                std::vector<float>& out, const comm::Options& opts) {
-  std::shared_ptr<comm::Work> w;
-  if (op == "allreduce")
-    w = g.allreduce(in.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum, opts);
-  else if (op == "allgather")
-    w = g.allgather(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
-  else if (op == "reduce_scatter")
-    w = g.reduce_scatter(out.data(), in.data(), count, comm::DataType::kFloat32,
-                         comm::ReduceOp::kSum, opts);
-  else
-    w = g.alltoall(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
-  return w->wait(opts.timeout);
-}
-
 }  // namespace
 
 Status validate_collective(comm::Group& g, const std::string& op, size_t count,
@@ -104,6 +89,21 @@ Status validate_collective(comm::Group& g, const std::string& op, size_t count,
     return Status(s.code(), g.backend() + " " + op + " of " + std::to_string(count) +
                                 " elements per rank: " + s.message());
   return OkStatus();
+}
+
+Status run_collective(comm::Group& g, const std::string& op, size_t count, std::vector<float>& in,
+                      std::vector<float>& out, const comm::Options& opts) {
+  std::shared_ptr<comm::Work> w;
+  if (op == "allreduce")
+    w = g.allreduce(in.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum, opts);
+  else if (op == "allgather")
+    w = g.allgather(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
+  else if (op == "reduce_scatter")
+    w = g.reduce_scatter(out.data(), in.data(), count, comm::DataType::kFloat32,
+                         comm::ReduceOp::kSum, opts);
+  else
+    w = g.alltoall(out.data(), in.data(), count, comm::DataType::kFloat32, opts);
+  return w->wait(opts.timeout);
 }
 
 StatusOr<double> time_collective(comm::Group& g, const std::function<Status()>& call,
@@ -252,7 +252,7 @@ Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv
         CANN_RETURN_IF_ERROR(validate_collective(*group, op, count, in, out, opts));
         CANN_ASSIGN_OR_RETURN(
             double t, time_collective(
-                          *group, [&] { return run_once(*group, op, count, in, out, opts); },
+                          *group, [&] { return run_collective(*group, op, count, in, out, opts); },
                           config.seconds_per_size));
         Row r{backend, op, P, buffer * 4, t, 0, 0};
         r.algbw = static_cast<double>(r.size_bytes) / t / 1e9;

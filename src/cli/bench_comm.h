@@ -30,6 +30,11 @@ Status validate_collective(comm::Group& g, const std::string& op, size_t count,
                            std::vector<float>& in, std::vector<float>& out,
                            const comm::Options& opts);
 
+// Runs `op` once over `count` fp32 elements per rank (`in`/`out` sized as validate_collective
+// leaves them) and waits for it.
+Status run_collective(comm::Group& g, const std::string& op, size_t count, std::vector<float>& in,
+                      std::vector<float>& out, const comm::Options& opts);
+
 // Average seconds per call of `call` (a collective over g) over enough calls to fill `budget`
 // seconds, after a warm-up call; the slowest rank's figure, the same on every rank.
 StatusOr<double> time_collective(comm::Group& g, const std::function<Status()>& call,

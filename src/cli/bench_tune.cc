@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
+#include <optional>
 
 #include "cli/bench_comm.h"
 #include "comm/group.h"
@@ -19,13 +21,18 @@ namespace {
 
 using comm::AllreduceAlgorithm;
 
+// The collectives measured: the all-reduce under each algorithm, the others (which have one)
+// once per backend and channel count.
+const char* const kCollectives[] = {"allreduce", "reduce_scatter", "allgather", "alltoall"};
+
 // One measured setting: a backend, for gloo-based ones its channel count and algorithm (every
 // message split over the channels).
 struct Setting {
   std::string backend;
   int channels = 1;
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
-  std::vector<double> seconds;  // per size
+  bool every_collective = false;                       // else the all-reduce only
+  std::map<std::string, std::vector<double>> seconds;  // by collective, per size
 
   bool gloo_based() const { return backend != "shm"; }
   std::string label() const {
@@ -41,8 +48,8 @@ struct Choice {
   int channels = 1;
   size_t split_bytes = size_t{4} << 20;
   std::vector<comm::AllreduceRule> rules;
-  std::vector<double> seconds;  // per size, the setting's best
-  double score = 0;             // mean of seconds / fastest measured, over the sizes
+  std::map<std::string, std::vector<double>> seconds;  // by collective, per size: the best
+  double score = 0;  // mean of seconds / fastest measured, over the collectives and sizes
 
   std::string label() const {
     if (backend == "shm") return "shm";
@@ -78,26 +85,25 @@ train::CommConfig comm_for(const TuneConfig& c, const std::string& backend, int 
   return cc;
 }
 
-// Validates and times an fp32 sum all-reduce at every size over `g`.
-StatusOr<std::vector<double>> time_sizes(comm::Group& g, const std::vector<size_t>& sizes,
-                                         const TuneConfig& c) {
+// Validates and times fp32 collective `op` at every size over `g` (the size is the whole
+// buffer, as bench comm counts it: the all-gather's output, the reduce-scatter's input).
+StatusOr<std::vector<double>> time_sizes(comm::Group& g, const std::string& op,
+                                         const std::vector<size_t>& sizes, const TuneConfig& c) {
   const comm::Options opts{std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)),
                            "tune"};
   std::vector<float> in, out;
   std::vector<double> seconds;
   for (size_t bytes : sizes) {
-    const size_t count = bytes / 4;
-    in.assign(count, 0.0f);
-    CANN_RETURN_IF_ERROR(validate_collective(g, "allreduce", count, in, out, opts));
-    CANN_ASSIGN_OR_RETURN(double t, time_collective(
-                                        g,
-                                        [&] {
-                                          return g
-                                              .allreduce(in.data(), count, comm::DataType::kFloat32,
-                                                         comm::ReduceOp::kSum, opts)
-                                              ->wait(opts.timeout);
-                                        },
-                                        c.seconds_per_size));
+    const size_t P = static_cast<size_t>(g.size());
+    const size_t count = op == "allreduce" ? bytes / 4 : std::max<size_t>(1, bytes / 4 / P);
+    const size_t buffer = op == "allreduce" ? count : count * P;
+    in.assign(buffer, 0.0f);
+    out.assign(buffer, 0.0f);
+    CANN_RETURN_IF_ERROR(validate_collective(g, op, count, in, out, opts));
+    CANN_ASSIGN_OR_RETURN(
+        double t,
+        time_collective(
+            g, [&] { return run_collective(g, op, count, in, out, opts); }, c.seconds_per_size));
     seconds.push_back(t);
   }
   return seconds;
@@ -113,21 +119,27 @@ train::LinkFigures link_of(const std::vector<double>& seconds, const std::vector
 }
 
 // The best of `backend` with `channels` channels at every size; nullopt when splitting over
-// them never wins (the one-channel choice is the same setting).
+// them never wins (the one-channel choice is the same setting). `fastest`: by collective, per
+// size, the fastest time any setting measured.
 std::optional<Choice> choose(const std::vector<Setting>& settings, const std::string& backend,
                              int channels, const std::vector<size_t>& sizes,
-                             const std::vector<double>& fastest) {
-  auto find = [&](int ch, AllreduceAlgorithm a) -> const Setting* {
-    for (const Setting& s : settings)
-      if (s.backend == backend && (!s.gloo_based() || (s.channels == ch && s.algorithm == a)))
-        return &s;
+                             const std::map<std::string, std::vector<double>>& fastest) {
+  // The all-reduce under algorithm `a`, or (a == nullopt) collective `op` under any.
+  auto find = [&](int ch, const std::string& op,
+                  std::optional<AllreduceAlgorithm> a) -> const std::vector<double>* {
+    for (const Setting& s : settings) {
+      if (s.backend != backend || (s.gloo_based() && s.channels != ch)) continue;
+      if (a && s.gloo_based() && s.algorithm != *a) continue;
+      if (auto it = s.seconds.find(op); it != s.seconds.end()) return &it->second;
+    }
     return nullptr;
   };
   const size_t n = sizes.size();
   Choice c;
   c.backend = backend;
   c.channels = channels;
-  // Per size: the faster algorithm, unsplit (one channel) and split over `channels`.
+  // Per size: the all-reduce's faster algorithm, unsplit (one channel) and split over
+  // `channels`.
   std::vector<double> unsplit(n), split(n);
   std::vector<AllreduceAlgorithm> unsplit_alg(n), split_alg(n);
   for (size_t i = 0; i < n; ++i) {
@@ -135,13 +147,13 @@ std::optional<Choice> choose(const std::vector<Setting>& settings, const std::st
     // than kSwitchGain: a table that flips with every size would be following noise.
     auto best = [&](int ch, double* t, AllreduceAlgorithm* alg) {
       const AllreduceAlgorithm keep = i == 0 ? AllreduceAlgorithm::kRing : *alg;
-      const Setting* kept = find(ch, keep);
-      *t = kept != nullptr ? kept->seconds[i] : INFINITY;
+      const std::vector<double>* kept = find(ch, "allreduce", keep);
+      *t = kept != nullptr ? (*kept)[i] : INFINITY;
       *alg = keep;
       for (AllreduceAlgorithm a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect})
-        if (const Setting* s = find(ch, a);
-            s != nullptr && a != keep && s->seconds[i] * (1 + kSwitchGain) < *t) {
-          *t = s->seconds[i];
+        if (const std::vector<double>* s = find(ch, "allreduce", a);
+            s != nullptr && a != keep && (*s)[i] * (1 + kSwitchGain) < *t) {
+          *t = (*s)[i];
           *alg = a;
         }
     };
@@ -152,21 +164,39 @@ std::optional<Choice> choose(const std::vector<Setting>& settings, const std::st
     best(1, &unsplit[i], &unsplit_alg[i]);
     best(channels, &split[i], &split_alg[i]);
   }
+  // Splitting pays at size i when it saves time over the collectives, each by its share.
+  auto split_gain = [&](size_t i) {
+    double gain = (unsplit[i] - split[i]) / unsplit[i];
+    for (const char* op : kCollectives) {
+      if (std::string(op) == "allreduce") continue;
+      const std::vector<double>* one = find(1, op, std::nullopt);
+      const std::vector<double>* many = find(channels, op, std::nullopt);
+      if (one != nullptr && many != nullptr) gain += ((*one)[i] - (*many)[i]) / (*one)[i];
+    }
+    return gain;
+  };
   size_t split_from = n;
   if (channels > 1 && backend != "shm")
-    while (split_from > 0 && split[split_from - 1] < unsplit[split_from - 1]) --split_from;
+    while (split_from > 0 && split_gain(split_from - 1) > 0) --split_from;
   if (channels > 1 && split_from == n) return std::nullopt;
   if (split_from < n) c.split_bytes = sizes[split_from];
   for (size_t i = 0; i < n; ++i) {
     const bool s = i >= split_from;
-    c.seconds.push_back(s ? split[i] : unsplit[i]);
+    c.seconds["allreduce"].push_back(s ? split[i] : unsplit[i]);
+    for (const char* op : kCollectives)
+      if (std::string(op) != "allreduce")
+        if (const std::vector<double>* t = find(s ? channels : 1, op, std::nullopt))
+          c.seconds[op].push_back((*t)[i]);
     const AllreduceAlgorithm a = s ? split_alg[i] : unsplit_alg[i];
     if (backend == "shm") continue;
     if (!c.rules.empty() && c.rules.back().algorithm == a) continue;
     if (!c.rules.empty()) c.rules.back().below_bytes = sizes[i];
     c.rules.push_back({SIZE_MAX, a});
   }
-  for (size_t i = 0; i < n; ++i) c.score += c.seconds[i] / fastest[i] / static_cast<double>(n);
+  size_t terms = 0;
+  for (const auto& [op, t] : c.seconds)
+    for (size_t i = 0; i < t.size(); ++i, ++terms) c.score += t[i] / fastest.at(op)[i];
+  c.score /= static_cast<double>(std::max<size_t>(terms, 1));
   return c;
 }
 
@@ -211,7 +241,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
   if (leader) {
     const LoadReading load = read_load();
     std::printf(
-        "# cann-train bench tune: %d ranks (%d node%s x %d), %s, fp32 all-reduce %s..%s x%d, "
+        "# cann-train bench tune: %d ranks (%d node%s x %d), %s, fp32 collectives %s..%s x%d, "
         "validated before timing; load average %.2f, %d runnable\n",
         P, nnodes, nnodes == 1 ? "" : "s", per_node, config.transport.c_str(),
         size_text(sizes.front()).c_str(), size_text(sizes.back()).c_str(), config.factor,
@@ -226,11 +256,12 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
                                                 : std::vector<std::string>{"shm", "gloo"};
   for (const std::string& b : backends) {
     if (b == "shm") {
-      settings.push_back({b, 1, AllreduceAlgorithm::kRing, {}});
+      settings.push_back({b, 1, AllreduceAlgorithm::kRing, true, {}});
       continue;
     }
     for (int ch : channel_counts)
-      for (AllreduceAlgorithm a : algorithms) settings.push_back({b, ch, a, {}});
+      for (AllreduceAlgorithm a : algorithms)
+        settings.push_back({b, ch, a, a == algorithms.front(), {}});
   }
   for (size_t k = 0; k < settings.size(); ++k) {
     Setting& s = settings[k];
@@ -239,19 +270,30 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
     CANN_ASSIGN_OR_RETURN(
         auto group, train::make_world_group(
                         e, comm_for(config, s.backend, s.channels, 0, {{SIZE_MAX, s.algorithm}})));
-    CANN_ASSIGN_OR_RETURN(s.seconds, time_sizes(*group, sizes, config));
+    for (const char* op : kCollectives) {
+      if (!s.every_collective && std::string(op) != "allreduce") continue;
+      CANN_ASSIGN_OR_RETURN(s.seconds[op], time_sizes(*group, op, sizes, config));
+    }
   }
-  std::vector<double> fastest(sizes.size(), INFINITY);
+  std::map<std::string, std::vector<double>> fastest;
   for (const Setting& s : settings)
-    for (size_t i = 0; i < sizes.size(); ++i) fastest[i] = std::min(fastest[i], s.seconds[i]);
+    for (const auto& [op, t] : s.seconds) {
+      auto& f = fastest.try_emplace(op, sizes.size(), INFINITY).first->second;
+      for (size_t i = 0; i < sizes.size(); ++i) f[i] = std::min(f[i], t[i]);
+    }
   if (leader) {
-    std::printf("%-8s", "# size");
-    for (const Setting& s : settings) std::printf(" %16s", s.label().c_str());
-    std::printf("   (microseconds per all-reduce)\n");
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      std::printf("%-8s", size_text(sizes[i]).c_str());
-      for (const Setting& s : settings) std::printf(" %16.1f", s.seconds[i] * 1e6);
-      std::printf("\n");
+    for (const char* op : kCollectives) {
+      std::printf("%-8s", (std::string("# ") + op).c_str());
+      for (const Setting& s : settings)
+        if (s.seconds.count(op)) std::printf(" %16s", s.label().c_str());
+      std::printf("   (microseconds)\n");
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        std::printf("%-8s", size_text(sizes[i]).c_str());
+        for (const Setting& s : settings)
+          if (auto it = s.seconds.find(op); it != s.seconds.end())
+            std::printf(" %16.1f", it->second[i] * 1e6);
+        std::printf("\n");
+      }
     }
   }
 
@@ -267,7 +309,8 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
     if (c.backend != "shm" && (best_gloo == nullptr || c.score < best_gloo->score)) best_gloo = &c;
   }
   if (leader) {
-    std::printf("# settings by mean time over the fastest measured at each size:\n");
+    std::printf(
+        "# settings by mean time over the fastest measured, over every collective and size:\n");
     for (const Choice& c : choices)
       std::printf("#   %-28s %.3f%s\n", c.label().c_str(), c.score,
                   &c == best ? "  <- chosen" : "");
@@ -287,7 +330,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
   // The links the chosen setting measured: one node's all-reduce, and with several nodes one
   // rank per node across them (the planner's inter-node link).
   if (!multihost) {
-    t.intra_node = link_of(best->seconds, sizes, P);
+    t.intra_node = link_of(best->seconds.at("allreduce"), sizes, P);
   } else {
     comm::GroupConfig g;
     g.store = store;
@@ -303,7 +346,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
       local.rank = env.local_rank;
       local.size = per_node;
       CANN_ASSIGN_OR_RETURN(auto group, comm::create_group(local));
-      CANN_ASSIGN_OR_RETURN(auto s, time_sizes(*group, sizes, config));
+      CANN_ASSIGN_OR_RETURN(auto s, time_sizes(*group, "allreduce", sizes, config));
       for (size_t i = 0; i < sizes.size(); ++i) link_seconds[i] = static_cast<float>(s[i]);
     }
     if (env.local_rank == 0) {
@@ -316,7 +359,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
       across.split_bytes = t.split_bytes;
       across.allreduce_rules = t.allreduce;
       CANN_ASSIGN_OR_RETURN(auto group, comm::create_group(across));
-      CANN_ASSIGN_OR_RETURN(auto s, time_sizes(*group, sizes, config));
+      CANN_ASSIGN_OR_RETURN(auto s, time_sizes(*group, "allreduce", sizes, config));
       for (size_t i = 0; i < sizes.size(); ++i)
         link_seconds[sizes.size() + i] = static_cast<float>(s[i]);
     }

@@ -5,14 +5,18 @@
 //
 // How it chooses (every rank measures, and every figure is the slowest rank's, so all ranks
 // reach the same choices):
-//   1. fp32 all-reduce at each size, validated before it is timed, for each backend that fits
-//      the topology (shm and gloo on one node; hierarchical and gloo across nodes), and for
-//      gloo-based ones each channel count x {ring, direct}, large messages always split.
+//   1. Each fp32 collective the engine trains with (all-reduce, reduce-scatter, all-gather,
+//      all-to-all) at each size, validated before it is timed, for each backend that fits the
+//      topology (shm and gloo on one node; hierarchical and gloo across nodes), and for
+//      gloo-based ones each channel count (large messages always split), the all-reduce under
+//      both of its algorithms (ring, direct).
 //   2. Per backend and channel count, the best the engine can do at each size: unsplit (one
-//      channel) below the size from which splitting wins at every larger size, split above;
+//      channel) below the size from which splitting saves time (summed over the collectives,
+//      each by its share) at every larger size, split above; for the all-reduce
 //      the faster algorithm at each size (the one of the size below unless the other is over 5%
 //      faster, so noise does not flip it), rows merged where it does not change. The setting
-//      whose mean ratio to the fastest measured time over all sizes is smallest is chosen.
+//      whose mean ratio to the fastest measured time, over every collective and size, is
+//      smallest is chosen.
 //   3. The model trains a few steps with each bucket size, data-parallel over every rank, with
 //      the chosen setting; the median step (the first two left out) picks the bucket size.
 #pragma once
