@@ -35,10 +35,11 @@ struct Setting {
   std::map<std::string, std::vector<double>> seconds;  // by collective, per size
 
   bool gloo_based() const { return backend != "shm"; }
-  std::string label() const {
+  // The all-reduce's columns name the algorithm; the other collectives have one.
+  std::string label(bool allreduce) const {
     if (!gloo_based()) return backend;
-    return backend + " " + std::to_string(channels) + "ch " +
-           comm::allreduce_algorithm_name(algorithm);
+    return backend + " " + std::to_string(channels) + "ch" +
+           (allreduce ? std::string(" ") + comm::allreduce_algorithm_name(algorithm) : "");
   }
 };
 
@@ -285,7 +286,8 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
     for (const char* op : kCollectives) {
       std::printf("%-8s", (std::string("# ") + op).c_str());
       for (const Setting& s : settings)
-        if (s.seconds.count(op)) std::printf(" %16s", s.label().c_str());
+        if (s.seconds.count(op))
+          std::printf(" %16s", s.label(std::string(op) == "allreduce").c_str());
       std::printf("   (microseconds)\n");
       for (size_t i = 0; i < sizes.size(); ++i) {
         std::printf("%-8s", size_text(sizes[i]).c_str());
