@@ -392,27 +392,37 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
         tc.threads = std::atoi(threads);
     const int skip = tc.steps > 3 ? 2 : 0;
     double grad_bytes = 0;
-    std::vector<std::pair<double, double>> trials;  // bucket MiB, median step seconds
-    for (size_t k = 0; k < config.buckets_mb.size(); ++k) {
-      const double mb = config.buckets_mb[k];
-      // Past the model's gradient every size is the same single bucket after the first.
-      if (!trials.empty() && trials.back().first * 1048576.0 >= grad_bytes - 1048576.0) break;
-      tc.bucket_mb = mb;
+    std::vector<double> candidates;          // MiB, up to the first that holds the gradient
+    std::vector<std::vector<double>> timed;  // per candidate: its timed steps, both rounds
+    auto trial = [&](size_t k, int round) -> Status {
+      tc.bucket_mb = candidates[k];
       train::DistEnv e = env;
-      e.job_id = env.job_id + "/tune-bucket-" + std::to_string(k);
+      e.job_id = env.job_id + "/tune-bucket-" + std::to_string(k) + "-" + std::to_string(round);
       CANN_ASSIGN_OR_RETURN(auto trainer, train::Trainer::create(tc, &e, chosen));
       grad_bytes = static_cast<double>(trainer->model().num_floats()) * 4.0;
       train::RunSummary summary;
       CANN_RETURN_IF_ERROR(trainer->run(&summary));
-      trainer.reset();
-      std::vector<double> timed(
-          summary.step_times_s.begin() + std::min<size_t>(skip, summary.step_times_s.size()),
-          summary.step_times_s.end());
-      float med = static_cast<float>(median(timed));
-      CANN_RETURN_IF_ERROR(
-          sync->allreduce(&med, 1, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
-      trials.emplace_back(mb, med);
+      const auto& st = summary.step_times_s;
+      timed[k].insert(timed[k].end(), st.begin() + std::min<size_t>(skip, st.size()), st.end());
+      return OkStatus();
+    };
+    // Two rounds, ascending then descending, so a drift over the trials (caches warming, the
+    // machine's other load) weighs on every size alike.
+    for (double mb : config.buckets_mb) {
+      // Past the model's gradient every size is the same single bucket after the first.
+      if (!candidates.empty() && candidates.back() * 1048576.0 >= grad_bytes - 1048576.0) break;
+      candidates.push_back(mb);
+      timed.emplace_back();
+      CANN_RETURN_IF_ERROR(trial(candidates.size() - 1, 0));
     }
+    for (size_t k = candidates.size(); k-- > 0;) CANN_RETURN_IF_ERROR(trial(k, 1));
+    std::vector<float> medians;
+    for (const auto& steps : timed) medians.push_back(static_cast<float>(median(steps)));
+    CANN_RETURN_IF_ERROR(sync->allreduce(medians.data(), medians.size(), comm::DataType::kFloat32,
+                                         comm::ReduceOp::kMax)
+                             ->wait());
+    std::vector<std::pair<double, double>> trials;  // bucket MiB, median step seconds
+    for (size_t k = 0; k < candidates.size(); ++k) trials.emplace_back(candidates[k], medians[k]);
     size_t pick = 0;
     for (size_t k = 1; k < trials.size(); ++k)
       if (trials[k].second < trials[pick].second) pick = k;
@@ -421,7 +431,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
     if (leader) {
       std::printf(
           "# bucket sizes: %s, batch %d, data-parallel over %d ranks, median of steps "
-          "%d..%d (%.1f MB of gradients)\n",
+          "%d..%d of two rounds (%.1f MB of gradients)\n",
           tc.model.c_str(), tc.batch_size, P, skip + 1, tc.steps, grad_bytes / 1e6);
       for (size_t k = 0; k < trials.size(); ++k)
         std::printf("#   %6g MiB  %9.2f ms%s\n", trials[k].first, trials[k].second * 1e3,

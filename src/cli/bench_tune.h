@@ -18,7 +18,8 @@
 //      whose mean ratio to the fastest measured time, over every collective and size, is
 //      smallest is chosen.
 //   3. The model trains a few steps with each bucket size, data-parallel over every rank, with
-//      the chosen setting; the median step (the first two left out) picks the bucket size.
+//      the chosen setting, in two rounds (ascending, then descending); the median step over
+//      both (the first two of each run left out) picks the bucket size.
 #pragma once
 
 #include <string>
