@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/machine_load.h"
 #include "plan/plan_vs_real.h"
 #include "test_util.h"
 

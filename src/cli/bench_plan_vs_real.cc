@@ -15,6 +15,7 @@
 #include "cli/local_cluster.h"
 #include "cli/validators.h"
 #include "core/fs.h"
+#include "core/machine_load.h"
 #include "core/threads.h"
 #include "data/dataset.h"
 #include "model/spec.h"
@@ -200,9 +201,9 @@ StatusOr<Row> measure(const Flags& f, const model::ModelSpec& spec, const std::s
     measured.push_back(last.step_s);
     errors.push_back(last.step_error);
   }
-  last.predicted.step_s = plan::median(predicted);
-  last.step_s = plan::median(measured);
-  last.step_error = plan::median(errors);
+  last.predicted.step_s = median(predicted);
+  last.step_s = median(measured);
+  last.step_error = median(errors);
   last.step_error_min = *std::min_element(errors.begin(), errors.end());
   last.step_error_max = *std::max_element(errors.begin(), errors.end());
   return last;

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/machine_load.h"
+
 namespace cann::plan {
 
 StatusOr<BenchStrategy> parse_bench_strategy(const std::string& text, int global_batch) {
@@ -144,13 +146,6 @@ double read_vm_hwm_mib(const std::string& proc_status) {
   if (at == std::string::npos || std::sscanf(proc_status.c_str() + at, "VmHWM: %lld kB", &kb) != 1)
     return 0;
   return static_cast<double>(kb) / 1024.0;
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 StatusOr<double> median_step_time(const std::vector<double>& times, int warmup) {

@@ -67,8 +67,6 @@ StatusOr<double> read_engine_memory_mib(const std::string& output);
 // VmHWM (peak resident set) of a /proc/<pid>/status text, in MiB; 0 when absent.
 double read_vm_hwm_mib(const std::string& proc_status);
 
-// The median of `values` (the mean of the two middle ones for an even count); 0 when empty.
-double median(std::vector<double> values);
 // The median step time after dropping the first `warmup` steps; an error when none remain.
 StatusOr<double> median_step_time(const std::vector<double>& times, int warmup);
 // 100 * (predicted - measured) / measured.
