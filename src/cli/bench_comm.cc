@@ -39,14 +39,26 @@ double bus_factor(const std::string& op, int P) {
   return op == "allreduce" ? 2.0 * (P - 1) / P : static_cast<double>(P - 1) / P;
 }
 
-// Elements per rank and the whole-buffer size for an op at `bytes`.
+}  // namespace
+
 size_t per_rank_count(const std::string& op, size_t bytes, int P) {
   const size_t n = bytes / 4;
   if (op == "allreduce") return n;
   return std::max<size_t>(1, n / P);  // gather/scatter/all-to-all: the buffer holds P blocks
 }
 
-}  // namespace
+std::string human_bytes(size_t b) {
+  char buf[32];
+  if (b >= (1u << 30))
+    std::snprintf(buf, sizeof(buf), "%zuG", b >> 30);
+  else if (b >= (1u << 20))
+    std::snprintf(buf, sizeof(buf), "%zuM", b >> 20);
+  else if (b >= (1u << 10))
+    std::snprintf(buf, sizeof(buf), "%zuK", b >> 10);
+  else
+    std::snprintf(buf, sizeof(buf), "%zu", b);
+  return buf;
+}
 
 Status validate_collective(comm::Group& g, const std::string& op, size_t count,
                            std::vector<float>& in, std::vector<float>& out,
@@ -172,19 +184,6 @@ class RawGloo {
   std::unique_ptr<gloo::AllreduceRing<float>> algo_;
   size_t count_ = 0;
 };
-
-std::string human_bytes(size_t b) {
-  char buf[32];
-  if (b >= (1u << 30))
-    std::snprintf(buf, sizeof(buf), "%zuG", b >> 30);
-  else if (b >= (1u << 20))
-    std::snprintf(buf, sizeof(buf), "%zuM", b >> 20);
-  else if (b >= (1u << 10))
-    std::snprintf(buf, sizeof(buf), "%zuK", b >> 10);
-  else
-    std::snprintf(buf, sizeof(buf), "%zu", b);
-  return buf;
-}
 
 }  // namespace
 

@@ -24,6 +24,13 @@ struct CommBenchConfig {
   double timeout_s = 60.0;
 };
 
+// Elements per rank of `op` on a whole buffer of `bytes` (fp32): all of it for the all-reduce,
+// one of P blocks for the all-gather, reduce-scatter and all-to-all (at least 1).
+size_t per_rank_count(const std::string& op, size_t bytes, int P);
+
+// "4K", "64M", "1G", "512": sizes as the tables print them (powers of 1024).
+std::string human_bytes(size_t bytes);
+
 // Fills `in` so every output element of `op` (allreduce, allgather, reduce_scatter, alltoall;
 // fp32, `count` per rank) has one known value, runs it once, and checks every element.
 Status validate_collective(comm::Group& g, const std::string& op, size_t count,

@@ -9,6 +9,7 @@
 #include "cli/bench_plan_vs_real.h"
 #include "cli/bench_tune.h"
 #include "cli/commands.h"
+#include "cli/launch_flags.h"
 #include "cli/validators.h"
 #include "core/threads.h"
 #include "elastic/agent.h"
@@ -96,12 +97,10 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
   calibrate->add_flag("--accept-busy", cf->accept_busy,
                       "Write the spec even when the machine is busy (marked measured under load)");
 
-  struct TuneFlags {
+  struct TuneFlags : RendezvousFlags {
     TuneConfig config;
     int nproc_per_node = 2;
     int nnodes = 1;
-    std::string rdzv, rdzv_id, comm_addr;
-    double rdzv_timeout_s = 300.0;
     std::string sizes = "4K:64M";
     std::string channels = "1,2,4";
     std::string buckets = "1,2,4,8,16,25,64";
@@ -118,15 +117,7 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
   tune->add_option("--nnodes", tf->nnodes, "Nodes (one `cann-train bench tune` per node)")
       ->check(kPositive)
       ->capture_default_str();
-  tune->add_option("--rdzv", tf->rdzv,
-                   "Rendezvous store shared by the nodes: redis://[:PASSWORD@]HOST:PORT");
-  tune->add_option("--rdzv-id", tf->rdzv_id, "Job id; the same on every node");
-  tune->add_option("--rdzv-timeout", tf->rdzv_timeout_s, "Seconds to wait for all nodes to join")
-      ->check(kPositive)
-      ->capture_default_str();
-  tune->add_option(
-      "--comm-addr", tf->comm_addr,
-      "Address this node's workers listen on (default: the one that routes to --rdzv)");
+  add_rendezvous_flags(tune, tf.get(), "");
   tune->add_option("--transport", tf->config.transport,
                    "Gloo transport between nodes: tcp, ibverbs")
       ->check(CLI::IsMember({"tcp", "ibverbs"}))
@@ -228,10 +219,7 @@ CommandMain add_bench_command(CLI::App& app, std::vector<std::string> argv_after
       elastic::AgentConfig ac;
       ac.nproc_per_node = tf->nproc_per_node;
       ac.nnodes = tf->nnodes;
-      ac.rdzv = tf->rdzv;
-      ac.rdzv_id = tf->rdzv_id;
-      ac.rdzv_timeout_s = tf->rdzv_timeout_s;
-      ac.comm_addr = tf->comm_addr;
+      apply_rendezvous_flags(*tf, &ac);
       ac.worker_args = argv_after_binary;
       ac.plain_rank0_stdout = true;
       auto code = elastic::run_agent(ac);

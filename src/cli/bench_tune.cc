@@ -12,6 +12,7 @@
 #include "cli/bench_comm.h"
 #include "comm/group.h"
 #include "core/machine_load.h"
+#include "core/timer.h"
 #include "train/comm_config.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
@@ -95,9 +96,8 @@ StatusOr<std::vector<double>> time_sizes(comm::Group& g, const std::string& op,
   std::vector<float> in, out;
   std::vector<double> seconds;
   for (size_t bytes : sizes) {
-    const size_t P = static_cast<size_t>(g.size());
-    const size_t count = op == "allreduce" ? bytes / 4 : std::max<size_t>(1, bytes / 4 / P);
-    const size_t buffer = op == "allreduce" ? count : count * P;
+    const size_t count = per_rank_count(op, bytes, g.size());
+    const size_t buffer = op == "allreduce" ? count : count * static_cast<size_t>(g.size());
     in.assign(buffer, 0.0f);
     out.assign(buffer, 0.0f);
     CANN_RETURN_IF_ERROR(validate_collective(g, op, count, in, out, opts));
@@ -201,17 +201,6 @@ std::optional<Choice> choose(const std::vector<Setting>& settings, const std::st
   return c;
 }
 
-std::string size_text(size_t b) {
-  char buf[32];
-  if (b >= (size_t{1} << 20))
-    std::snprintf(buf, sizeof(buf), "%zuM", b >> 20);
-  else if (b >= 1024)
-    std::snprintf(buf, sizeof(buf), "%zuK", b >> 10);
-  else
-    std::snprintf(buf, sizeof(buf), "%zu", b);
-  return buf;
-}
-
 }  // namespace
 
 Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
@@ -245,7 +234,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
         "# cann-train bench tune: %d ranks (%d node%s x %d), %s, fp32 collectives %s..%s x%d, "
         "validated before timing; load average %.2f, %d runnable\n",
         P, nnodes, nnodes == 1 ? "" : "s", per_node, config.transport.c_str(),
-        size_text(sizes.front()).c_str(), size_text(sizes.back()).c_str(), config.factor,
+        human_bytes(sizes.front()).c_str(), human_bytes(sizes.back()).c_str(), config.factor,
         load.load1, load.runnable);
     std::fflush(stdout);
   }
@@ -290,7 +279,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
           std::printf(" %16s", s.label(std::string(op) == "allreduce").c_str());
       std::printf("   (microseconds)\n");
       for (size_t i = 0; i < sizes.size(); ++i) {
-        std::printf("%-8s", size_text(sizes[i]).c_str());
+        std::printf("%-8s", human_bytes(sizes[i]).c_str());
         for (const Setting& s : settings)
           if (auto it = s.seconds.find(op); it != s.seconds.end())
             std::printf(" %16.1f", it->second[i] * 1e6);
@@ -442,12 +431,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
   // Every node writes the same file: the timestamp is rank 0's.
   int64_t now = leader ? static_cast<int64_t>(std::time(nullptr)) : 0;
   CANN_RETURN_IF_ERROR(sync->broadcast(&now, 1, comm::DataType::kInt64, 0)->wait());
-  char when[32];
-  const std::time_t stamp = static_cast<std::time_t>(now);
-  std::tm tm{};
-  gmtime_r(&stamp, &tm);
-  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  t.measured_at = when;
+  t.measured_at = utc_timestamp(now);
   if (env.local_rank == 0) CANN_RETURN_IF_ERROR(train::write_comm_tuning(config.output, t));
   CANN_RETURN_IF_ERROR(sync->barrier()->wait());
   if (leader) {

@@ -7,6 +7,7 @@
 
 #include "cli/auto_strategy.h"
 #include "cli/commands.h"
+#include "cli/launch_flags.h"
 #include "cli/resilience_flags.h"
 #include "cli/run_plan.h"
 #include "cli/validators.h"
@@ -24,15 +25,11 @@ namespace cann::cli {
 
 namespace {
 
-struct LaunchFlags {
+struct LaunchFlags : RendezvousFlags {
   int nproc_per_node = 1;
   std::string nnodes_text = "1";
   int nnodes = 1;  // the static count, or MAX of MIN:MAX
   int min_nodes = 1;
-  std::string rdzv;
-  std::string rdzv_id;
-  double rdzv_timeout_s = 300.0;
-  std::string comm_addr;
   std::string comm_config;  // --comm-config, else CANN_COMM_CONFIG
 };
 
@@ -246,17 +243,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "Nodes in the job (one `cann-train run` per node): N, or MIN:MAX with --elastic")
       ->group(kLaunch)
       ->capture_default_str();
-  run->add_option("--rdzv", launch->rdzv,
-                  "Rendezvous store shared by the nodes: redis://[:PASSWORD@]HOST:PORT")
-      ->group(kLaunch);
-  run->add_option("--rdzv-id", launch->rdzv_id, "Job id; the same on every node")->group(kLaunch);
-  run->add_option("--rdzv-timeout", launch->rdzv_timeout_s, "Seconds to wait for all nodes to join")
-      ->check(kPositive)
-      ->group(kLaunch)
-      ->capture_default_str();
-  run->add_option("--comm-addr", launch->comm_addr,
-                  "Address this node's workers listen on (default: the one that routes to --rdzv)")
-      ->group(kLaunch);
+  add_rendezvous_flags(run, launch.get(), kLaunch);
   run->add_option("--backend", comm->backend,
                   "Collectives: auto (shm on one node, hierarchical across nodes), shm, gloo, "
                   "hierarchical")
@@ -416,10 +403,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       elastic::AgentConfig ac;
       ac.nproc_per_node = launch->nproc_per_node;
       ac.nnodes = launch->nnodes;
-      ac.rdzv = launch->rdzv;
-      ac.rdzv_id = launch->rdzv_id;
-      ac.rdzv_timeout_s = launch->rdzv_timeout_s;
-      ac.comm_addr = launch->comm_addr;
+      apply_rendezvous_flags(*launch, &ac);
       ac.backend = comm->backend;
       ac.worker_args = worker_args;
       ac.monitor = config->monitor;

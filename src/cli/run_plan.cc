@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "core/timer.h"
 #include "model/spec.h"
 #include "plan/cluster.h"
 #include "plan/plan_file.h"
@@ -201,12 +202,7 @@ Status record_plan_run(const PlanFlags& flags, const train::TrainConfig& config,
   m.loss_last = summary.last_loss;
   m.val_loss = summary.last_val_loss;
   m.efficiency = summary.efficiency;
-  char when[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  m.finished_at = when;
+  m.finished_at = utc_timestamp(std::time(nullptr));
   plan.measured = m;
   return plan::write_plan_file(flags.out, plan);
 }
