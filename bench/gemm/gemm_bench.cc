@@ -9,7 +9,8 @@
 //   GEMM: each shape in the form a linear layer runs it (forward x w^T "NT", input gradient
 //         dy w "NN", weight gradient dy^T x "TN"); each result is checked first against a
 //         double-precision reference at 256 sampled entries (bf16: of the bf16-rounded
-//         inputs), then timed for about a second; 2 m n k FLOPs per call.
+//         inputs), then timed 3 times per library, the libraries taking turns, each timing
+//         half a second or more; the median is reported with the range; 2 m n k FLOPs per call.
 //
 // Prints the table (or with --json one object); exit 1 when a check fails or when no library
 // reaches 80% of the peak of its precision on the largest shape.
@@ -31,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,8 +40,7 @@
 namespace {
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // 12 chains of `iters` dependent operations each; the result keeps them alive.
@@ -122,8 +123,12 @@ struct Shape {
   bool ta, tb;  // A stored k x m (transposed), B stored n x k (transposed)
 };
 
+// Repeated timings of one library on one shape.
+constexpr int kRepeats = 3;
+
 struct Result {
-  double gflops = 0;
+  std::vector<double> runs;  // GFLOP/s of each timing, sorted once all are in
+  double gflops = 0;         // their median
   double max_rel_err = 0;
 };
 
@@ -168,7 +173,7 @@ struct Problem {
   }
 };
 
-Result time_it(const std::function<void()>& call, double flop) {
+double time_it(const std::function<void()>& call, double flop) {
   call();
   int reps = 1;
   double t = 0;
@@ -179,7 +184,7 @@ Result time_it(const std::function<void()>& call, double flop) {
     if (t > 0.5 || reps > 100000) break;
     reps *= 2;
   }
-  return {flop * reps / t / 1e9, 0};
+  return flop * reps / t / 1e9;
 }
 
 }  // namespace
@@ -194,7 +199,8 @@ int main(int argc, char** argv) {
     } else if (a == "--json") {
       json = true;
     } else {
-      std::fprintf(stderr, "gemm_bench: unknown argument '%s'; usage: gemm_bench [--threads T] [--json]\n",
+      std::fprintf(stderr,
+                   "gemm_bench: unknown argument '%s'; usage: gemm_bench [--threads T] [--json]\n",
                    argv[i]);
       return 2;
     }
@@ -238,38 +244,46 @@ int main(int argc, char** argv) {
     const double flop = 2.0 * s.m * s.n * s.k;
     const int lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
     Row row{s, {}, {}, {}};
-    row.openblas = time_it(
-        [&] {
-          cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
-                      s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, p.a.data(), lda,
+    // Each library once, checked; then kRepeats timings of each, taking turns.
+    std::vector<std::pair<Result*, std::function<void()>>> libs = {
+        {&row.openblas,
+         [&] {
+           cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
+                       s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, p.a.data(), lda,
+                       p.b.data(), ldb, 0.0f, p.c.data(), s.n);
+         }},
+        {&row.onednn, [&] {
+           dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, p.a.data(), lda,
                       p.b.data(), ldb, 0.0f, p.c.data(), s.n);
-        },
-        flop);
-    row.openblas.max_rel_err = p.check(false);
-    row.onednn = time_it(
-        [&] {
-          dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, p.a.data(), lda,
-                     p.b.data(), ldb, 0.0f, p.c.data(), s.n);
-        },
-        flop);
-    row.onednn.max_rel_err = p.check(false);
+         }}};
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::desc a_md({s.m, s.k}, dt::bf16, s.ta ? tag::ba : tag::ab);
+    const dnnl::memory::desc b_md({s.k, s.n}, dt::bf16, s.tb ? tag::ba : tag::ab);
+    const dnnl::memory::desc c_md({s.m, s.n}, dt::f32, tag::ab);
+    std::optional<dnnl::matmul> mm;
+    dnnl::memory A, B, C;
     if (has_bf16) {
-      using dt = dnnl::memory::data_type;
-      using tag = dnnl::memory::format_tag;
-      const dnnl::memory::desc a_md({s.m, s.k}, dt::bf16, s.ta ? tag::ba : tag::ab);
-      const dnnl::memory::desc b_md({s.k, s.n}, dt::bf16, s.tb ? tag::ba : tag::ab);
-      const dnnl::memory::desc c_md({s.m, s.n}, dt::f32, tag::ab);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);
-      const dnnl::matmul mm(pd);
-      dnnl::memory A(a_md, eng, p.a16.data()), B(b_md, eng, p.b16.data()),
-          C(c_md, eng, p.c.data());
-      row.bf16 = time_it(
-          [&] {
-            mm.execute(stream, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
-            stream.wait();
-          },
-          flop);
-      row.bf16.max_rel_err = p.check(true);
+      mm.emplace(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), eng));
+      A = dnnl::memory(a_md, eng, p.a16.data());
+      B = dnnl::memory(b_md, eng, p.b16.data());
+      C = dnnl::memory(c_md, eng, p.c.data());
+      libs.push_back(
+          {&row.bf16, [&] {
+             mm->execute(stream, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+             stream.wait();
+           }});
+    }
+    for (size_t l = 0; l < libs.size(); ++l) {
+      libs[l].second();
+      libs[l].first->max_rel_err = p.check(l == 2);
+    }
+    for (int r = 0; r < kRepeats; ++r)
+      for (auto& [result, call] : libs) result->runs.push_back(time_it(call, flop));
+    for (auto& lib : libs) {
+      std::vector<double>& v = lib.first->runs;
+      std::sort(v.begin(), v.end());
+      lib.first->gflops = v[v.size() / 2];
     }
     // fp32 sums of k terms in any order: within k * 2^-24 of the scale; bf16 inputs are
     // checked against their own rounded values, so the same bound holds.
@@ -286,38 +300,52 @@ int main(int argc, char** argv) {
   const double fp32_best = std::max(big.openblas.gflops, big.onednn.gflops) / peak_fp32;
   const double bf16_best = has_bf16 ? big.bf16.gflops / peak_bf16 : 0;
   if (json) {
-    std::printf("{\"threads\": %d, \"peak_gflops\": {\"avx2_fp32\": %.1f, \"avx512_fp32\": %.1f, "
-                "\"avx512_bf16\": %.1f}, \"shapes\": [",
-                threads, peak_avx2, peak_avx512, peak_bf16);
+    std::printf(
+        "{\"threads\": %d, \"peak_gflops\": {\"avx2_fp32\": %.1f, \"avx512_fp32\": %.1f, "
+        "\"avx512_bf16\": %.1f}, \"shapes\": [",
+        threads, peak_avx2, peak_avx512, peak_bf16);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::printf("%s{\"what\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"openblas_fp32\": %.1f, "
-                  "\"onednn_fp32\": %.1f, \"onednn_bf16\": %.1f}",
-                  i ? ", " : "", r.s.what, r.s.m, r.s.n, r.s.k, r.openblas.gflops,
-                  r.onednn.gflops, r.bf16.gflops);
+      std::printf(
+          "%s{\"what\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"openblas_fp32\": %.1f, "
+          "\"onednn_fp32\": %.1f, \"onednn_bf16\": %.1f}",
+          i ? ", " : "", r.s.what, r.s.m, r.s.n, r.s.k, r.openblas.gflops, r.onednn.gflops,
+          r.bf16.gflops);
     }
     std::printf("]}\n");
   } else {
-    std::printf("# peak, %d thread%s (GFLOP/s): fp32 AVX2 %.1f, fp32 AVX-512 %.1f, bf16 AVX-512 "
-                "%.1f\n",
-                threads, threads == 1 ? "" : "s", peak_avx2, peak_avx512, peak_bf16);
+    std::printf(
+        "# peak, %d thread%s (GFLOP/s): fp32 AVX2 %.1f, fp32 AVX-512 %.1f, bf16 AVX-512 "
+        "%.1f\n",
+        threads, threads == 1 ? "" : "s", peak_avx2, peak_avx512, peak_bf16);
     std::printf("# OpenBLAS %s (kernels for %s); oneDNN %d.%d.%d (ISA code 0x%x)\n",
                 openblas_get_config(), openblas_get_corename(), dnnl_version()->major,
                 dnnl_version()->minor, dnnl_version()->patch,
                 static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
-    std::printf("# %-15s %14s %18s %18s %18s\n", "shape", "m x n x k", "OpenBLAS fp32",
+    std::printf(
+        "# GFLOP/s, median of %d timings (its share of the precision's peak) and their "
+        "range\n",
+        kRepeats);
+    std::printf("# %-15s %14s %29s %29s %29s\n", "shape", "m x n x k", "OpenBLAS fp32",
                 "oneDNN fp32", "oneDNN bf16");
     for (const Row& r : rows) {
       char dims[32];
       std::snprintf(dims, sizeof(dims), "%dx%dx%d", r.s.m, r.s.n, r.s.k);
-      std::printf("  %-15s %14s %9.1f (%3.0f%%) %9.1f (%3.0f%%) %9.1f (%3.0f%%)\n", r.s.what, dims,
-                  r.openblas.gflops, 100 * r.openblas.gflops / peak_fp32, r.onednn.gflops,
-                  100 * r.onednn.gflops / peak_fp32, r.bf16.gflops,
-                  peak_bf16 > 0 ? 100 * r.bf16.gflops / peak_bf16 : 0.0);
+      auto cell = [](const Result& x, double peak) {
+        char buf[64];
+        if (x.runs.empty()) return std::string("-");
+        std::snprintf(buf, sizeof(buf), "%6.1f (%3.0f%%) %6.1f..%-6.1f", x.gflops,
+                      peak > 0 ? 100 * x.gflops / peak : 0.0, x.runs.front(), x.runs.back());
+        return std::string(buf);
+      };
+      std::printf("  %-15s %14s %29s %29s %29s\n", r.s.what, dims,
+                  cell(r.openblas, peak_fp32).c_str(), cell(r.onednn, peak_fp32).c_str(),
+                  cell(r.bf16, peak_bf16).c_str());
     }
     std::printf("target large GEMM at 80%% of its precision's peak: fp32 %.0f%% %s",
                 100 * fp32_best, fp32_best >= 0.8 ? "PASS" : "FAIL");
-    if (has_bf16) std::printf(", bf16 %.0f%% %s", 100 * bf16_best, bf16_best >= 0.8 ? "PASS" : "FAIL");
+    if (has_bf16)
+      std::printf(", bf16 %.0f%% %s", 100 * bf16_best, bf16_best >= 0.8 ? "PASS" : "FAIL");
     std::printf("\n");
   }
   if (failed) return 1;
