@@ -41,6 +41,7 @@ StatusOr<int> StateKeeper::restore(const ckpt::LoadedCheckpoint& ck) {
   ResumeState st;
   CANN_RETURN_IF_ERROR(run_.optimizer->restore(ck, &st));
   run_.batches->restore(st.sampler, st.rng);
+  restored_step_log_ = std::move(st.step_log);
   return st.step;
 }
 
@@ -90,7 +91,7 @@ StatusOr<int> StateKeeper::restore_after_rejoin() {
   return 0;
 }
 
-Status StateKeeper::keep(int done) {
+Status StateKeeper::keep(int done, const std::string& step_log) {
   set_step(done);
   if (!snapshot_due(done)) return OkStatus();
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
@@ -111,8 +112,9 @@ Status StateKeeper::keep(int done) {
     snapshot_meta_ = object.substr(1, object.size() - 2);
   }
   if (snap.params == nullptr && !snap.own_part) snap.params = model.params();
-  ckpt::CheckpointWrite w =
-      training_checkpoint(snapshot_meta_, model.table(), snap, resume_state(done), config_);
+  ResumeState st = resume_state(done);
+  st.step_log = step_log;
+  ckpt::CheckpointWrite w = training_checkpoint(snapshot_meta_, model.table(), snap, st, config_);
   // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
   // more; training goes on.
   Status s = snapshot(w);

@@ -105,8 +105,11 @@ class StateKeeper {
   // step 0 when nothing was committed anywhere. Returns the step.
   StatusOr<int> restore_after_rejoin();
   // After completed step `done`: the heartbeat's progress and, when due, the in-memory
-  // snapshot (a collective in a data-parallel group).
-  Status keep(int done);
+  // snapshot (a collective in a data-parallel group), carrying `step_log`, the step's line of
+  // the step log as this rank formed it.
+  Status keep(int done, const std::string& step_log);
+  // The step-log line the last restored state carried ("" when none).
+  const std::string& restored_step_log() const { return restored_step_log_; }
   // The disk checkpoint of `step` (a collective: the optimizer state, and under model
   // parallelism the whole model, is gathered first). With `wait` (the last step, a stop),
   // returns once it is durable; the write shows in `profiler`'s trace when given. Returns
@@ -133,6 +136,7 @@ class StateKeeper {
   TrainConfig config_;
   RunState run_;
   std::string node_snapshots_;     // multi-node elastic: the node's snapshot root
+  std::string restored_step_log_;
   std::string snapshot_root_;      // the agent's snapshot directory (all ranks)
   std::vector<float> full_state_;  // a model-parallel checkpoint's gathered whole model
   // The snapshots' model metadata (model_meta_members with the rank's mark), serialized once

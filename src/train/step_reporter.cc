@@ -2,9 +2,13 @@
 // step_reporter.h).
 #include "train/step_reporter.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/host.h"
 #include "core/json_line.h"
@@ -146,7 +150,32 @@ Status StepReporter::report(const StepRecord& r) {
   if (e.mfu >= 0) line.add("mfu", e.mfu);
   if (e.cost_usd_per_hour >= 0) line.add("cost_usd_per_hour", e.cost_usd_per_hour);
   if (e.energy_kwh_per_step >= 0) line.add("energy_kwh_per_step", e.energy_kwh_per_step);
-  return write_log_line(line.str());
+  last_line_ = line.str();
+  return write_log_line(last_line_);
+}
+
+Status StepReporter::recover_step_line(int step, const std::string& line) {
+  if (!log_ || line.empty() || step <= 0) return OkStatus();
+  // The log's last step record: a step is at most one ahead of the leader's line, so the
+  // tail of the file holds it.
+  const std::string path = config_.log_json;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : 0;
+  const std::streamoff from = std::max<std::streamoff>(0, size - (1 << 20));
+  in.seekg(from);
+  int logged = 0;
+  std::string text;
+  if (from > 0) std::getline(in, text);  // a partial first line
+  while (std::getline(in, text)) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_object() && j.contains("step") && !j.contains("event") && j["step"].is_number())
+      logged = std::max(logged, j["step"].get<int>());
+  }
+  if (logged >= step) return OkStatus();
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(line, nullptr, false);
+  if (!j.is_object() || j.value("step", -1) != step) return OkStatus();
+  j["recovered"] = true;
+  return write_log_line(j.dump());
 }
 
 Status StepReporter::publish(const StepRecord& r) {

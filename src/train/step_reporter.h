@@ -79,6 +79,14 @@ class StepReporter {
   void start_timing();
   // The step's progress line and step log line (with the validation loss when evaluated).
   Status report(const StepRecord& r);
+  // The line of the step log the last report() formed (on every rank: a snapshot carries it).
+  const std::string& last_log_line() const { return last_line_; }
+  // Training resumes after `step`, restored from a snapshot that carried `line`, its step-log
+  // line. Only the leader writes the step log, and a leader that dies after a step's last
+  // collective but before its line leaves a step the other ranks finished and committed without
+  // a line: that line is written from the snapshot, marked "recovered". Nothing happens when
+  // the log already has the step, or `line` is empty.
+  Status recover_step_line(int step, const std::string& line);
   // Then its TensorBoard scalars and monitoring snapshot.
   Status publish(const StepRecord& r);
   // This rank's routing of a step before the ranks agree on it: the dashboard's run totals.
@@ -108,6 +116,7 @@ class StepReporter {
     void operator()(FILE* f) const { std::fclose(f); }
   };
   std::unique_ptr<FILE, CloseFile> log_;
+  std::string last_line_;
   std::unique_ptr<monitor::TensorBoardWriter> tensorboard_;
   std::unique_ptr<monitor::JobMonitor> monitor_;           // this process serves
   std::unique_ptr<monitor::SnapshotPublisher> publisher_;  // the agent serves

@@ -62,6 +62,7 @@ ckpt::CheckpointWrite training_checkpoint(const std::string& model_members,
   meta["sampler"] = {{"seed", state.sampler.seed}, {"consumed", state.sampler.consumed}};
   meta["rng"] = {hex64(state.rng[0]), hex64(state.rng[1]), hex64(state.rng[2]),
                  hex64(state.rng[3])};
+  if (!state.step_log.empty()) meta["step_log"] = state.step_log;
   meta["train"] = {
       {"step", state.step},        {"steps", config.steps}, {"batch_size", config.batch_size},
       {"seq_len", config.seq_len}, {"lr", config.lr},       {"seed", config.seed},
@@ -115,6 +116,7 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
     for (int i = 0; i < 4; ++i)
       state->rng[i] = std::stoull(meta.at("rng").at(i).get<std::string>(), nullptr, 16);
     *opt_step = meta.at("optimizer").at("step").get<int>();
+    state->step_log = meta.value("step_log", std::string());
   } catch (const std::exception& e) {
     return DataLoss(ck.path + ": checkpoint metadata is incomplete (" + e.what() +
                     "); hint: it was not written by this version of cann-train");

@@ -21,6 +21,9 @@ struct ResumeState {
   int step = 0;  // optimizer steps completed
   data::SamplerState sampler;
   std::array<uint64_t, 4> rng{};
+  // The step's line of the step log as the writing rank formed it (an in-memory snapshot
+  // carries it: see StepReporter::recover_step_line); empty when not carried.
+  std::string step_log;
 };
 
 // The optimizer as a checkpoint sees it: full (unsharded) AdamW moments in the ParamTable

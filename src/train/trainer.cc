@@ -83,6 +83,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   CANN_ASSIGN_OR_RETURN(
       reporter_, StepReporter::open(config_, {rank, world, env ? env->job_id : "", store_}, tokens,
                                     model::train_flops_per_token(spec_, layout_.seq_len)));
+  CANN_RETURN_IF_ERROR(reporter_->recover_step_line(start_step_, keeper_->restored_step_log()));
   if (!config_.profile.empty()) {
     CANN_ASSIGN_OR_RETURN(const ProfileSchedule ps, parse_profile_schedule(config_.profile));
     profiler_ = std::make_unique<StepProfiler>(ps, config_.profile_dir, rank, world, host_name());
@@ -214,7 +215,7 @@ Status Trainer::train_steps(RunSummary* summary) {
       reporter_->set_link_gbps(std::move(*links));
     }
     CANN_RETURN_IF_ERROR(reporter_->publish(r));
-    CANN_RETURN_IF_ERROR(keeper_->keep(done));
+    CANN_RETURN_IF_ERROR(keeper_->keep(done, reporter_->last_log_line()));
     if (step == start_step_ && keeper_->generation() > 0 && leader())
       keeper_->event("training_resumed", "step " + std::to_string(done) + " completed");
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;

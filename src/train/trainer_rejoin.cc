@@ -62,6 +62,7 @@ Status Trainer::rejoin(const Status& cause) {
   bind_state();
   comm_failed_ = false;
   CANN_ASSIGN_OR_RETURN(start_step_, keeper_->restore_after_rejoin());
+  CANN_RETURN_IF_ERROR(reporter_->recover_step_line(start_step_, keeper_->restored_step_log()));
   log_info("rank " + std::to_string(layout_.rank) + " rejoined as generation " +
            std::to_string(*gen) + " at step " + std::to_string(start_step_) + " in " +
            std::to_string(now_seconds() - t0) + " s" +
