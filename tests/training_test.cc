@@ -98,10 +98,12 @@ std::vector<char> section(const std::string& step_dir, const std::string& name) 
   return ck->find(name)->data;
 }
 
-void check_exact_resume(const char* spec_yaml) {
+void check_exact_resume(const char* spec_yaml,
+                        kernels::GemmPrecision precision = kernels::GemmPrecision::kFp32) {
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), spec_yaml);
   TrainConfig c = small_config(dir.file("m.yaml"));
+  c.precision = precision;
   c.steps = 12;
   c.checkpoint_dir = dir.file("straight");
   train(c);
@@ -130,6 +132,25 @@ TEST(TrainingTest, ExactResumeGpt) {
 }
 TEST(TrainingTest, ExactResumeMoeBert) {
   check_exact_resume(kSmallMoeBert);
+}
+
+// --precision bf16 rounds the GEMMs' inputs only: the loss follows fp32's closely, and the
+// state kept between steps is fp32, so a resume is as exact as in fp32.
+TEST(TrainingTest, Bf16TracksFp32AndResumesExactly) {
+  if (!kernels::cpu_has_bf16()) GTEST_SKIP() << "this processor has no AVX-512 BF16";
+  test::TempDir dir;
+  test::write_text(dir.file("gpt.yaml"), kSmallGpt);
+  TrainConfig c = small_config(dir.file("gpt.yaml"));
+  c.steps = 150;
+  c.lr = 3e-3f;
+  const RunSummary fp32 = train(c);
+  c.precision = kernels::GemmPrecision::kBf16;
+  const RunSummary bf16 = train(c);
+  EXPECT_NEAR(bf16.first_loss, fp32.first_loss, 0.01 * fp32.first_loss);
+  EXPECT_NE(bf16.last_loss, fp32.last_loss);  // the GEMMs did round
+  EXPECT_NEAR(bf16.last_val_loss, fp32.last_val_loss, 0.02 * fp32.last_val_loss);
+  check_exact_resume(kSmallGpt, kernels::GemmPrecision::kBf16);
+  check_exact_resume(kSmallMoeBert, kernels::GemmPrecision::kBf16);
 }
 
 TEST(TrainingTest, ResumeRefusesADifferentModel) {

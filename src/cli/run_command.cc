@@ -90,6 +90,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   // --strategy and --compress as written; parsed once, below, into the config.
   auto strategy_text = std::make_shared<std::string>();
   auto compress_text = std::make_shared<std::string>("none");
+  auto precision_text = std::make_shared<std::string>("fp32");
   auto comm = std::make_shared<train::CommConfig>();
   CLI::App* run = app.add_subcommand(
       "run", "Train a model. With no flags: gpt_tiny on the fortunes corpus for a few minutes.");
@@ -127,6 +128,11 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
                   "towards balance (default: the model spec's expert_bias_update_speed, 0.001; "
                   "0 freezes it)")
       ->check(kNonNegative);
+  run->add_option("--precision", *precision_text,
+                  "GEMM inputs: fp32, or bf16 (rounded to bfloat16, multiplied with fp32 "
+                  "accumulation; weights, gradients and optimizer state stay fp32; needs AVX-512 "
+                  "BF16)")
+      ->capture_default_str();
   run->add_option("--seed", config->seed, "Seed for initialization, sampling and masking")
       ->capture_default_str();
   run->add_option("--threads", config->threads,
@@ -275,7 +281,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto threads_given = run->get_option("--threads");
   auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
-  return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
+  return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given, precision_text,
           monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text, plan_flags,
           argv_after_binary]() -> int {
     // --monitor: which parts of the HTTP server run.
@@ -326,6 +332,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     auto compress = plan::parse_compression(*compress_text);
     if (!compress.ok()) return report(compress.status());
     config->compress = *compress;
+    auto precision = kernels::parse_gemm_precision(*precision_text);
+    if (!precision.ok()) return report(precision.status());
+    config->precision = *precision;
     if (Status s = apply_plan(run, plan_flags.get(), config.get(), &launch->nproc_per_node,
                               nproc_given->count() > 0, launch->nnodes,
                               env->has_value() ? (*env)->world_size : 0);

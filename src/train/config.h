@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "kernels/cpu/gemm.h"
 #include "monitor/alerts.h"
 #include "monitor/server.h"
 #include "plan/buckets.h"
@@ -48,6 +49,9 @@ struct TrainConfig {
   int onebit_warmup = -1;         // fp32 steps before 1-bit compression; -1: 15% of the run
   double bucket_mb = plan::kBucketMiB;  // gradient bucket size after the first (1 MiB) bucket
   int compute_nice = 0;           // nice value of compute threads in multi-process runs
+  // The GEMMs' input precision (--precision); accumulation, weights, gradients and optimizer
+  // state stay fp32 either way.
+  kernels::GemmPrecision precision = kernels::GemmPrecision::kFp32;
   // pp > 1: auto (1f1b, or interleaved with vpp > 1) | gpipe | 1f1b | interleaved
   std::string pipeline_schedule = "auto";
   // Monitoring: who serves the dashboard is decided by Trainer::start_monitoring.

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/pages.h"
 #include "core/threads.h"
+#include "kernels/cpu/gemm.h"
 #include "core/timer.h"
 #include "model/engine_support.h"
 #include "model/flops.h"
@@ -38,6 +39,7 @@ Trainer::~Trainer() = default;
 
 Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   set_num_threads(config_.threads);
+  kernels::set_gemm_precision(config_.precision);
   comm_ = comm;
   const int world = env != nullptr ? env->world_size : 1, rank = env != nullptr ? env->rank : 0;
   if (env != nullptr) env_ = std::make_unique<DistEnv>(*env);

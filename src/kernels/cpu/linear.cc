@@ -1,13 +1,15 @@
-// Linear layer over OpenBLAS sgemm. The bias is broadcast into y first so one GEMM with
+// Linear layer over gemm() (OpenBLAS sgemm, or oneDNN's bf16 matmul under --precision bf16).
+// The bias is broadcast into y first so one GEMM with
 // beta = 1 finishes the job; the bias gradient is a column sum of dy, split over columns so
 // each thread owns its outputs and the sum order is fixed (bit-identical reruns).
 #include "kernels/cpu/linear.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include "kernels/cpu/gemm.h"
 
 namespace cann::kernels {
 
@@ -20,19 +22,18 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
     beta = 1.0f;
   }
   // y(N,OC) = x(N,C) * w(OC,C)^T + beta*y
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, x, C, w, C, beta, y, OC);
+  gemm(false, true, N, OC, C, x, C, w, C, beta, y, OC);
 }
 
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                      const float* w, int N, int C, int OC) {
   if (dx != nullptr) {
     // dx(N,C) = dy(N,OC) * w(OC,C)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dy, OC, w, C, 0.0f, dx,
-                C);
+    gemm(false, false, N, C, OC, dy, OC, w, C, 0.0f, dx, C);
   }
   if (dw != nullptr) {
     // dw(OC,C) += dy(N,OC)^T * x(N,C)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dw, C);
+    gemm(true, false, OC, C, N, dy, OC, x, C, 1.0f, dw, C);
   }
   if (db != nullptr) {
     // Column blocks of 64 keep each thread's partial sums in registers/L1 while it streams dy.
