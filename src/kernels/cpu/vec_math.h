@@ -13,7 +13,9 @@ namespace cann::kernels {
 // Inputs below -87.3 flush to 0 (softmax of masked entries); above 88.7 saturate.
 inline float fast_exp(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-  const float n = __builtin_roundevenf(x * 1.44269504088896341f);
+  // Round to nearest even by adding and subtracting 1.5 * 2^23 (exact for |v| < 2^22, here
+  // |v| <= 128): what roundevenf gives, but GCC vectorizes this and not the builtin.
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693145751953125f;   // ln2 split in a high part exact in float
   r = r - n * 1.428606765330187045e-06f;  // and the low remainder
   float p = 1.0f / 720.0f;
