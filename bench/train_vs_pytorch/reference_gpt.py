@@ -4,7 +4,9 @@ cann-train trains it, in eager PyTorch.
 Same shapes (6 layers, hidden 384, 6 heads, sequence 256, byte vocabulary, tied head),
 pre-LayerNorm blocks with tanh GELU, GPT-2 initialization, AdamW (betas 0.9/0.95, weight decay
 0.1 on matrices), global-norm clipping at 1.0, linear warmup then cosine decay to 10%, random
-256+1-byte windows of the fortunes text. Prints one JSON object per step on stdout.
+256+1-byte windows of the fortunes text. Prints one JSON object per step on stdout. With
+--autocast bf16 the forward runs under PyTorch's CPU autocast (bf16 matmuls, fp32 weights and
+optimizer), its documented mixed-precision path.
 """
 import argparse
 import json
@@ -95,6 +97,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -109,7 +113,8 @@ def main():
         t0 = time.perf_counter()
         starts = torch.randint(0, len(data) - a.seq_len - 1, (a.batch_size,))
         window = torch.stack([data[s:s + a.seq_len + 1] for s in starts.tolist()])
-        loss = model(window[:, :-1], window[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = model(window[:, :-1], window[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

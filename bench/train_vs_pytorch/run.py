@@ -1,30 +1,46 @@
 #!/usr/bin/env python3
-"""Training benchmark: cann-train against eager PyTorch on the same GPT, same machine, same run.
+"""Training benchmark: cann-train against eager PyTorch on the same GPT, same machine, same run,
+in fp32 and in bf16 mixed precision.
 
-Validates first (both losses start near ln 256 and fall by the same amount, within 10%), then
-reports tokens/s of both, the ratio, and cann-train's achieved GFLOP/s as a share of the
-machine's measured sgemm peak. Exit status 1 when validation fails.
+Engines and settings, each run --repeats times (default 3), all configurations taking turns:
+  cann-train fp32 and --precision bf16, with its defaults;
+  PyTorch fp32, and PyTorch with its CPU autocast to bf16 (the mixed-precision path its docs
+  give for CPUs), each in three environments, the best one counting: as installed; with
+  OMP_WAIT_POLICY=PASSIVE (its OpenMP workers otherwise spin between operators and starve the
+  BLAS threads on a small machine); and with that plus the OpenMP build of OpenBLAS, so BLAS
+  and ATen share one thread pool. Both programs inherit the rest of the environment
+  (OPENBLAS_CORETYPE included), so fp32 uses the same GEMM kernels on both sides.
 
-PyTorch runs in three environments and the ratio is taken against its best: as installed; with
-OMP_WAIT_POLICY=PASSIVE (its OpenMP workers otherwise spin between operators and starve the
-OpenBLAS threads doing the GEMMs on a small machine); and with that plus the OpenMP build of
-OpenBLAS, so BLAS and ATen share one thread pool. Both programs inherit the rest of the
-environment (OPENBLAS_CORETYPE included), so they use the same GEMM kernels.
+Validation first, for every run: the loss starts near ln 256 and falls by the same amount as
+PyTorch fp32's (within 10%). Then per configuration the steady tokens/s (median step after the
+first two) with min, median and max over the repeats, the end-to-end wall time of the process
+(start-up included), the loss, and the executed TFLOP/s as a share of the machine's FMA peak of
+that precision (bench/gemm --peak-only). FLOPs are counted by one formula for both engines:
+6 per parameter of each matrix product per token, plus the causal half of attention
+(6 x layers x sequence x hidden per token), so neither the masked blocks cann-train skips nor
+the ones PyTorch computes are counted.
 
-    bench/train_vs_pytorch/run.py [--steps 30] [--threads 2] [--build build]
+Targets (judged on the median tokens/s of the repeats): cann-train fp32 at least 2.0x the best
+PyTorch fp32; cann-train bf16 at least 1.5x the best PyTorch bf16 autocast and at least 3.0x the
+best PyTorch fp32. Exit status 1 when validation fails or a target is missed.
+
+    bench/train_vs_pytorch/run.py [--steps 30] [--threads 2] [--repeats 3] [--build build]
 
 Needs Debian's python3-torch (installed here when missing) and a built tree (BUILD_TARGETS=all scripts/setup.sh).
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OPENMP_BLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+LAYERS, HIDDEN, SEQ, VOCAB, BATCH = 6, 384, 256, 256, 8  # model.yaml; reference_gpt.py
 
 
 def ensure_torch():
@@ -38,75 +54,110 @@ def read_jsonl(text):
     return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
 
 
-def summarize(rows, skip):
-    timed = rows[skip:]
-    return {
-        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
-        "step_time_s": statistics.median(r["step_time_s"] for r in timed),
-        "first_loss": rows[0]["loss"],
-        "last_loss": statistics.mean(r["loss"] for r in rows[-5:]),
-    }
+def flops_per_token():
+    matmul_params = LAYERS * 12 * HIDDEN * HIDDEN + VOCAB * HIDDEN  # blocks + tied head
+    return 6 * matmul_params + 6 * LAYERS * SEQ * HIDDEN
+
+
+def one_run(cmd, env, log, skip):
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    wall = time.perf_counter() - t0
+    if log:
+        with open(log) as f:
+            rows = read_jsonl(f.read())
+        os.remove(log)
+    else:
+        rows = read_jsonl(out)
+    step = statistics.median(r["step_time_s"] for r in rows[skip:])
+    return {"tokens_per_s": BATCH * SEQ / step, "wall_s": wall, "first_loss": rows[0]["loss"],
+            "last_loss": statistics.mean(r["loss"] for r in rows[-5:])}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = p.parse_args()
     ensure_torch()
-    common = ["--steps", str(a.steps), "--batch-size", "8", "--seq-len", "256", "--lr", "1e-3",
-              "--warmup", "3", "--threads", str(a.threads)]
+    common = ["--steps", str(a.steps), "--batch-size", str(BATCH), "--seq-len", str(SEQ),
+              "--lr", "1e-3", "--warmup", "3", "--threads", str(a.threads)]
     skip = 2  # first steps pay for allocation and warm-up in both
+    peak = json.loads(subprocess.run(
+        [os.path.join(a.build, "bench", "gemm_bench"), "--threads", str(a.threads), "--peak-only"],
+        check=True, capture_output=True, text=True).stdout)["peak_gflops"]
 
-    peak = json.loads(subprocess.run([os.path.join(a.build, "bench", "sgemm_peak"), str(a.threads)],
-                                     check=True, capture_output=True, text=True).stdout)
     log = os.path.join(a.build, "bench_train_vs_pytorch.jsonl")
-    subprocess.run([os.path.join(a.build, "cann-train"), "run", "--model",
-                    os.path.join(HERE, "model.yaml"), "--log-json", log, "--quiet",
-                    "--eval-every", "0", "--sample-tokens", "0"] + common, check=True,
-                   stdout=subprocess.DEVNULL)
-    with open(log) as f:
-        cann_rows = read_jsonl(f.read())
-    cann = summarize(cann_rows, skip)
-    cann["gflops"] = statistics.median(r["gflops"] for r in cann_rows[skip:])
-
-    envs = [("pytorch", {}), ("pytorch passive", {"OMP_WAIT_POLICY": "PASSIVE"})]
+    cann = [os.path.join(a.build, "cann-train"), "run", "--model", os.path.join(HERE, "model.yaml"),
+            "--log-json", log, "--quiet", "--eval-every", "0", "--sample-tokens", "0",
+            "--monitor", "off"] + common
+    ref = ["/usr/bin/python3", os.path.join(HERE, "reference_gpt.py")] + common
+    envs = [("as installed", {}), ("passive", {"OMP_WAIT_POLICY": "PASSIVE"})]
     if os.path.exists(OPENMP_BLAS):
-        envs.append(("pytorch passive+omp-blas",
+        envs.append(("passive+omp-blas",
                      {"OMP_WAIT_POLICY": "PASSIVE", "LD_LIBRARY_PATH": OPENMP_BLAS}))
-    refs = []
+    # (engine, precision, environment name, command, extra environment, log file)
+    configs = [("cann-train", "fp32", "default", cann + ["--precision", "fp32"], {}, log),
+               ("cann-train", "bf16", "default", cann + ["--precision", "bf16"], {}, log)]
     for name, extra in envs:
-        torch_out = subprocess.run(
-            ["/usr/bin/python3", os.path.join(HERE, "reference_gpt.py")] + common, check=True,
-            capture_output=True, text=True, env={**os.environ, **extra}).stdout
-        refs.append((name, summarize(read_jsonl(torch_out), skip)))
-    best_name, ref = max(refs, key=lambda nr: nr[1]["tokens_per_s"])
+        configs.append(("pytorch", "fp32", name, ref, extra, None))
+        configs.append(("pytorch", "bf16", name, ref + ["--autocast", "bf16"], extra, None))
+    runs = {i: [] for i in range(len(configs))}
+    for r in range(a.repeats):
+        for i, (_, _, _, cmd, extra, lf) in enumerate(configs):
+            runs[i].append(one_run(cmd, {**os.environ, **extra}, lf, skip))
+        print(f"round {r + 1} of {a.repeats} done", flush=True)
 
-    # Validation: both start at the uniform-byte loss and fall by a similar amount.
+    def med(i, key="tokens_per_s"):
+        return statistics.median(x[key] for x in runs[i])
+
+    def best(engine, precision):
+        return max((i for i, c in enumerate(configs) if c[0] == engine and c[1] == precision),
+                   key=med)
+
+    # Validation: every run starts at the uniform-byte loss and falls like PyTorch fp32's.
     ok = True
-    for name, r in [("cann-train", cann)] + refs:
-        if abs(r["first_loss"] - 5.545) > 0.3:
-            print(f"FAIL: {name} starts at loss {r['first_loss']:.3f}, expected ~5.545")
-            ok = False
-    drop_c = cann["first_loss"] - cann["last_loss"]
-    drop_t = ref["first_loss"] - ref["last_loss"]
-    if drop_c < 1.0 or drop_t < 1.0 or abs(drop_c - drop_t) > 0.1 * max(drop_c, drop_t):
-        print(f"FAIL: loss drops differ: cann-train {drop_c:.3f}, pytorch {drop_t:.3f}")
-        ok = False
+    drop_ref = statistics.median(x["first_loss"] - x["last_loss"] for x in runs[best("pytorch", "fp32")])
+    for i, c in enumerate(configs):
+        for x in runs[i]:
+            drop = x["first_loss"] - x["last_loss"]
+            if abs(x["first_loss"] - math.log(256)) > 0.3 or drop < 1.0 or \
+                    abs(drop - drop_ref) > 0.1 * max(drop, drop_ref):
+                print(f"FAIL validation: {c[0]} {c[1]} ({c[2]}) loss {x['first_loss']:.3f} -> "
+                      f"{x['last_loss']:.3f}, PyTorch fp32 falls by {drop_ref:.3f}")
+                ok = False
 
-    ratio = cann["tokens_per_s"] / ref["tokens_per_s"]
-    print(f"train_vs_pytorch: GPT 6x384, 6 heads, seq 256, batch 8, vocab 256, {a.steps} steps, "
-          f"{a.threads} threads, OpenBLAS kernels {os.environ.get('OPENBLAS_CORETYPE', 'auto')}")
-    print(f"{'':26} {'tokens/s':>10} {'ms/step':>9} {'loss first':>11} {'loss last5':>11}")
-    for name, r in [("cann-train", cann)] + refs:
-        print(f"{name:26} {r['tokens_per_s']:10.0f} {r['step_time_s'] * 1e3:9.1f} "
-              f"{r['first_loss']:11.3f} {r['last_loss']:11.3f}")
-    print(f"ratio (cann-train / best pytorch, {best_name}): {ratio:.2f}x; against pytorch as "
-          f"installed: {cann['tokens_per_s'] / refs[0][1]['tokens_per_s']:.2f}x")
-    print(f"cann-train achieved {cann['gflops']:.1f} GFLOP/s = {cann['gflops'] / peak['gflops']:.0%} "
-          f"of measured sgemm peak {peak['gflops']:.1f} GFLOP/s")
-    print("validation:", "ok" if ok else "FAILED")
+    fpt = flops_per_token()
+    load = os.getloadavg()[0]
+    print(f"train_vs_pytorch: GPT {LAYERS}x{HIDDEN}, 6 heads, seq {SEQ}, batch {BATCH}, vocab "
+          f"{VOCAB}, {a.steps} steps x {a.repeats} repeats, {a.threads} threads, OpenBLAS kernels "
+          f"{os.environ.get('OPENBLAS_CORETYPE', 'auto')}, load average {load:.2f} after the runs")
+    print(f"FMA peak ({a.threads} threads): fp32 {peak['fp32']:.0f} GFLOP/s, bf16 "
+          f"{peak['bf16']:.0f} GFLOP/s; {fpt / 1e6:.1f} MFLOP per token executed (one formula)")
+    print(f"{'engine':11} {'prec':5} {'environment':17} {'tokens/s median (min..max)':>27} "
+          f"{'ms/step':>8} {'wall s':>7} {'loss first':>10} {'last5':>6} {'TFLOP/s':>8} {'peak':>5}")
+    for i, (engine, prec, env, *_rest) in enumerate(configs):
+        tps = [x["tokens_per_s"] for x in runs[i]]
+        tflops = med(i) * fpt / 1e12
+        print(f"{engine:11} {prec:5} {env:17} {med(i):9.0f} ({min(tps):7.0f}..{max(tps):7.0f}) "
+              f"{BATCH * SEQ / med(i) * 1e3:8.1f} {med(i, 'wall_s'):7.1f} "
+              f"{med(i, 'first_loss'):10.3f} {med(i, 'last_loss'):6.3f} {tflops:8.3f} "
+              f"{tflops * 1e3 / peak[prec]:5.0%}")
+
+    c32, c16 = med(best("cann-train", "fp32")), med(best("cann-train", "bf16"))
+    p32, p16 = best("pytorch", "fp32"), best("pytorch", "bf16")
+    targets = [
+        ("cann-train fp32 / best PyTorch fp32", c32 / med(p32), 2.0, configs[p32][2]),
+        ("cann-train bf16 / best PyTorch bf16 autocast", c16 / med(p16), 1.5, configs[p16][2]),
+        ("cann-train bf16 / best PyTorch fp32", c16 / med(p32), 3.0, configs[p32][2]),
+    ]
+    for what, ratio, target, env in targets:
+        met = ratio >= target
+        ok &= met
+        print(f"{what} ({env}): {ratio:.2f}x, target {target:.1f}x: {'PASS' if met else 'FAIL'}")
+    print("validation and targets:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 
 
