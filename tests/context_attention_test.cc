@@ -2,7 +2,7 @@
 // the double-precision reference of whole-sequence attention, whose own backward is checked
 // against finite differences in kernels_test.cc. One process plays every rank of a cp group:
 // rank r takes Megatron's load-balanced chunks r and 2cp-1-r of the sequence as its queries and
-// the whole sequence's keys and values. Each rank's outputs, probabilities and query gradients
+// the whole sequence's keys and values. Each rank's outputs, log-sum-exps and query gradients
 // must be the reference's rows at its positions, and the key/value gradients summed over the
 // ranks (what the reduce-scatter does) the reference's.
 //
@@ -67,6 +67,8 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
   D out(dout.size()), att(static_cast<size_t>(p.B) * p.NH * T * T), dqkv(qkv.size());
   ref::attention_forward(out.data(), att.data(), qkv.data(), full);
   ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), full);
+  D lse(static_cast<size_t>(p.B) * p.NH * T);
+  ref::attention_lse(lse.data(), att.data(), qkv.data(), full);
 
   // Every position's keys and values, as the all-gather leaves them.
   Fv kv(static_cast<size_t>(p.B) * T * KV);
@@ -83,7 +85,7 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
     // The rank's rows of the fused qkv (queries read from it with stride QKV), of dout, and the
     // reference's rows it must reproduce.
     Fv q(static_cast<size_t>(p.B) * Tq * QKV), dout_r(static_cast<size_t>(p.B) * Tq * C);
-    D want_out(dout_r.size()), want_att(static_cast<size_t>(p.B) * p.NH * Tq * T);
+    D want_out(dout_r.size()), want_lse(static_cast<size_t>(p.B) * p.NH * Tq);
     D want_dq(static_cast<size_t>(p.B) * Tq * QC);
     for (int b = 0; b < p.B; ++b)
       for (int i = 0; i < Tq; ++i) {
@@ -95,24 +97,23 @@ TEST_P(ContextAttentionTest, RanksTogetherMatchWholeSequenceReference) {
         }
         for (int j = 0; j < QC; ++j) want_dq[l * QC + j] = dqkv[g * QKV + j];
         for (int h = 0; h < p.NH; ++h)
-          for (int k = 0; k < T; ++k)
-            want_att[((static_cast<size_t>(b) * p.NH + h) * Tq + i) * T + k] =
-                att[((static_cast<size_t>(b) * p.NH + h) * T + pos[i]) * T + k];
+          want_lse[(static_cast<size_t>(b) * p.NH + h) * Tq + i] =
+              lse[(static_cast<size_t>(b) * p.NH + h) * T + pos[i]];
       }
     const kernels::ContextAttentionShape s{p.B,  Tq,       T,          p.NH, p.KVH,
                                            p.HS, p.causal, pos.data(), p.VS, p.scale};
-    Fv outf(dout_r.size()), attf(want_att.size(), 5.0f);
-    kernels::context_attention_forward(outf.data(), attf.data(), q.data(), QKV, kv.data(), s);
+    Fv outf(dout_r.size(), 5.0f), lsef(want_lse.size(), 5.0f);
+    kernels::context_attention_forward(outf.data(), lsef.data(), q.data(), QKV, kv.data(), s);
     EXPECT_LT(max_rel_diff(outf, want_out), kFp32Tol) << "rank " << r;
-    EXPECT_LT(max_rel_diff(attf, want_att), kFp32Tol) << "rank " << r;
-    Fv again(attf.size(), 7.0f);
-    kernels::context_attention_probs_forward(again.data(), q.data(), QKV, kv.data(), s);
-    EXPECT_EQ(again, attf) << "rank " << r << ": recomputed probabilities differ";
+    EXPECT_LT(max_rel_diff(lsef, want_lse), kFp32Tol) << "rank " << r;
+    Fv again(lsef.size(), 7.0f);
+    kernels::context_attention_lse_forward(again.data(), q.data(), QKV, kv.data(), s);
+    EXPECT_EQ(again, lsef) << "rank " << r << ": recomputed log-sum-exp differs";
 
     // dq lands in the query columns of QKV-wide rows; the key/value columns stay as they were.
     Fv dq(q.size(), 3.0f), dkv(kv.size(), 9.0f);
     kernels::context_attention_backward(dq.data(), dkv.data(), dout_r.data(), q.data(), QKV,
-                                        kv.data(), attf.data(), s);
+                                        kv.data(), outf.data(), lsef.data(), s);
     Fv dq_cols(want_dq.size());
     for (size_t l = 0; l < static_cast<size_t>(p.B) * Tq; ++l) {
       for (int j = 0; j < QC; ++j) dq_cols[l * QC + j] = dq[l * QKV + j];
@@ -138,7 +139,8 @@ INSTANTIATE_TEST_SUITE_P(
                       CpCase{1, 2, 3, 4, 2, 4, true}, CpCase{1, 2, 3, 4, 1, 4, false},
                       CpCase{1, 35, 2, 2, 1, 8, true}, CpCase{2, 35, 2, 2, 2, 8, false},
                       CpCase{2, 2, 2, 3, 3, 5, true, 3, 0.7f},
-                      CpCase{1, 35, 2, 2, 2, 6, true, 9, 0.3f}));
+                      CpCase{1, 35, 2, 2, 2, 6, true, 9, 0.3f}, CpCase{1, 40, 2, 2, 1, 4, true},
+                      CpCase{1, 40, 2, 2, 2, 4, false}));
 
 }  // namespace
 }  // namespace cann

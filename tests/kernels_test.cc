@@ -150,10 +150,11 @@ TEST_F(KernelTest, Gelu) {
   EXPECT_LT(max_rel_diff(dxf, dx), kFp32Tol);
 }
 
-// Attention over shapes that exercise the causal row blocking (T = 70: blocks of 64 and 6),
-// grouped-query attention (NH = 4 over KVH = 2), the bidirectional path, and multi-head latent
-// attention's shape: value heads narrower or wider than the query/key heads, with a score
-// scale of its own.
+// Attention over shapes that exercise the row blocking (T = 70: blocks of 64 and 6), the key
+// blocking and its online softmax (T = 300: key blocks of 128, 128 and 44, row blocks ending
+// inside and across them), grouped-query attention (NH = 4 over KVH = 2), the bidirectional
+// path, and multi-head latent attention's shape: value heads narrower or wider than the
+// query/key heads, with a score scale of its own.
 struct AttnCase {
   int B, T, NH, KVH, HS;
   bool causal;
@@ -174,7 +175,8 @@ TEST_P(AttentionTest, MatchesReferenceAndFiniteDifferences) {
   const size_t nqkv = static_cast<size_t>(p.B) * p.T * s.QKV();
   const size_t nout = static_cast<size_t>(p.B) * p.T * s.C();
   const size_t natt = static_cast<size_t>(p.B) * p.NH * p.T * p.T;
-  D qkv = randn(nqkv, rng_), dout = randn(nout, rng_);
+  const size_t nlse = static_cast<size_t>(p.B) * p.NH * p.T;
+  D qkv = randn(nqkv, rng_, p.T > 100 ? 2.0 : 1.0), dout = randn(nout, rng_);
   auto loss = [&] {
     D out(nout), att(natt);
     ref::attention_forward(out.data(), att.data(), qkv.data(), s);
@@ -184,19 +186,23 @@ TEST_P(AttentionTest, MatchesReferenceAndFiniteDifferences) {
   ref::attention_forward(out.data(), att.data(), qkv.data(), s);
   ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s);
   // Every element for small shapes; a strided sample keeps the large one fast.
-  EXPECT_LT(fd_check(qkv, dqkv, loss, p.T > 32 ? 7 : 1), kFdTol);
+  EXPECT_LT(fd_check(qkv, dqkv, loss, p.T > 100 ? 53 : p.T > 32 ? 7 : 1), kFdTol);
+  D lse(nlse);
+  ref::attention_lse(lse.data(), att.data(), qkv.data(), s);
 
-  Fv qkvf = to_float(qkv), doutf = to_float(dout), outf(nout), attf(natt), dqkvf(nqkv, 99.0f);
-  kernels::attention_forward(outf.data(), attf.data(), qkvf.data(), s);
-  kernels::attention_backward(dqkvf.data(), doutf.data(), qkvf.data(), attf.data(), s);
+  // Output buffers prefilled with garbage: every element must be written.
+  Fv qkvf = to_float(qkv), doutf = to_float(dout), outf(nout, 5.0f), lsef(nlse, 5.0f),
+     dqkvf(nqkv, 99.0f);
+  kernels::attention_forward(outf.data(), lsef.data(), qkvf.data(), s);
+  kernels::attention_backward(dqkvf.data(), doutf.data(), qkvf.data(), outf.data(), lsef.data(),
+                              s);
   EXPECT_LT(max_rel_diff(outf, out), kFp32Tol);
-  EXPECT_LT(max_rel_diff(attf, att), kFp32Tol);
+  EXPECT_LT(max_rel_diff(lsef, lse), kFp32Tol);
   EXPECT_LT(max_rel_diff(dqkvf, dqkv), kFp32Tol);
-  // Selective recomputation's probabilities are the saved ones, bit for bit (prefilled with
-  // garbage: every element, masked ones included, must be written).
-  Fv again(natt, 7.0f);
-  kernels::attention_probs_forward(again.data(), qkvf.data(), s);
-  EXPECT_EQ(again, attf);
+  // Selective recomputation's log-sum-exp is the saved one, bit for bit.
+  Fv again(nlse, 7.0f);
+  kernels::attention_lse_forward(again.data(), qkvf.data(), s);
+  EXPECT_EQ(again, lsef);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -205,7 +211,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 7, 4, 2, 4, true}, AttnCase{1, 7, 4, 1, 4, false},
                       AttnCase{2, 70, 2, 1, 8, true}, AttnCase{1, 70, 2, 2, 8, false},
                       AttnCase{2, 7, 3, 3, 5, true, 3, 0.7f},
-                      AttnCase{1, 70, 2, 2, 6, true, 9, 0.3f}));
+                      AttnCase{1, 70, 2, 2, 6, true, 9, 0.3f}, AttnCase{1, 300, 2, 1, 4, true},
+                      AttnCase{1, 300, 2, 2, 4, false}));
 
 TEST_F(KernelTest, Embedding) {
   const int B = 3, T = 5, C = 21, V = 7, maxT = 9;

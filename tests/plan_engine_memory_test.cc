@@ -173,8 +173,8 @@ TEST(PlanEngineMemoryTest, RecomputationMovesTheEnginesTensors) {
   auto s = predict_engine_memory(m, sel, B, T);
   auto f = predict_engine_memory(m, full, B, T);
   ASSERT_TRUE(n.ok() && s.ok() && f.ok());
-  EXPECT_EQ(n->activations - s->activations, 4 * L * a.attention_probs);
-  EXPECT_EQ(s->staging, 4 * a.attention_probs);
+  EXPECT_EQ(n->activations - s->activations, 4 * L * a.attention_lse);
+  EXPECT_EQ(s->staging, 4 * a.attention_lse);
   EXPECT_EQ(f->activations, 4 * (a.embedding + L * a.layer_output + a.head + a.scratch));
   EXPECT_EQ(f->staging, 4 * (a.dense_layer - a.layer_output));
 }

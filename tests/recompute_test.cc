@@ -356,7 +356,7 @@ TEST(RecomputeTest, ArenaIsThePlannersFigure) {
     return static_cast<double>((*model)->activation_bytes());
   };
   EXPECT_EQ(bytes(Recompute::kNone), 4 * a.total(g));
-  EXPECT_EQ(bytes(Recompute::kSelective), 4 * (a.total(g) - (L - 1) * a.attention_probs));
+  EXPECT_EQ(bytes(Recompute::kSelective), 4 * (a.total(g) - (L - 1) * a.attention_lse));
   EXPECT_EQ(bytes(Recompute::kFull), 4 * (a.embedding + L * a.layer_output + a.head + a.scratch +
                                           a.dense_layer - a.layer_output));
 }

@@ -149,31 +149,31 @@ ContextAttentionShape Model::context_attention() {
 
 void Model::attention_fwd(const LayerActs& a) {
   if (cp_.size == 1) {
-    attention_forward(a.atty, a.att, a.qkv, whole_attention());
+    attention_forward(a.atty, a.lse, a.qkv, whole_attention());
     return;
   }
   cp_gather_kv(a.kv, a.qkv);
   const ContextAttentionShape s = context_attention();
-  context_attention_forward(a.atty, a.att, a.qkv, qkv_, a.kv, s);
+  context_attention_forward(a.atty, a.lse, a.qkv, qkv_, a.kv, s);
 }
 
-void Model::attention_probs(float* att, const LayerActs& a) {
+void Model::attention_lse(float* lse, const LayerActs& a) {
   if (cp_.size == 1) {
-    attention_probs_forward(att, a.qkv, whole_attention());
+    attention_lse_forward(lse, a.qkv, whole_attention());
     return;
   }
   const ContextAttentionShape s = context_attention();
-  context_attention_probs_forward(att, a.qkv, qkv_, a.kv, s);
+  context_attention_lse_forward(lse, a.qkv, qkv_, a.kv, s);
 }
 
 // Into d_qkv_ from d_atty_, as Model::backward expects.
 void Model::attention_bwd(const LayerActs& a) {
   if (cp_.size == 1) {
-    attention_backward(d_qkv_, d_atty_, a.qkv, a.att, whole_attention());
+    attention_backward(d_qkv_, d_atty_, a.qkv, a.atty, a.lse, whole_attention());
     return;
   }
   const ContextAttentionShape s = context_attention();
-  context_attention_backward(d_qkv_, d_kv_, d_atty_, a.qkv, qkv_, a.kv, a.att, s);
+  context_attention_backward(d_qkv_, d_kv_, d_atty_, a.qkv, qkv_, a.kv, a.atty, a.lse, s);
   cp_scatter_dkv(d_qkv_);
 }
 

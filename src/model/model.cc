@@ -41,7 +41,7 @@ void Model::layout_activations() {
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
   const size_t cap = s.is_moe() ? moe_layer_capacity(moe_dims(max_seq_), static_cast<int>(N)) : 0;
   const Keep keep = recompute_ == Recompute::kFull        ? Keep::kOutput
-                    : recompute_ == Recompute::kSelective ? Keep::kAllButProbs
+                    : recompute_ == Recompute::kSelective ? Keep::kAllButLse
                                                           : Keep::kAll;
   for (int pass = 0; pass < 2; ++pass) {
     ArenaCarver arena;
@@ -303,8 +303,8 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
   LayerActs a = shared ? (moe ? recompute_moe_ : recompute_dense_) : layers_[i];
   a.out = recomputing ? nullptr : layers_[i].out;
   a.moe_index = layers_[i].moe_index;
-  // Selective: forward's probabilities go to the shared buffer and are dropped.
-  if (a.att == nullptr) a.att = recompute_att_;
+  // Selective: forward's log-sum-exp goes to the shared buffer and is dropped.
+  if (a.lse == nullptr) a.lse = recompute_lse_;
   // Row-parallel biases are added by one rank so that the reduced sum holds them once.
   const bool add_bias = !tp || tp_.rank == 0;
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P + o.ln1w, opt(P, o.ln1b), R, C);

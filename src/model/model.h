@@ -190,7 +190,8 @@ class Model {
     MoeOffsets moe;  // MoE layers
   };
   struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *resid_attn;
+    // lse: attention's log-sum-exp of each query's scores (B,H,T), what its backward needs.
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *resid_attn;
     float* kv = nullptr;  // cp > 1: every position's keys and values (B,T,2*kvh*head_size)
     // QK-norm: the q heads then the k heads before the norm, (N*nh + N*kvh, head_size), and
     // their 1/rms (N*nh + N*kvh).
@@ -230,7 +231,7 @@ class Model {
   // What carve_layer lays out: everything; everything but the attention probabilities
   // (selective); the output alone, with an MoE layer's expert counts (full); everything but
   // the output (full recomputation's shared set).
-  enum class Keep { kAll, kAllButProbs, kOutput, kAllButOutput };
+  enum class Keep { kAll, kAllButLse, kOutput, kAllButOutput };
 
   Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stage,
         const ExpertParallel& ep, const ContextParallel& cp);
@@ -319,7 +320,7 @@ class Model {
   // Attention of the current layer: whole-sequence, or this rank's queries against kv.
   void attention_fwd(const LayerActs& a);
   void attention_bwd(const LayerActs& a);
-  void attention_probs(float* att, const LayerActs& a);
+  void attention_lse(float* lse, const LayerActs& a);
   // Sum of losses and scored positions over the cp ranks (in place).
   void cp_sum_loss(double* sum, int* scored);
   // Under sp an MoE layer's weight gradients are partial (each rank's experts saw its own
@@ -350,9 +351,10 @@ class Model {
   std::function<void(ParamUse, int)> param_hook_;
   std::function<void(size_t)> grad_ready_hook_;
   Recompute recompute_ = Recompute::kNone;
-  // Recomputation's shared buffers (recompute.cc): selective, one layer's probabilities; full,
-  // one dense and one MoE layer's tensors (overlapping: one layer is recomputed at a time).
-  float* recompute_att_ = nullptr;
+  // Recomputation's shared buffers (recompute.cc): selective, one layer's attention
+  // log-sum-exp; full, one dense and one MoE layer's tensors (overlapping: one layer is
+  // recomputed at a time).
+  float* recompute_lse_ = nullptr;
   LayerActs recompute_dense_{}, recompute_moe_{};
   MoeActs recompute_moe_acts_{};
   // This rank's widths: heads, kv heads, attention output (heads * value head size), fused QKV,

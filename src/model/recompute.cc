@@ -3,18 +3,18 @@
 //
 // Memory per layer and micro-batch in flight, fp32, with N = B*T tokens (R of them on this rank
 // under sequence parallelism), H heads and T the sequence:
-//   none       every tensor of the block (layernorms, qkv, probabilities B*H*T*T, attention
-//              output, residuals, MLP or MoE buffers with the shared experts', output; under
-//              context parallelism the gathered keys and values B*T*2*kv_heads*head_size, and
-//              B*H*(T/cp)*T probabilities)
-//   selective  the same but the probabilities; plus one B*H*T*T buffer for the stage
+//   none       every tensor of the block (layernorms, qkv, attention's log-sum-exp B*H*T,
+//              attention output, residuals, MLP or MoE buffers with the shared experts',
+//              output; under context parallelism the gathered keys and values
+//              B*T*2*kv_heads*head_size)
+//   selective  the same but the log-sum-exp; plus one B*H*T buffer for the stage
 //   full       the output, R*C (an MoE layer also its E expert counts, for the load metrics);
 //              plus one layer's tensors but the output for the stage, the dense and MoE sets
 //              laid over each other, as only one layer is recomputed at a time
 // plan/engine_memory.cc predicts exactly these sums (tests/recompute_test.cc holds them equal).
 //
-// What recomputation repeats: selective, the attention scores and softmax (about a third of
-// the attention core, no communication); full, the whole forward of the layer but its last
+// What recomputation repeats: selective, the attention scores and softmax statistics (about a
+// third of the attention core, no communication); full, the whole forward of the layer but its last
 // projection, including the forward collectives (tensor-parallel all-reduces, all-gathers
 // and reduce-scatters; expert-parallel all-to-alls). Every rank of a group recomputes the same
 // layer at the same point of backward, so the collectives line up as in forward. MoE routing
@@ -48,7 +48,7 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   const size_t N = max_tokens();
   const size_t R = tp_.sequence_parallel ? (N + tp_.size - 1) / tp_.size : N;
   const size_t C = s.hidden_size, QKV = qkv_, F = ff_, AC = attn_c_;
-  const size_t att = N * nh_ * max_seq_;
+  const size_t lse = N * nh_;  // N counts this rank's queries under cp
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
   const bool is_moe = s.is_moe_layer(l);
   LayerActs a{};
@@ -83,7 +83,7 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
     a.kv_lat_rstd = arena.take(N);
   }
   if (cp_.size > 1) a.kv = arena.take(static_cast<size_t>(max_batch_) * max_seq_ * (QKV - q_cols_));
-  if (keep != Keep::kAllButProbs) a.att = arena.take(att);
+  if (keep != Keep::kAllButLse) a.lse = arena.take(lse);
   a.atty = arena.take(N * AC);
   a.resid_attn = arena.take(R * C);
   a.ln2 = arena.take(R * C);
@@ -126,12 +126,12 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
 }
 
 void Model::carve_recompute_buffers(ArenaCarver& arena) {
-  recompute_att_ = nullptr;
+  recompute_lse_ = nullptr;
   recompute_dense_ = LayerActs{};
   recompute_moe_ = LayerActs{};
   recompute_moe_acts_ = MoeActs{};
   if (recompute_ == Recompute::kSelective) {
-    recompute_att_ = arena.take(max_tokens() * nh_ * max_seq_);
+    recompute_lse_ = arena.take(max_tokens() * nh_);
     return;
   }
   if (recompute_ != Recompute::kFull) return;
@@ -180,8 +180,8 @@ Model::LayerActs Model::backward_acts(int i, const float* x_in, const MoeActs** 
   LayerActs a = layers_[i];
   *moe = idx >= 0 ? &moe_layers_[idx] : nullptr;
   if (recompute_ == Recompute::kSelective) {
-    attention_probs(recompute_att_, a);
-    a.att = recompute_att_;
+    attention_lse(recompute_lse_, a);
+    a.lse = recompute_lse_;
   }
   return a;
 }

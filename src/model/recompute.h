@@ -1,9 +1,12 @@
 // Activation recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in
 // Large Transformer Models"): trade backward compute for activation memory.
 //   kNone       every layer keeps all it saved in forward.
-//   kSelective  layers drop their attention probabilities (B*H*T*T, the one tensor quadratic
-//               in the sequence); each layer's backward recomputes them from its saved qkv into
-//               one buffer shared by all layers.
+//   kSelective  layers drop what attention's softmax saves for backward; each layer's backward
+//               recomputes it from its saved qkv into one buffer shared by all layers. With
+//               the fused attention kernel (kernels/cpu/attention.h) that is the log-sum-exp of
+//               each query's scores, B*H*T floats, not the B*H*T*T probabilities it was when the
+//               kernel kept them: the saving is small, and the mode remains for its recompute
+//               cost and for parity with the planner's modes.
 //   kFull       layers keep only their output (the next layer's input; the first layer's input
 //               is the embedding output, kept anyway); each layer's backward re-runs its
 //               forward into one set of layer buffers shared by all layers, then goes back.

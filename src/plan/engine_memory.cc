@@ -71,7 +71,8 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   const size_t SF = m.has_shared_experts() ? ceil_div(m.shared_expert_intermediate_size, t) : 0;
   // QK-norm (Qwen3) normalizes every query and key head: H + KV heads of d per token.
   const size_t qk_heads = m.qk_norm ? H + KV : 0;
-  const size_t att = b * H * sq * static_cast<size_t>(seq);
+  // Attention's log-sum-exp per query and head: the fused kernel keeps nothing T x T.
+  const size_t att = b * H * sq;
   // Context parallelism: each layer keeps every position's keys and values, gathered from the
   // cp ranks (model/context_parallel.cc).
   const size_t all_kv = cp > 1 ? b * static_cast<size_t>(seq) * kv_cols : 0;
@@ -112,7 +113,7 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
     if (ep > 1) a.moe_layer += take(E);  // recv_count: rows each rank sends this one's experts
     if (sp && tp > 1) a.moe_layer += take(Nsp * K) + take(E);  // local_slot, local_count
   }
-  a.attention_probs = take(att);
+  a.attention_lse = take(att);
   a.layer_output = take(Nsp * C);
   if (m.is_moe()) {
     a.expert_counts = take(E);

@@ -73,7 +73,7 @@ struct EngineArena {
   double embedding = 0;        // encoded input, token ids and targets
   double dense_layer = 0;      // one dense layer's saved tensors
   double moe_layer = 0;        // one MoE layer's saved tensors (floats and routing ints)
-  double attention_probs = 0;  // B*H*T*T of one layer: what selective recomputation drops
+  double attention_lse = 0;  // B*H*T of one layer (the log-sum-exp): what selective drops
   double layer_output = 0;     // one layer's output: all full recomputation keeps
   double expert_counts = 0;    // E ints: what full recomputation also keeps of an MoE layer
   double moe_routing = 0;      // the int buffers of moe_layer (expert index, slot, counts)

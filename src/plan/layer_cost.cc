@@ -204,7 +204,7 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlock
     const EngineArena& ar = eng->arena;
     const double full = moe ? ar.moe_layer : ar.dense_layer;
     const double kept = ar.layer_output + (moe ? ar.expert_counts : 0);
-    set_activation(&b, r, 4 * full, 4 * ar.attention_probs, 4 * kept, 4 * (full - ar.layer_output));
+    set_activation(&b, r, 4 * full, 4 * ar.attention_lse, 4 * kept, 4 * (full - ar.layer_output));
     if (r == Recompute::kFull && moe) {
       b.peak_extra_bytes -= 4 * ar.moe_routing;
       b.peak_extra_index_bytes = 4 * ar.moe_routing;

@@ -16,6 +16,9 @@
 //  materialized  scores QK^T (sq x s per head) in memory: scale-mask-softmax 4 forward, 6
 //                backward; attention dropout 5 both ways; scores x V. Stores softmax output 2,
 //                and with dropout its mask 1 and output 2 per score (Korthikanti et al. 2022).
+//                cann-train's CPU engine (priced this way, its memory from engine_memory.h)
+//                runs a blockwise kernel whose score blocks stay in cache; its backward also
+//                recomputes the scores GEMM.
 //  fused         FlashAttention (Dao 2023): scores never leave on-chip memory; the forward does
 //                2*(dqk + dv) FLOPs per query-key pair it visits, the backward recomputes the
 //                scores and does 2*(3*dqk + 2*dv); causal blocks above the diagonal are skipped,
@@ -71,6 +74,9 @@ double core(const Dims& x, double dqk, double dv, double q_heads, Pass& fwd, Pas
   };
   forward(fwd);
   if (rc != nullptr) forward(*rc);
+  // cann-train's CPU kernel is blockwise (kernels/cpu/attention.cc): its backward recomputes
+  // each block's scores from q and k before the four gradient GEMMs.
+  if (x.engine) bwd.gemm(x.sq, x.s, dqk, heads);
   bwd.gemm_bwd(x.sq, dv, x.s, heads);
   if (x.attn_dropout) bwd.stream(5 * scores);
   bwd.stream(6 * scores);

@@ -1,6 +1,7 @@
 // Naive reference for kernels/cpu/attention: full (T,T) scores, mask applied by -inf, softmax,
 // weighted sum; the backward follows the textbook chain rule with no blocking. Value heads of
-// VS and the score scale as kernels::AttentionShape says.
+// VS and the score scale as kernels::AttentionShape says. `att` here is the full (B,NH,T,T)
+// probabilities; attention_lse gives the (B,NH,T) log-sum-exp the fused kernel keeps instead.
 #pragma once
 
 #include <cmath>
@@ -80,6 +81,27 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att,
           }
       }
     }
+}
+
+// lse[b,h,i] = log sum_j exp(score_ij) over the keys query i sees, from the probabilities and
+// the scores: log-sum-exp = score_ij - log p_ij for any visible j (here the largest p).
+template <typename F>
+void attention_lse(F* lse, const F* att, const F* qkv, const kernels::AttentionShape& s) {
+  const int T = s.T, HS = s.HS, QKV = s.QKV(), g = s.NH / s.KVH, QC = s.NH * HS;
+  const F scale = s.scale != 0.0f ? F(s.scale) : F(1) / std::sqrt(F(HS));
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int i = 0; i < T; ++i) {
+        const F* a = att + ((static_cast<size_t>(b) * s.NH + h) * T + i) * T;
+        int j = 0;
+        for (int k = 1; k < T; ++k)
+          if (a[k] > a[j]) j = k;
+        F dot = 0;
+        for (int d = 0; d < HS; ++d)
+          dot += qkv[(b * T + i) * QKV + h * HS + d] *
+                 qkv[(b * T + j) * QKV + QC + (h / g) * HS + d];
+        lse[(static_cast<size_t>(b) * s.NH + h) * T + i] = dot * scale - std::log(a[j]);
+      }
 }
 
 }  // namespace cann::ref
