@@ -48,7 +48,8 @@ std::vector<std::string> describe_run(const model::ModelSpec& spec, const RunLay
   char header[512];
   std::snprintf(header, sizeof(header),
                 "model %s: %s, %d layers, hidden %d, %d heads%s, %s parameters | batch %d x %d "
-                "tokens | %d rank%s x %d threads (BLAS %s%s) | steps %d..%d",
+                "tokens | %d rank%s x %d threads (linear layers on oneDNN %s, attention on OpenBLAS %s) | "
+                "steps %d..%d",
                 spec.name.c_str(), std::string(model::architecture_name(spec.architecture)).c_str(),
                 spec.num_hidden_layers, spec.hidden_size, spec.num_attention_heads,
                 spec.is_moe() ? (", " + std::to_string(spec.num_local_experts) + " experts top-" +
@@ -56,10 +57,11 @@ std::vector<std::string> describe_run(const model::ModelSpec& spec, const RunLay
                                     .c_str()
                               : "",
                 human_count(parts.num_parameters()).c_str(), layout.global_batch(), layout.seq_len,
-                layout.world, layout.world == 1 ? "" : "s", num_threads(), blas_core_name(),
+                layout.world, layout.world == 1 ? "" : "s", num_threads(),
                 kernels::gemm_precision() == kernels::GemmPrecision::kBf16
-                    ? "; GEMMs bf16 on oneDNN, fp32 accumulation"
-                    : "",
+                    ? "bf16 with fp32 accumulation"
+                    : "fp32",
+                blas_core_name(),
                 first_step + 1, steps);
   lines.push_back(header);
   lines.push_back("data " + data.description);

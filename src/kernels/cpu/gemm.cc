@@ -1,12 +1,17 @@
-// gemm(): OpenBLAS sgemm for fp32; for bf16 the operands are rounded into per-thread scratch
+// gemm(): oneDNN's sgemm for fp32; for bf16 the operands are rounded into per-thread scratch
 // buffers, packed (row strides dropped), and oneDNN's matmul multiplies them with fp32
 // accumulation, adding beta * C through its sum post-op. Primitives are cached per shape: a
 // model runs a handful of shapes, step after step.
+//
+// Why oneDNN's sgemm and not OpenBLAS's for fp32: measured on the models' shapes with two
+// threads (bench/gemm, docs/benchmarks.md) it reaches 94-97% of the FMA peak where OpenBLAS
+// reaches 85-89% (and 55-72% on gpt_tiny's narrow shapes), losing only on the 2048x384x1536
+// forward (75% against 85%); end to end the benchmark GPT's fp32 step went from 763-863 ms to
+// 721-727 ms, with less spread. Attention's small per-head GEMMs stay on OpenBLAS.
 #include "kernels/cpu/gemm.h"
 
-#include <cblas.h>
 #include <immintrin.h>
-#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <atomic>
 #include <cstdint>
@@ -15,6 +20,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <vector>
+
+#include "core/check.h"
 
 namespace cann::kernels {
 namespace {
@@ -116,8 +123,10 @@ void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const 
     gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  // Row-major, as its documentation says of dnnl_sgemm.
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  CANN_CHECK(st == dnnl_success) << "dnnl_sgemm failed (status " << static_cast<int>(st) << ")";
 }
 
 void to_bf16(uint16_t* dst, const float* src, size_t n) {

@@ -1,5 +1,5 @@
 // The GEMM every linear layer runs: row-major C(M,N) = op(A)(M,K) op(B)(K,N) + beta C, in the
-// run's precision. fp32 goes to OpenBLAS's sgemm; bf16 rounds A and B to bfloat16 (nearest
+// run's precision. fp32 goes to oneDNN's sgemm; bf16 rounds A and B to bfloat16 (nearest
 // even) and multiplies them with oneDNN's bf16 matmul, accumulating in fp32 into an fp32 C:
 // the inputs lose precision, the sums and everything kept between steps (weights, gradients,
 // optimizer state) do not. The precision is process-wide: a run sets it once, before training.
