@@ -64,6 +64,16 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
                  "choice may be wrong; hint: rerun `cann-train bench calibrate` on a quiet "
                  "machine\n",
                  cluster.source.c_str(), cluster.measured_under_load.c_str());
+  // --precision bf16: the linear layers at the calibrated bf16 GEMM rate.
+  if (config.precision == kernels::GemmPrecision::kBf16) {
+    if (cluster.device.bf16_gemm_tflops > 0)
+      cluster.device.bf16_gemms = true;
+    else
+      std::fprintf(stderr,
+                   "auto: warning: the calibrated spec %s has no bf16 GEMM rate, so this choice "
+                   "prices fp32 GEMMs; hint: rerun `cann-train bench calibrate`\n",
+                   cluster.source.c_str());
+  }
   const int seq = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   const int gbs = config.batch_size;
   const plan::EngineBuckets buckets = plan::EngineBuckets::of_mib(config.bucket_mb);

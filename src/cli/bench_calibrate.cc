@@ -21,6 +21,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "elastic/agent.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/linear.h"
 #include "plan/cluster.h"
 #include "train/distributed.h"
@@ -160,6 +161,19 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
       reps.push_back(gemm_gflops(kShapes[i].m, kShapes[i].n, kShapes[i].k));
     gemm.push_back(static_cast<float>(judge(reps, static_cast<int>(i))));
   }
+  // The same shapes with bf16 inputs and fp32 accumulation (`run --precision bf16`), where the
+  // processor has AVX-512 BF16; every device agrees on whether it has.
+  std::vector<float> gemm_bf16;
+  if (kernels::cpu_has_bf16()) {
+    kernels::set_gemm_precision(kernels::GemmPrecision::kBf16);
+    for (size_t i = 0; i < std::size(kShapes); ++i) {
+      std::vector<double> reps;
+      for (int r = 0; r < kRepeats; ++r)
+        reps.push_back(gemm_gflops(kShapes[i].m, kShapes[i].n, kShapes[i].k));
+      gemm_bf16.push_back(static_cast<float>(judge(reps, static_cast<int>(i))));
+    }
+    kernels::set_gemm_precision(kernels::GemmPrecision::kFp32);
+  }
   std::vector<double> copies;
   for (int r = 0; r < kRepeats; ++r) copies.push_back(copy_GBps());
   float copy = static_cast<float>(judge(copies, static_cast<int>(std::size(kShapes))));
@@ -172,6 +186,10 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
           ->wait());
   CANN_RETURN_IF_ERROR(
       shm->allreduce(&copy, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)->wait());
+  if (!gemm_bf16.empty())
+    CANN_RETURN_IF_ERROR(shm->allreduce(gemm_bf16.data(), gemm_bf16.size(),
+                                        comm::DataType::kFloat32, comm::ReduceOp::kAvg)
+                             ->wait());
   CANN_RETURN_IF_ERROR(
       shm->allreduce(worst, 2, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
   // Collective timings: the median of kRepeats; their spread is not judged (a latency of tens
@@ -233,6 +251,8 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   }
 
   const double peak_gflops = *std::max_element(gemm.begin(), gemm.end());
+  const double bf16_gflops =
+      gemm_bf16.empty() ? 0.0 : *std::max_element(gemm_bf16.begin(), gemm_bf16.end());
   const double intra_GBps = big * bus / t_big / 1e9;
   const double inter_GBps = big * bus / g_big / 1e9;
   // A ring all-reduce of a tiny message is 2(P-1) latency-bound steps.
@@ -255,6 +275,14 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
                   gemm[i]);
     yaml += buf;
   }
+  if (!gemm_bf16.empty()) {
+    yaml += "\n# bf16-input GEMM GFLOP/s (run --precision bf16) by shape:";
+    for (size_t i = 0; i < gemm_bf16.size(); ++i) {
+      std::snprintf(buf, sizeof(buf), " %dx%dx%d=%.1f", kShapes[i].m, kShapes[i].n, kShapes[i].k,
+                    gemm_bf16[i]);
+      yaml += buf;
+    }
+  }
   std::snprintf(buf, sizeof(buf),
                 "\n# %d repeats of each: largest spread %.1f%% (%s), smallest CPU share %.0f%%; "
                 "load average %.2f before, %.2f after.",
@@ -263,16 +291,19 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   yaml += buf;
   yaml +=
       "\n# inter_node is the gloo backend over loopback TCP: this machine has no network link.\n"
-      "# precision fp32: the engine trains in fp32, so the planner counts its own buffers.\n"
+      "# precision fp32: the engine keeps everything in fp32, so the planner counts its own\n"
+      "# buffers; bf16_gemm_tflops prices the linear layers of `run --precision bf16` (0: no\n"
+      "# AVX-512 BF16).\n"
       "# runtime_reserve_GB: the largest worker's resident set with the runtime up and no\n"
       "# training state (code, libraries, BLAS, communicators).\n";
   std::snprintf(buf, sizeof(buf),
                 "name: local\nnodes: 1\ndevices_per_node: %d\n"
-                "device: {name: cpu-core, peak_tflops: %.5f, memory_gb: %.2f, "
+                "device: {name: cpu-core, peak_tflops: %.5f, bf16_gemm_tflops: %.5f, memory_gb: %.2f, "
                 "memory_bandwidth_GBps: %.2f, tdp_watts: 0, hourly_cost_usd: 0, compute_units: 1, "
                 "gemm_efficiency: 1.0, memory_efficiency: 1.0, runtime_reserve_GB: %.5f, "
                 "precision: fp32}\n",
-                P, peak_gflops / 1e3, mem_total_gb() / P, copy, floor_mib / 1024.0);
+                P, peak_gflops / 1e3, bf16_gflops / 1e3, mem_total_gb() / P, copy,
+                floor_mib / 1024.0);
   yaml += buf;
   std::snprintf(buf, sizeof(buf),
                 "intra_node: {bandwidth_GBps: %.3f, latency_us: %.2f, topology: switch, "

@@ -24,7 +24,9 @@ inline void add_plan_input_options(CLI::App* cmd, plan::PlanOverrides* o) {
                   "ones), or a fused kernel measured on the device (flash2, cudnn)");
   cmd->add_option("--precision", o->precision,
                   "Training precision on an accelerator cluster: bf16 (default) or fp8 "
-                  "(DeepSeek-V3's recipe; needs a device with an fp8 peak)");
+                  "(DeepSeek-V3's recipe; needs a device with an fp8 peak); on the CPU engine's "
+                  "calibrated cluster, bf16 plans `run --precision bf16` (its measured bf16 "
+                  "GEMM rate)");
 }
 
 }  // namespace cann::cli

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/timer.h"
+#include "kernels/cpu/gemm.h"
 #include "model/spec.h"
 #include "plan/cluster.h"
 #include "plan/plan_file.h"
@@ -36,6 +37,7 @@ StatusOr<plan::PlanFile> replan(const plan::PlanFile& old, const std::string& ne
                            std::to_string(nnodes) + " nodes");
   plan::PlanOverrides o;
   o.seq_len = old.seq_len;
+  if (old.precision == "bf16") o.precision = "bf16";
   CANN_ASSIGN_OR_RETURN(plan::PlanInput in, plan::load_plan_input(old.model, old.cluster, o));
   in.cluster.nodes = nnodes;
   in.cluster.devices_per_node = world / nnodes;
@@ -124,6 +126,12 @@ Status apply_plan(CLI::App* run, PlanFlags* flags, train::TrainConfig* config,
   if (given(run, "--seq-len") && config->seq_len != plan.seq_len)
     return disagrees(path, "--seq-len", std::to_string(config->seq_len),
                      std::to_string(plan.seq_len));
+  if (!plan.precision.empty()) {
+    const std::string mine = kernels::precision_name(config->precision);
+    if (given(run, "--precision") && mine != plan.precision)
+      return disagrees(path, "--precision", mine, plan.precision);
+    CANN_ASSIGN_OR_RETURN(config->precision, kernels::parse_gemm_precision(plan.precision));
+  }
   if (!nproc_given && world <= 0 && nnodes == plan.nodes) *nproc_per_node = plan.devices_per_node;
   const int processes = world > 0 ? world : *nproc_per_node * nnodes;
   if (processes != plan.devices()) {

@@ -249,6 +249,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                       {{"name", text(&d.name)},
                        {"peak_tflops", number(&d.peak_tflops, source)},
                        {"fp8_peak_tflops", number(&d.fp8_peak_tflops, source)},
+                       {"bf16_gemm_tflops", number(&d.bf16_gemm_tflops, source, true)},
                        {"memory_gb", number(&d.memory_gb, source)},
                        {"memory_bandwidth_GBps", number(&d.memory_bandwidth_GBps, source)},
                        {"tdp_watts", number(&d.tdp_watts, source, true)},

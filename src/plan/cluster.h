@@ -17,6 +17,9 @@
 //                               (DeepSeek-V3's recipe, below) or fp32 (cann-train's own
 //                               engine: plain fp32, see engine_memory.h)
 //   device.fp8_peak_tflops      dense fp8 matrix peak (0: the device has no fp8 units)
+//   device.bf16_gemm_tflops     fp32 devices (the CPU engine): the linear layers' GEMM rate
+//                               with bf16 inputs and fp32 accumulation (`run --precision
+//                               bf16`), measured by `bench calibrate`; 0: not measured
 //   device.runtime_reserve_GB   memory the runtime keeps beside the training state (default:
 //                               2 on bf16/fp8 devices, 0 on fp32 ones; measured by calibration)
 //   device.fused_attention_tflops   measured forward+backward TFLOP/s of fused attention kernels,
@@ -72,6 +75,11 @@ struct DeviceSpec {
   std::string name;
   double peak_tflops = 0;  // dense bf16/fp16 matrix peak
   double fp8_peak_tflops = 0;  // dense fp8 matrix peak; 0: no fp8 units
+  // fp32 devices: the GEMM rate of bf16 inputs with fp32 accumulation (0: not measured), and
+  // whether the planned run uses it (`--precision bf16` on the CPU engine: weights, gradients,
+  // optimizer state and activations stay fp32, so only the linear layers' time changes).
+  double bf16_gemm_tflops = 0;
+  bool bf16_gemms = false;
   double memory_gb = 0;    // HBM capacity, binary GB (2^30 bytes)
   double memory_bandwidth_GBps = 0;
   double tdp_watts = 0;

@@ -75,6 +75,8 @@ PlanFile make_plan_file(const PlanInput& in, const Prediction& p, const std::str
   f.devices_per_node = in.cluster.devices_per_node;
   f.global_batch = p.strategy.gbs;
   f.seq_len = in.seq_len > 0 ? in.seq_len : in.model.seq_length;
+  if (in.cluster.device.precision == Precision::kFp32)
+    f.precision = in.cluster.device.bf16_gemms ? "bf16" : "fp32";
   f.strategy = p.strategy;
   f.predicted = {{"step_time_s", p.step_time_s},
                  {"step_time_s_low", p.step_time_s_low},
@@ -111,6 +113,7 @@ std::string plan_file_text(const PlanFile& f) {
   out << YAML::Key << "devices_per_node" << YAML::Value << f.devices_per_node;
   out << YAML::Key << "global_batch" << YAML::Value << f.global_batch;
   out << YAML::Key << "seq_len" << YAML::Value << f.seq_len;
+  if (!f.precision.empty()) out << YAML::Key << "precision" << YAML::Value << f.precision;
   out << YAML::Key << "strategy" << YAML::Value << strategy_string(f.strategy);
   out << YAML::Key << "predicted" << YAML::Value << YAML::BeginMap;
   for (const auto* keys : {&predicted_keys(), &optional_predicted_keys()})
@@ -170,6 +173,11 @@ StatusOr<PlanFile> read_plan_file(const std::string& path) {
   CANN_ASSIGN_OR_RETURN(f.seq_len, get<int>(n, "seq_len", path));
   if (f.nodes < 1 || f.devices_per_node < 1 || f.global_batch < 1 || f.seq_len < 1)
     return bad(path, "nodes, devices_per_node, global_batch and seq_len must be positive");
+  if (n["precision"]) {
+    CANN_ASSIGN_OR_RETURN(f.precision, get<std::string>(n, "precision", path));
+    if (f.precision != "fp32" && f.precision != "bf16")
+      return bad(path, "precision '" + f.precision + "': the engine trains fp32 or bf16 GEMMs");
+  }
   CANN_ASSIGN_OR_RETURN(const std::string strategy, get<std::string>(n, "strategy", path));
   StatusOr<Strategy> s = parse_strategy(strategy);
   if (!s.ok()) return bad(path, "strategy: " + s.status().message());
@@ -242,6 +250,7 @@ std::string plan_diff(const PlanFile& a, const PlanFile& b, const std::string& a
   num("devices", a.devices(), b.devices());
   num("global_batch", a.global_batch, b.global_batch);
   num("seq_len", a.seq_len, b.seq_len);
+  text("precision", a.precision, b.precision);
   text("strategy", strategy_string(a.strategy), strategy_string(b.strategy));
   for (const std::string& k : predicted_keys()) {
     auto pick = [&](const PlanFile& f) -> std::optional<double> {

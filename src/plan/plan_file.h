@@ -60,6 +60,9 @@ struct PlanFile {
   int nodes = 0, devices_per_node = 0;
   int global_batch = 0;
   int seq_len = 0;
+  // Plans of the CPU engine (an fp32 cluster): the GEMM precision planned, "fp32" or "bf16"
+  // (`run --precision`); empty for accelerator clusters and plans written before the key.
+  std::string precision;
   Strategy strategy;
   // Predicted figures by name: step_time_s, step_time_s_low, step_time_s_high, tokens_per_s,
   // mfu, memory_peak_gb, comm_ratio; estimated_speedup when a search had a baseline.

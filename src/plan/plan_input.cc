@@ -49,10 +49,21 @@ StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string&
       return InvalidArgument("--precision: '" + o.precision +
                              "'; hint: bf16 or fp8 (fp32 is the CPU engine's, from `cann-train "
                              "bench calibrate`)");
-    if (c.device.precision == Precision::kFp32)
-      return InvalidArgument("--precision " + o.precision + " on cluster " + c.name +
-                             ", which describes cann-train's fp32 CPU engine; hint: plan bf16 or "
-                             "fp8 on an accelerator cluster");
+    if (c.device.precision == Precision::kFp32) {
+      // The CPU engine: bf16 is `run --precision bf16`, bf16 GEMM inputs in an fp32 engine.
+      if (*p == Precision::kBf16 && c.device.bf16_gemm_tflops > 0) {
+        c.device.bf16_gemms = true;
+        return make_plan_input(m, c, limit);
+      }
+      return InvalidArgument(
+          "--precision " + o.precision + " on cluster " + c.name +
+          ", which describes cann-train's fp32 CPU engine" +
+          (*p == Precision::kBf16
+               ? " without a measured bf16 GEMM rate; hint: rerun `cann-train bench calibrate` "
+                 "on a processor with AVX-512 BF16"
+               : "; hint: the engine trains fp32 or bf16 GEMMs; plan fp8 on an accelerator "
+                 "cluster"));
+    }
     c.device.precision = *p;
     CANN_RETURN_IF_ERROR(check_precision(c));
   }
