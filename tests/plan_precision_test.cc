@@ -52,6 +52,9 @@ TEST(PlanPrecisionTest, Bf16GemmsChangeOnlyTheGemmTime) {
   EXPECT_LT(bf16.time.gemm_s, 0.75 * fp32.time.gemm_s);
   EXPECT_GT(bf16.time.gemm_s, 0.5 * fp32.time.gemm_s);
   EXPECT_LT(bf16.step_time_s, fp32.step_time_s);
+  // MFU against the precision's own rate: the model FLOPs per second over 0.2, not 0.1.
+  EXPECT_NEAR(bf16.mfu, bf16.model_tflops_per_device / 0.2, 1e-12);
+  EXPECT_NEAR(fp32.mfu, fp32.model_tflops_per_device / 0.1, 1e-12);
 }
 
 TEST(PlanPrecisionTest, WithoutAMeasuredRateOrInFp8ItIsRefused) {

@@ -166,10 +166,13 @@ Status apply_plan(CLI::App* run, PlanFlags* flags, train::TrainConfig* config,
   // The efficiency figures: the plan's predictions beside the measured ones, and its
   // cluster's devices for the price and power (a cluster that no longer loads: unknown).
   config->predicted = plan.predicted;
-  if (auto cluster = plan::load_cluster_spec(plan.cluster); cluster.ok())
-    config->devices = {cluster->device.peak_tflops, cluster->device.tdp_watts,
+  if (auto cluster = plan::load_cluster_spec(plan.cluster); cluster.ok()) {
+    // A bf16 plan's MFU is against the bf16 GEMM rate, as the planner's is.
+    cluster->device.bf16_gemms = plan.precision == "bf16" && cluster->device.bf16_gemm_tflops > 0;
+    config->devices = {cluster->device.mfu_peak_tflops(), cluster->device.tdp_watts,
                        cluster->device.hourly_cost_usd,
                        "cluster " + plan.cluster + " of plan " + flags->path};
+  }
   return OkStatus();
 }
 

@@ -80,6 +80,9 @@ struct DeviceSpec {
   // optimizer state and activations stay fp32, so only the linear layers' time changes).
   double bf16_gemm_tflops = 0;
   bool bf16_gemms = false;
+  // The peak MFU divides by: the bf16 GEMM rate when the planned run multiplies in bf16 (the
+  // precision's own ceiling, as an fp32 peak would let MFU pass 1), else peak_tflops.
+  double mfu_peak_tflops() const { return bf16_gemms ? bf16_gemm_tflops : peak_tflops; }
   double memory_gb = 0;    // HBM capacity, binary GB (2^30 bytes)
   double memory_bandwidth_GBps = 0;
   double tdp_watts = 0;

@@ -468,10 +468,10 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
   const int n = c.num_devices();
   out.tokens_per_s = tokens / out.step_time_s;
   out.model_tflops_per_device = in.shape.flops_per_token * tokens / (n * out.step_time_s) / 1e12;
-  out.mfu = out.model_tflops_per_device / dev.peak_tflops;
+  out.mfu = out.model_tflops_per_device / dev.mfu_peak_tflops();
   double hw_flops = 0;
   for (int i = 0; i < p; ++i) hw_flops += mb * (lay.work[i].flops + lay.recompute[i].flops);
-  out.hfu = hw_flops / p / (out.step_time_s * dev.peak_tflops * 1e12);
+  out.hfu = hw_flops / p / (out.step_time_s * dev.mfu_peak_tflops() * 1e12);
   out.bubble_ratio = pr.bubble_ratio;
   out.comm_ratio = t.comm_s() / out.step_time_s;
   const double non_comm = out.step_time_s - t.comm_s();
