@@ -26,10 +26,14 @@ std::string cpu_cluster(const test::TempDir& dir, double bf16_tflops) {
   return path;
 }
 
-Prediction predicted(const std::string& cluster, const std::string& precision) {
+StatusOr<PlanInput> gpt_tiny_on(const std::string& cluster, const std::string& precision) {
   PlanOverrides o;
   o.precision = precision;
-  auto in = load_plan_input("gpt_tiny", cluster, o);
+  return load_plan_input("gpt_tiny", cluster, o);
+}
+
+Prediction predicted(const std::string& cluster, const std::string& precision) {
+  auto in = gpt_tiny_on(cluster, precision);
   EXPECT_TRUE(in.ok()) << in.status().message();
   Strategy s;
   s.dp = 2;
@@ -59,17 +63,13 @@ TEST(PlanPrecisionTest, Bf16GemmsChangeOnlyTheGemmTime) {
 
 TEST(PlanPrecisionTest, WithoutAMeasuredRateOrInFp8ItIsRefused) {
   test::TempDir dir;
-  const std::string cluster = cpu_cluster(dir, 0);
-  PlanOverrides o;
-  o.precision = "bf16";
-  auto in = load_plan_input("gpt_tiny", cluster, o);
+  auto in = gpt_tiny_on(cpu_cluster(dir, 0), "bf16");
   ASSERT_FALSE(in.ok());
   EXPECT_NE(in.status().message().find("without a measured bf16 GEMM rate; hint: rerun "
                                        "`cann-train bench calibrate`"),
             std::string::npos)
       << in.status().message();
-  o.precision = "fp8";
-  auto fp8 = load_plan_input("gpt_tiny", cpu_cluster(dir, 0.2), o);
+  auto fp8 = gpt_tiny_on(cpu_cluster(dir, 0.2), "fp8");
   ASSERT_FALSE(fp8.ok());
   EXPECT_NE(fp8.status().message().find("plan fp8 on an accelerator cluster"), std::string::npos)
       << fp8.status().message();
@@ -80,9 +80,7 @@ TEST(PlanPrecisionTest, WithoutAMeasuredRateOrInFp8ItIsRefused) {
 TEST(PlanPrecisionTest, PlanFilesCarryTheEnginesPrecision) {
   test::TempDir dir;
   const std::string cluster = cpu_cluster(dir, 0.2);
-  PlanOverrides o;
-  o.precision = "bf16";
-  auto in = load_plan_input("gpt_tiny", cluster, o);
+  auto in = gpt_tiny_on(cluster, "bf16");
   ASSERT_TRUE(in.ok()) << in.status().message();
   const Prediction p = predicted(cluster, "bf16");
   const std::string path = dir.file("plan.yaml");
@@ -92,7 +90,7 @@ TEST(PlanPrecisionTest, PlanFilesCarryTheEnginesPrecision) {
   auto back = read_plan_file(path);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->precision, "bf16");
-  auto fp32_in = load_plan_input("gpt_tiny", cluster, PlanOverrides{});
+  auto fp32_in = gpt_tiny_on(cluster, "");
   ASSERT_TRUE(fp32_in.ok());
   EXPECT_EQ(make_plan_file(*fp32_in, p, "gpt_tiny", cluster, path).precision, "fp32");
 

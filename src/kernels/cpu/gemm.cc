@@ -66,8 +66,8 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const float* A, int lda, c
   e.a.resize(static_cast<size_t>(M) * K);
   e.b.resize(static_cast<size_t>(K) * N);
   // Packed as stored: A is (M,K), or (K,M) when ta; B is (K,N), or (N,K) when tb.
-  if (ta) pack_bf16(e.a.data(), A, K, M, lda); else pack_bf16(e.a.data(), A, M, K, lda);
-  if (tb) pack_bf16(e.b.data(), B, N, K, ldb); else pack_bf16(e.b.data(), B, K, N, ldb);
+  pack_bf16(e.a.data(), A, ta ? K : M, ta ? M : K, lda);
+  pack_bf16(e.b.data(), B, tb ? N : K, tb ? K : N, ldb);
   const dnnl::memory::desc a_md({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1});
   const dnnl::memory::desc b_md({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
   const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
