@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "core/fs.h"
+#include "core/numbers.h"
 #include "data/tokenizer.h"
 
 namespace cann::data {
@@ -41,16 +42,6 @@ uint64_t fnv1a64(std::string_view bytes) {
   return hash;
 }
 
-// 2447000 -> "2,447,000"
-std::string with_commas(uint64_t n) {
-  std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 // Decimal units, as disks and downloads are labelled: 2576674 -> "2.6 MB".
 std::string human_bytes(uint64_t n) {

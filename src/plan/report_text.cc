@@ -9,6 +9,7 @@
 #include "plan/baseline.h"
 #include "plan/comm_model.h"
 #include "plan/error_band.h"
+#include "core/numbers.h"
 
 namespace cann::plan {
 namespace {
@@ -323,15 +324,6 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
   return out;
 }
 
-std::string with_commas(long long v) {
-  const std::string digits = std::to_string(v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && digits[i - 1] != '-' && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return out;
-}
 
 std::string model_summary(const PlanInput& in) {
   const model::ModelSpec& m = in.model;

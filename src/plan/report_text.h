@@ -6,10 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "core/numbers.h"
 #include "plan/predict.h"
 #include "plan/search.h"
 
 namespace cann::plan {
+
+using ::cann::with_commas;  // core/numbers.h
 
 // One row per strategy: strategy (the keys off their defaults), step time and its likely band,
 // tokens/s, MFU, memory peak, communication share, bubble share, goodput, TEI, $ per million
@@ -37,7 +40,6 @@ std::string pareto_table(const std::vector<Candidate>& feasible,
 std::string time_shares(const Prediction& p);
 
 std::string format_bytes(double bytes);  // "57.0 GB" (binary GB)
-std::string with_commas(long long v);    // 8030261248 -> "8,030,261,248"
 
 // What the planner read the model as, in one line: family, exact parameter count, blocks,
 // experts, sequence, and the attention kernel it prices; e.g. "llama3_8b: llama, 8,030,261,248
