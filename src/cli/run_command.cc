@@ -10,12 +10,14 @@
 #include "cli/launch_flags.h"
 #include "cli/resilience_flags.h"
 #include "cli/run_plan.h"
+#include "cli/run_recsys.h"
 #include "cli/validators.h"
 #include "core/threads.h"
 #include "elastic/agent.h"
 #include "model/spec.h"
 #include "plan/engine_support.h"
 #include "plan/strategy.h"
+#include "recsys/rec_spec.h"
 #include "train/comm_config.h"
 #include "train/dist_env.h"
 #include "train/run_layout.h"
@@ -96,7 +98,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       "run", "Train a model. With no flags: gpt_tiny on the fortunes corpus for a few minutes.");
   run->add_option("--model", config->model,
                   "Model: a shipped name (gpt_tiny, llama_tiny, qwen3_moe_tiny, deepseek_tiny, "
-                  "moe_bert_tiny, gpt2_124m, bert_base, bert_large) or a YAML/config.json path")
+                  "moe_bert_tiny, gpt2_124m, bert_base, bert_large; recommendation: dlrm_tiny, "
+                  "two_tower_tiny, dlrm_criteo_kaggle) or a YAML/config.json path")
       ->capture_default_str();
   run->add_option("--data", config->data,
                   "Training data: 'fortunes', a text file, a directory of text files, or llm.c "
@@ -277,13 +280,20 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   add_resilience_flags(run, config.get(), resilience.get());
   auto plan_flags = std::make_shared<PlanFlags>();
   add_plan_flags(run, plan_flags.get());
+  auto recsys_flags = std::make_shared<RecsysFlags>();
+  add_recsys_flags(run, recsys_flags.get());
 
   auto threads_given = run->get_option("--threads");
   auto nproc_given = run->get_option("--nproc-per-node");
   auto port_given = run->get_option("--monitor-port");
-  return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given, precision_text,
-          monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text, plan_flags,
-          argv_after_binary]() -> int {
+  return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
+          precision_text, monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text,
+          plan_flags, recsys_flags, argv_after_binary]() -> int {
+    if (recsys::is_recsys_model(config->model)) return run_recsys(*run, *config, *recsys_flags);
+    if (const std::string bad = refuse_recsys_flags(*run); !bad.empty()) {
+      std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
+      return 2;
+    }
     // --monitor: which parts of the HTTP server run.
     config->monitor_server.dashboard = false;
     config->monitor_server.prometheus = false;

@@ -160,6 +160,11 @@ Status validate(const ModelSpec& s, const std::set<std::string>& present) {
   return OkStatus();
 }
 
+// What a recommendation model's spec is for, to those who reach for it here.
+constexpr const char* kRecommendationUse =
+    "`cann-train run --model` trains in one process; the planner and the transformer engine "
+    "take transformer families only; hint: use `cann-train run` for it";
+
 // The family named by `architecture` and/or `model_type` (they must agree when both are given).
 StatusOr<Family> read_family(const YAML::Node& root, const std::string& source) {
   std::optional<Family> family;
@@ -169,6 +174,10 @@ StatusOr<Family> read_family(const YAML::Node& root, const std::string& source) 
     if (!v || v.IsNull()) continue;
     const std::string k = key;
     CANN_ASSIGN_OR_RETURN(std::string name, spec_keys::read_string(v, {k, source}));
+    if (name == "dlrm" || name == "two_tower")
+      return spec_error(
+          source, key,
+          "'" + name + "' is a recommendation model, which " + std::string(kRecommendationUse));
     auto f = parse_family(name);
     if (!f.ok()) return spec_error(source, key, f.status().message());
     if (family && *family != *f)
@@ -271,6 +280,9 @@ StatusOr<ModelSpec> load_model_spec(const std::string& name_or_path) {
       s.name = stem;
       return s;
     }
+    if (embedded_file("configs/recsys/" + stem + ".yaml"))
+      return InvalidArgument("'" + stem + "' is a recommendation model, which " +
+                             std::string(kRecommendationUse));
   }
   std::string names;
   for (const auto& n : shipped_model_names()) names += (names.empty() ? "" : ", ") + n;

@@ -1,0 +1,250 @@
+// The recommendation training loop; see rec_trainer.h.
+#include "recsys/rec_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "kernels/cpu/adamw.h"
+#include "recsys/metrics.h"
+#include "recsys/rec_model.h"
+
+namespace cann::recsys {
+namespace {
+
+// Synthetic impressions: training reads positions from 0, evaluation from far beyond any
+// training run, so the two never share an impression.
+constexpr int64_t kEvalPosition = int64_t{1} << 50;
+
+// Where a run's batches come from: the generator, or a Criteo file whose first eval_rows
+// impressions are held out for evaluation and whose remainder is read round and round.
+class ClickSource {
+ public:
+  static StatusOr<std::unique_ptr<ClickSource>> open(const RecSpec& spec,
+                                                     const RecTrainConfig& config) {
+    auto s = std::unique_ptr<ClickSource>(new ClickSource());
+    s->batch_ = config.batch_size;
+    if (config.data_path.empty()) {
+      auto gen = synthetic_spec_for(spec, config.seed);
+      if (!gen.ok())
+        return InvalidArgument("no --data, so synthetic clicks: " + gen.status().message() +
+                               ", or pass a Criteo TSV file with --data");
+      s->synthetic_.emplace(*gen);
+      return s;
+    }
+    CANN_ASSIGN_OR_RETURN(s->reader_, CriteoReader::open(config.data_path, config.bad_lines));
+    if (spec.dense_features != kCriteoDenseFeatures ||
+        spec.sparse_features != kCriteoSparseFeatures)
+      return InvalidArgument(
+          spec.source + ": a Criteo file has " + std::to_string(kCriteoDenseFeatures) +
+          " dense and " + std::to_string(kCriteoSparseFeatures) + " sparse features, the model " +
+          std::to_string(spec.dense_features) + " and " + std::to_string(spec.sparse_features) +
+          "; hint: use a Criteo-shaped spec such as dlrm_criteo_kaggle");
+    if (!spec.hash_ids)
+      return InvalidArgument(spec.source +
+                             ": Criteo's categorical values are 32-bit hashes, far over any "
+                             "table's rows; hint: set hash_ids: true");
+    // The held-out rows.
+    ClickBatch part;
+    while (s->held_out_ < config.eval_rows) {
+      const int want = static_cast<int>(std::min<int64_t>(4096, config.eval_rows - s->held_out_));
+      CANN_ASSIGN_OR_RETURN(int got, s->reader_->next(want, &part));
+      if (got == 0) break;
+      s->eval_.push_back(part);
+      s->held_out_ += got;
+    }
+    if (s->held_out_ == 0)
+      return InvalidArgument(config.data_path +
+                             ": no impressions to train or evaluate on; hint: check the file");
+    return s;
+  }
+
+  // The next training batch (Criteo: a short batch at the end of the file is dropped and the
+  // file read again from after the held-out rows).
+  Status next(int64_t step, ClickBatch* out) {
+    if (synthetic_) {
+      synthetic_->fill(step * batch_, batch_, out);
+      return OkStatus();
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      CANN_ASSIGN_OR_RETURN(int got, reader_->next(batch_, out));
+      if (got == batch_) return OkStatus();
+      if (!first_pass_) first_pass_ = reader_->stats();
+      CANN_RETURN_IF_ERROR(reader_->rewind());
+      ClickBatch skip;
+      for (int64_t skipped = 0; skipped < held_out_;) {
+        CANN_ASSIGN_OR_RETURN(
+            int n,
+            reader_->next(static_cast<int>(std::min<int64_t>(4096, held_out_ - skipped)), &skip));
+        if (n == 0) break;
+        skipped += n;
+      }
+    }
+    return InvalidArgument(reader_->path() + ": fewer impressions after the " +
+                           std::to_string(held_out_) + " held out than one batch of " +
+                           std::to_string(batch_) +
+                           "; hint: lower --batch-size or --eval-rows, or give a longer file");
+  }
+
+  // Calls fn(batch) for every held-out batch.
+  template <typename Fn>
+  Status for_each_eval(int64_t rows, Fn fn) {
+    if (synthetic_) {
+      ClickBatch b;
+      for (int64_t done = 0; done < rows; done += 4096) {
+        const int n = static_cast<int>(std::min<int64_t>(4096, rows - done));
+        synthetic_->fill(kEvalPosition + done, n, &b);
+        CANN_RETURN_IF_ERROR(fn(b));
+      }
+      return OkStatus();
+    }
+    for (const ClickBatch& b : eval_) CANN_RETURN_IF_ERROR(fn(b));
+    return OkStatus();
+  }
+
+  const SyntheticClicks* synthetic() const { return synthetic_ ? &*synthetic_ : nullptr; }
+  // The file's malformed lines, counted over its first complete read (a later pass meets the
+  // same ones again); null for synthetic data.
+  const CriteoStats* file_stats() const {
+    if (!reader_) return nullptr;
+    return first_pass_ ? &*first_pass_ : &reader_->stats();
+  }
+
+ private:
+  ClickSource() = default;
+  int batch_ = 0;
+  std::optional<SyntheticClicks> synthetic_;
+  std::unique_ptr<CriteoReader> reader_;
+  std::vector<ClickBatch> eval_;
+  int64_t held_out_ = 0;
+  std::optional<CriteoStats> first_pass_;
+};
+
+struct Evaluation {
+  double auc, log_loss;
+};
+
+StatusOr<Evaluation> evaluate(const RecSpec& spec, RecModel& model, EmbeddingStore& store,
+                              ClickSource& source, int64_t rows) {
+  AucAccumulator acc;
+  PulledRows pulled;
+  std::vector<float> logits;
+  CANN_RETURN_IF_ERROR(source.for_each_eval(rows, [&](const ClickBatch& b) -> Status {
+    CANN_RETURN_IF_ERROR(index_batch(spec, b, &pulled));
+    CANN_RETURN_IF_ERROR(store.pull(&pulled));
+    logits.resize(b.batch);
+    model.score(b, pulled, logits.data());
+    acc.add(logits.data(), b.labels.data(), b.batch);
+    return OkStatus();
+  }));
+  return Evaluation{acc.auc(), acc.log_loss_from_logits()};
+}
+
+}  // namespace
+
+StatusOr<SyntheticClickSpec> synthetic_spec_for(const RecSpec& spec, uint64_t seed) {
+  SyntheticClickSpec g;
+  g.seed = seed;
+  g.dense_features = spec.dense_features;
+  const int F = spec.sparse_features;
+  g.user_features = spec.architecture == RecArchitecture::kTwoTower ? spec.user_features : F / 2;
+  g.item_features = F - g.user_features;
+  if (g.user_features < 1 || g.item_features < 1)
+    return InvalidArgument(spec.source +
+                           ": synthetic clicks need at least one sparse feature per side (user, "
+                           "item); hint: give sparse_features >= 2");
+  g.users = spec.table_rows[0];
+  g.items = spec.table_rows[g.user_features];
+  if (g.user_features > 1 && g.item_features > 1 &&
+      spec.table_rows[1] != spec.table_rows[g.user_features + 1])
+    return InvalidArgument(spec.source +
+                           ": the synthetic generator draws both sides' groups from one count, "
+                           "but the group tables have " +
+                           std::to_string(spec.table_rows[1]) + " and " +
+                           std::to_string(spec.table_rows[g.user_features + 1]) +
+                           " rows; hint: give features 1 and " +
+                           std::to_string(g.user_features + 1) + " the same rows");
+  if (g.user_features > 1) g.groups = spec.table_rows[1];
+  CANN_RETURN_IF_ERROR(validate(g));
+  return g;
+}
+
+StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& config,
+                                     std::FILE* out) {
+  if (config.steps < 1 || config.batch_size < 1)
+    return InvalidArgument("--steps and --batch-size must be positive");
+  CANN_ASSIGN_OR_RETURN(std::unique_ptr<ClickSource> source, ClickSource::open(spec, config));
+  RecModel model(spec, config.seed);
+  LocalEmbeddingStore store(spec, config.sparse, config.seed);
+  std::vector<float> m(model.num_dense(), 0.0f), v(model.num_dense(), 0.0f);
+  RecRunSummary summary;
+  if (const SyntheticClicks* gen = source->synthetic()) {
+    summary.ceiling_auc = planted_auc(*gen, kEvalPosition, config.eval_rows);
+    summary.ceiling_log_loss = planted_log_loss(*gen, kEvalPosition, config.eval_rows);
+  }
+  auto say = [&](const char* fmt, auto... args) {
+    if (!config.quiet && out) {
+      std::fprintf(out, fmt, args...);
+      std::fflush(out);
+    }
+  };
+  say("%s: %s, %lld dense parameters, %lld embedding rows x %d in %d tables; %s\n",
+      spec.name.c_str(), spec.architecture == RecArchitecture::kDlrm ? "dlrm" : "two_tower",
+      static_cast<long long>(model.num_dense()), static_cast<long long>(spec.embedding_rows()),
+      spec.embedding_dim, spec.sparse_features,
+      config.data_path.empty() ? "synthetic clicks with planted structure"
+                               : config.data_path.c_str());
+  auto eval_line = [&](int step) -> Status {
+    CANN_ASSIGN_OR_RETURN(Evaluation e, evaluate(spec, model, store, *source, config.eval_rows));
+    summary.auc = e.auc;
+    summary.log_loss = e.log_loss;
+    if (std::isnan(summary.ceiling_auc))
+      say("eval step %d: auc %.4f, log loss %.4f\n", step, e.auc, e.log_loss);
+    else
+      say("eval step %d: auc %.4f, log loss %.4f (planted ceiling: auc %.4f, log loss %.4f)\n",
+          step, e.auc, e.log_loss, summary.ceiling_auc, summary.ceiling_log_loss);
+    return OkStatus();
+  };
+
+  ClickBatch batch;
+  PulledRows pulled;
+  RowGrads row_grads;
+  double window_loss = 0.0;
+  int window = 0;
+  double train_seconds = 0.0;
+  for (int step = 1; step <= config.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CANN_RETURN_IF_ERROR(source->next(step - 1, &batch));
+    CANN_RETURN_IF_ERROR(index_batch(spec, batch, &pulled));
+    CANN_RETURN_IF_ERROR(store.pull(&pulled));
+    std::fill(model.dense_grad(), model.dense_grad() + model.num_dense(), 0.0f);
+    const double loss = model.forward_backward(batch, pulled, &row_grads);
+    CANN_RETURN_IF_ERROR(store.push(pulled, row_grads));
+    const kernels::AdamWHyper h{config.lr, 0.9f, 0.999f, 1e-8f, 0.0f, step, 1.0f};
+    kernels::adamw_update(model.dense(), m.data(), v.data(), model.dense_grad(), model.num_dense(),
+                          h);
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    summary.samples += batch.batch;
+    if (step == 1) summary.first_loss = loss;
+    summary.last_loss = loss;
+    window_loss += loss;
+    ++window;
+    if (step % std::max(1, config.log_interval) == 0 || step == config.steps) {
+      say("step %d/%d: loss %.4f, %.0f samples/s\n", step, config.steps, window_loss / window,
+          summary.samples / train_seconds);
+      window_loss = 0.0;
+      window = 0;
+    }
+    if ((config.eval_interval > 0 && step % config.eval_interval == 0) || step == config.steps)
+      CANN_RETURN_IF_ERROR(eval_line(step));
+  }
+  summary.steps = config.steps;
+  summary.samples_per_s = summary.samples / std::max(train_seconds, 1e-9);
+  if (const CriteoStats* st = source->file_stats(); st && st->bad > 0)
+    say("%s: %s\n", config.data_path.c_str(), describe(*st, config.bad_lines).c_str());
+  return summary;
+}
+
+}  // namespace cann::recsys

@@ -1,0 +1,52 @@
+// Training a recommendation model: batches from the synthetic click generator or a Criteo TSV
+// file, rows pulled from the embedding store, the model's pass, row gradients pushed back to
+// the sparse optimizer, the dense parameters updated by Adam, and at every evaluation the AUC
+// and log loss on held-out impressions (beside the planted ceiling on synthetic data).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "core/status.h"
+#include "recsys/criteo.h"
+#include "recsys/embedding_store.h"
+#include "recsys/rec_spec.h"
+#include "recsys/synthetic_clicks.h"
+
+namespace cann::recsys {
+
+struct RecTrainConfig {
+  int steps = 2000;
+  int batch_size = 512;
+  float lr = 1e-3f;  // dense Adam
+  SparseOptimizerConfig sparse;
+  int eval_interval = 500;    // 0: evaluate at the end only
+  int64_t eval_rows = 65536;  // held-out impressions per evaluation
+  int log_interval = 100;
+  uint64_t seed = 1;
+  std::string data_path;  // Criteo TSV; empty: the synthetic generator
+  BadLinePolicy bad_lines = BadLinePolicy::kFatal;
+  bool quiet = false;
+};
+
+struct RecRunSummary {
+  int steps = 0;
+  double first_loss = 0, last_loss = 0;
+  double auc = NAN, log_loss = NAN;                  // the last evaluation
+  double ceiling_auc = NAN, ceiling_log_loss = NAN;  // planted (synthetic data only)
+  double samples_per_s = 0;                          // training samples over the loop's time
+  int64_t samples = 0;
+};
+
+// The synthetic generator shaped for a spec: users and items are the id spaces of the first
+// table of each side (two-tower: user_features; DLRM: half the features each), groups the rows
+// of each side's second table. Fails with one line when the spec cannot be fed synthetically.
+StatusOr<SyntheticClickSpec> synthetic_spec_for(const RecSpec& spec, uint64_t seed);
+
+// Trains in this process, printing progress lines to `out` unless quiet.
+StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& config,
+                                     std::FILE* out);
+
+}  // namespace cann::recsys
