@@ -112,8 +112,10 @@ TEST(RecsysRun, CriteoFileTrainsAndItsBadLinesAreNamedOrCounted) {
 }
 
 TEST(RecsysRun, FlagsThatDoNotApplyAreOneLineErrors) {
-  expect_one_line_error(run_cann({"run", "--model", "dlrm_tiny", "--nproc-per-node", "2"}), 2,
-                        {"--nproc-per-node does not apply to a recommendation model", "hint"});
+  expect_one_line_error(run_cann({"run", "--model", "dlrm_tiny", "--compress", "onebit"}), 2,
+                        {"--compress onebit: a recommendation model's dense gradients", "hint"});
+  expect_one_line_error(run_cann({"run", "--model", "dlrm_tiny", "--pipeline-schedule", "1f1b"}), 2,
+                        {"--pipeline-schedule does not apply to a recommendation model"});
   expect_one_line_error(run_cann({"run", "--model", "two_tower_tiny", "--strategy", "dp=2"}), 2,
                         {"--strategy does not apply"});
   expect_one_line_error(run_cann({"run", "--model", "gpt_tiny", "--sparse-lr", "0.1"}), 2,

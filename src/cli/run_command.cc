@@ -289,7 +289,19 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
           precision_text, monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text,
           plan_flags, recsys_flags, argv_after_binary]() -> int {
-    if (recsys::is_recsys_model(config->model)) return run_recsys(*run, *config, *recsys_flags);
+    if (recsys::is_recsys_model(config->model)) {
+      if (const std::string bad = parse_nnodes(*launch, false); !bad.empty()) {
+        std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
+        return 2;
+      }
+      elastic::AgentConfig ac;
+      ac.nproc_per_node = launch->nproc_per_node;
+      ac.nnodes = launch->nnodes;
+      apply_rendezvous_flags(*launch, &ac);
+      ac.backend = comm->backend;
+      ac.worker_args = argv_after_binary;
+      return run_recsys(*run, *config, *recsys_flags, ac, *comm);
+    }
     if (const std::string bad = refuse_recsys_flags(*run); !bad.empty()) {
       std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
       return 2;

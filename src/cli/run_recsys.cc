@@ -6,8 +6,12 @@
 #include <cstdio>
 #include <set>
 
+#include "comm/store.h"
 #include "core/threads.h"
+#include "recsys/ps_client.h"
+#include "recsys/ps_server.h"
 #include "recsys/rec_trainer.h"
+#include "train/dist_env.h"
 
 namespace cann::cli {
 namespace {
@@ -15,12 +19,144 @@ namespace {
 constexpr const char* kRecsys = "Recommendation models (dlrm, two_tower)";
 
 // What a recommendation run reads; every other flag given is an error.
-const std::set<std::string> kHonoured = {
-    "--model",     "--data",      "--steps",      "--batch-size", "--lr",
-    "--seed",      "--threads",   "--eval-every", "--quiet",      "--sparse-optimizer",
-    "--sparse-lr", "--eval-rows", "--bad-lines"};
-const std::set<std::string> kRecsysOnly = {"--sparse-optimizer", "--sparse-lr", "--eval-rows",
-                                           "--bad-lines"};
+const std::set<std::string> kHonoured = {"--model",          "--data",         "--steps",
+                                         "--batch-size",     "--lr",           "--seed",
+                                         "--threads",        "--eval-every",   "--quiet",
+                                         "--nproc-per-node", "--nnodes",       "--rdzv",
+                                         "--rdzv-id",        "--rdzv-timeout", "--comm-addr",
+                                         "--comm-timeout",   "--backend",      "--sparse-optimizer",
+                                         "--sparse-lr",      "--eval-rows",    "--bad-lines",
+                                         "--ps-shards",      "--ps-staleness", "--ps-admit-after",
+                                         "--ps-evict-after", "--compress"};
+const std::set<std::string> kRecsysOnly = {
+    "--sparse-optimizer", "--sparse-lr",    "--eval-rows",      "--bad-lines",
+    "--ps-shards",        "--ps-staleness", "--ps-admit-after", "--ps-evict-after"};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "cann-train run: error: %s\n", s.message().c_str());
+  return s.exit_code();
+}
+
+recsys::SparseOptimizerConfig sparse_config(const RecsysFlags& flags) {
+  recsys::SparseOptimizerConfig c;
+  c.lr = flags.sparse_lr;
+  c.kind = flags.sparse_optimizer == "lazy_adam" ? recsys::SparseOptimizer::kLazyAdam
+                                                 : recsys::SparseOptimizer::kRowwiseAdagrad;
+  return c;
+}
+
+// One process of a multi-process job: its role from its rank (run_recsys.h).
+struct Role {
+  bool shard = false;
+  int index = 0;  // worker w or shard k
+  int workers = 1, shards = 0;
+  int workers_per_node = 1;
+};
+
+StatusOr<Role> role_of(const train::DistEnv& env, int shards) {
+  const int nodes = env.world_size / env.local_world_size;
+  if (shards % nodes != 0)
+    return InvalidArgument("--ps-shards " + std::to_string(shards) + " does not divide over " +
+                           std::to_string(nodes) +
+                           " nodes; hint: give a multiple of the node count");
+  Role r;
+  r.shards = shards;
+  const int shards_per_node = shards / nodes;
+  r.workers_per_node = env.local_world_size - shards_per_node;
+  r.workers = r.workers_per_node * nodes;
+  const int node = env.rank / env.local_world_size, local = env.rank % env.local_world_size;
+  r.shard = local >= r.workers_per_node;
+  r.index = r.shard ? node * shards_per_node + (local - r.workers_per_node)
+                    : node * r.workers_per_node + local;
+  return r;
+}
+
+std::string shard_key(const train::DistEnv& env, int k) {
+  return "cann/" + env.job_id + "/ps/shard" + std::to_string(k);
+}
+
+int run_shard(const recsys::RecSpec& spec, const train::TrainConfig& config,
+              const RecsysFlags& flags, const train::DistEnv& env, const Role& role,
+              const train::CommConfig& comm) {
+  const auto timeout = std::chrono::milliseconds(static_cast<long>(comm.timeout_s * 1000));
+  recsys::ShardConfig sc;
+  sc.shard = role.index;
+  sc.shards = role.shards;
+  sc.workers = role.workers;
+  sc.staleness = flags.ps_staleness;
+  sc.admit_after = flags.ps_admit_after;
+  sc.evict_after = flags.ps_evict_after;
+  sc.seed = config.seed;
+  sc.optimizer = sparse_config(flags);
+  sc.timeout = timeout;
+  recsys::ShardTables tables(spec, sc);
+  const std::string host = env.comm_addr.empty() ? "127.0.0.1" : env.comm_addr;
+  auto server = recsys::PsServer::start(&tables, sc, host);
+  if (!server.ok()) return fail(server.status());
+  auto store = comm::open_store(env.store_url, timeout);
+  if (!store.ok()) return fail(store.status());
+  if (Status s =
+          (*store)->set(shard_key(env, role.index), host + ":" + std::to_string((*server)->port()));
+      !s.ok())
+    return fail(s);
+  // The workers build their model and connect within the rendezvous time.
+  if (Status s = (*server)->serve(std::max(timeout, std::chrono::milliseconds(120000))); !s.ok())
+    return fail(s);
+  return 0;
+}
+
+int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
+               const RecsysFlags& flags, bool bf16_dense, const train::DistEnv& env,
+               const Role& role, const train::CommConfig& comm) {
+  const auto timeout = std::chrono::milliseconds(static_cast<long>(comm.timeout_s * 1000));
+  recsys::RecWorkerContext context;
+  context.worker = role.index;
+  context.workers = role.workers;
+  context.bf16_dense = bf16_dense;
+  std::unique_ptr<comm::Group> dense;
+  if (role.workers > 1) {
+    // The workers alone, ranked among themselves, as one data-parallel group.
+    train::DistEnv workers = env;
+    workers.rank = role.index;
+    workers.world_size = role.workers;
+    workers.local_rank = role.index % role.workers_per_node;
+    workers.local_world_size = role.workers_per_node;
+    auto group = train::make_world_group(workers, comm);
+    if (!group.ok()) return fail(group.status());
+    dense = std::move(*group);
+    context.dense_group = dense.get();
+  }
+  std::unique_ptr<recsys::PsClient> client;
+  if (role.shards > 0) {
+    auto store = comm::open_store(env.store_url, timeout);
+    if (!store.ok()) return fail(store.status());
+    std::vector<std::string> addresses;
+    for (int k = 0; k < role.shards; ++k) {
+      auto a = (*store)->get(shard_key(env, k), std::chrono::milliseconds(120000));
+      if (!a.ok()) return fail(a.status());
+      addresses.push_back(*a);
+    }
+    auto c =
+        recsys::PsClient::connect(spec, role.index, addresses, timeout, flags.ps_staleness >= 0);
+    if (!c.ok()) return fail(c.status());
+    client = std::move(*c);
+    context.store = client.get();
+  }
+  auto summary = recsys::train_recsys(spec, rc, stdout, context);
+  if (!summary.ok()) return fail(summary.status());
+  if (client)
+    if (Status s = client->finish(); !s.ok()) return fail(s);
+  if (role.index != 0) return 0;
+  std::printf("done: steps 1..%d, loss %.4f -> %.4f, auc %.4f, log loss %.4f, %.0f samples/s",
+              summary->steps, summary->first_loss, summary->last_loss, summary->auc,
+              summary->log_loss, summary->samples_per_s);
+  if (client)
+    std::printf(", %.1f KiB to the shards and %.1f KiB back per step (worker 0)",
+                client->bytes_sent() / 1024.0 / summary->steps,
+                client->bytes_received() / 1024.0 / summary->steps);
+  std::printf("\n");
+  return 0;
+}
 
 }  // namespace
 
@@ -45,6 +181,30 @@ void add_recsys_flags(CLI::App* run, RecsysFlags* flags) {
       ->check(CLI::IsMember({"fatal", "skip"}))
       ->group(kRecsys)
       ->capture_default_str();
+  run->add_option("--ps-shards", flags->ps_shards,
+                  "Parameter-server shards holding the embedding tables (processes started "
+                  "beside the --nproc-per-node workers, an equal share on every node)")
+      ->check(CLI::Range(0, 4096))
+      ->group(kRecsys)
+      ->capture_default_str();
+  run->add_option("--ps-staleness", flags->ps_staleness,
+                  "-1: synchronous (a step's row gradients summed over the workers, then "
+                  "applied); S >= 0: applied on arrival, no worker more than S steps ahead")
+      ->check(CLI::Range(-1, 1000000))
+      ->group(kRecsys)
+      ->capture_default_str();
+  run->add_option("--ps-admit-after", flags->ps_admit_after,
+                  "A row is admitted (trained) once pulls asked for it this many times; before "
+                  "that it reads as zeros")
+      ->check(CLI::Range(1, 65535))
+      ->group(kRecsys)
+      ->capture_default_str();
+  run->add_option("--ps-evict-after", flags->ps_evict_after,
+                  "Evict a row untouched for this many steps (it restarts from its initial "
+                  "value when it returns); 0: never")
+      ->check(CLI::Range(0, 1 << 30))
+      ->group(kRecsys)
+      ->capture_default_str();
 }
 
 std::string refuse_recsys_flags(const CLI::App& run) {
@@ -56,23 +216,21 @@ std::string refuse_recsys_flags(const CLI::App& run) {
   return "";
 }
 
-int run_recsys(const CLI::App& run, const train::TrainConfig& config, const RecsysFlags& flags) {
+int run_recsys(const CLI::App& run, const train::TrainConfig& config, const RecsysFlags& flags,
+               elastic::AgentConfig agent, const train::CommConfig& comm) {
   for (const CLI::Option* opt : run.get_options()) {
     const std::string name = opt->get_name();
     if (opt->count() > 0 && name.rfind("--", 0) == 0 && !kHonoured.count(name) &&
         name != "--help") {
       std::fprintf(stderr,
-                   "cann-train run: %s does not apply to a recommendation model (%s), which "
-                   "trains in one process; hint: drop it\n",
+                   "cann-train run: %s does not apply to a recommendation model (%s); hint: "
+                   "drop it\n",
                    name.c_str(), config.model.c_str());
       return 2;
     }
   }
   auto spec = recsys::load_rec_spec(config.model);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "cann-train run: error: %s\n", spec.status().message().c_str());
-    return spec.status().exit_code();
-  }
+  if (!spec.ok()) return fail(spec.status());
   recsys::RecTrainConfig rc;
   auto given = [&](const char* name) { return run.get_option(name)->count() > 0; };
   if (given("--steps")) rc.steps = config.steps;
@@ -83,21 +241,61 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
   rc.seed = config.seed;
   rc.quiet = config.quiet;
   rc.eval_rows = flags.eval_rows;
-  rc.sparse.lr = flags.sparse_lr;
-  rc.sparse.kind = flags.sparse_optimizer == "lazy_adam" ? recsys::SparseOptimizer::kLazyAdam
-                                                         : recsys::SparseOptimizer::kRowwiseAdagrad;
+  rc.sparse = sparse_config(flags);
   rc.bad_lines =
       flags.bad_lines == "skip" ? recsys::BadLinePolicy::kSkip : recsys::BadLinePolicy::kFatal;
   if (config.threads > 0) set_num_threads(config.threads);
-  auto summary = recsys::train_recsys(*spec, rc, stdout);
-  if (!summary.ok()) {
-    std::fprintf(stderr, "cann-train run: error: %s\n", summary.status().message().c_str());
-    return summary.status().exit_code();
+  bool bf16_dense = false;
+  if (given("--compress")) {
+    const std::string c = run.get_option("--compress")->as<std::string>();
+    if (c != "none" && c != "bf16")
+      return fail(InvalidArgument(
+          "--compress " + c +
+          ": a recommendation model's dense gradients are averaged in fp32 or bf16; top-k and "
+          "1-bit need the momentum-compressing optimizer the transformers use, which its dense "
+          "layers do not run; hint: use --compress bf16 or none"));
+    bf16_dense = c == "bf16";
   }
-  std::printf("done: steps 1..%d, loss %.4f -> %.4f, auc %.4f, log loss %.4f, %.0f samples/s\n",
-              summary->steps, summary->first_loss, summary->last_loss, summary->auc,
-              summary->log_loss, summary->samples_per_s);
-  return 0;
+
+  auto env = train::detect_dist_env();
+  if (!env.ok()) return fail(env.status());
+  const int workers = agent.nproc_per_node * agent.nnodes;
+  if (!env->has_value()) {
+    if (workers > 1 && flags.ps_shards == 0)
+      return fail(InvalidArgument(
+          "--nproc-per-node " + std::to_string(agent.nproc_per_node) +
+          ": several workers of a recommendation model share its tables through parameter-server "
+          "shards; hint: add --ps-shards N"));
+    if (flags.ps_shards % agent.nnodes != 0)
+      return fail(InvalidArgument("--ps-shards " + std::to_string(flags.ps_shards) +
+                                  " does not divide over " + std::to_string(agent.nnodes) +
+                                  " nodes; hint: give a multiple of the node count"));
+    if (rc.batch_size % workers != 0)
+      return fail(InvalidArgument("--batch-size " + std::to_string(rc.batch_size) +
+                                  " does not split over " + std::to_string(workers) +
+                                  " workers; hint: give a multiple of " + std::to_string(workers)));
+    if (flags.ps_shards == 0) {
+      auto summary = recsys::train_recsys(*spec, rc, stdout);
+      if (!summary.ok()) return fail(summary.status());
+      std::printf("done: steps 1..%d, loss %.4f -> %.4f, auc %.4f, log loss %.4f, %.0f samples/s\n",
+                  summary->steps, summary->first_loss, summary->last_loss, summary->auc,
+                  summary->log_loss, summary->samples_per_s);
+      return 0;
+    }
+    // This process is the agent: workers and shards on every node.
+    agent.nproc_per_node += flags.ps_shards / agent.nnodes;
+    auto code = elastic::run_agent(agent);
+    if (!code.ok()) return fail(code.status());
+    return *code;
+  }
+  auto role = role_of(**env, flags.ps_shards);
+  if (!role.ok()) return fail(role.status());
+  if (role->workers < 1)
+    return fail(
+        InvalidArgument("--ps-shards leaves no worker on a node; hint: raise "
+                        "--nproc-per-node"));
+  if (role->shard) return run_shard(*spec, config, flags, **env, *role, comm);
+  return run_worker(*spec, rc, flags, bf16_dense, **env, *role, comm);
 }
 
 }  // namespace cann::cli

@@ -166,6 +166,9 @@ void signal_workers(std::vector<Worker>& workers, int sig) {
   for (auto& w : workers) {
     if (!w.running) continue;
     kill(w.pid, sig);
+    // A stopped (SIGSTOP) worker would hold its SIGTERM, and the job, until the grace period
+    // ends: let it run so it takes the signal now.
+    if (sig == SIGTERM) kill(w.pid, SIGCONT);
     w.stopped_by_agent = true;
   }
 }

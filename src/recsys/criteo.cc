@@ -40,7 +40,6 @@ int hex_value(char c) {
   return -1;
 }
 
-
 }  // namespace
 
 bool parse_criteo_line(std::string_view line, float* label, float* dense, int64_t* ids,

@@ -61,8 +61,13 @@ void init_row(float* w, int C, int64_t rows, uint64_t seed, int table, int64_t r
 class EmbeddingStore {
  public:
   virtual ~EmbeddingStore() = default;
+  // The step (1-based) the next pull and push belong to; a local store needs no step.
+  virtual void set_step(int /*step*/) {}
   // Fills every feature's rows for the row_ids/row_index that index_batch set.
   virtual Status pull(PulledRows* pulled) = 0;
+  // Fills the rows as pull does, for evaluation: nothing is counted (no admission, no eviction
+  // clock) and nothing waits on other workers.
+  virtual Status read(PulledRows* pulled) { return pull(pulled); }
   // Applies grads (one (U,C) block per feature, for pulled's row_ids) with the sparse optimizer.
   virtual Status push(const PulledRows& pulled, const RowGrads& grads) = 0;
 };

@@ -7,7 +7,9 @@
 #include <optional>
 #include <vector>
 
+#include "comm/group.h"
 #include "kernels/cpu/adamw.h"
+#include "parallel/reductions.h"
 #include "recsys/metrics.h"
 #include "recsys/rec_model.h"
 
@@ -23,9 +25,12 @@ constexpr int64_t kEvalPosition = int64_t{1} << 50;
 class ClickSource {
  public:
   static StatusOr<std::unique_ptr<ClickSource>> open(const RecSpec& spec,
-                                                     const RecTrainConfig& config) {
+                                                     const RecTrainConfig& config,
+                                                     const RecWorkerContext& context) {
     auto s = std::unique_ptr<ClickSource>(new ClickSource());
     s->batch_ = config.batch_size;
+    s->worker_ = context.worker;
+    s->workers_ = context.workers;
     if (config.data_path.empty()) {
       auto gen = synthetic_spec_for(spec, config.seed);
       if (!gen.ok())
@@ -61,13 +66,22 @@ class ClickSource {
     return s;
   }
 
-  // The next training batch (Criteo: a short batch at the end of the file is dropped and the
-  // file read again from after the held-out rows).
+  // This worker's slice of the next global batch.
   Status next(int64_t step, ClickBatch* out) {
+    const int local = batch_ / workers_;
     if (synthetic_) {
-      synthetic_->fill(step * batch_, batch_, out);
+      synthetic_->fill(step * batch_ + static_cast<int64_t>(worker_) * local, local, out);
       return OkStatus();
     }
+    if (workers_ == 1) return next_global(out);
+    CANN_RETURN_IF_ERROR(next_global(&global_));
+    slice_rows(global_, worker_ * local, local, out);
+    return OkStatus();
+  }
+
+  // The next global batch of the file (a short batch at the end of the file is dropped and the
+  // file read again from after the held-out rows).
+  Status next_global(ClickBatch* out) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       CANN_ASSIGN_OR_RETURN(int got, reader_->next(batch_, out));
       if (got == batch_) return OkStatus();
@@ -114,7 +128,8 @@ class ClickSource {
 
  private:
   ClickSource() = default;
-  int batch_ = 0;
+  int batch_ = 0, worker_ = 0, workers_ = 1;
+  ClickBatch global_;
   std::optional<SyntheticClicks> synthetic_;
   std::unique_ptr<CriteoReader> reader_;
   std::vector<ClickBatch> eval_;
@@ -133,7 +148,7 @@ StatusOr<Evaluation> evaluate(const RecSpec& spec, RecModel& model, EmbeddingSto
   std::vector<float> logits;
   CANN_RETURN_IF_ERROR(source.for_each_eval(rows, [&](const ClickBatch& b) -> Status {
     CANN_RETURN_IF_ERROR(index_batch(spec, b, &pulled));
-    CANN_RETURN_IF_ERROR(store.pull(&pulled));
+    CANN_RETURN_IF_ERROR(store.read(&pulled));
     logits.resize(b.batch);
     model.score(b, pulled, logits.data());
     acc.add(logits.data(), b.labels.data(), b.batch);
@@ -171,13 +186,55 @@ StatusOr<SyntheticClickSpec> synthetic_spec_for(const RecSpec& spec, uint64_t se
   return g;
 }
 
+void slice_rows(const ClickBatch& in, int begin, int n, ClickBatch* out) {
+  const int B = in.batch, D = in.dense_features, F = in.sparse_features;
+  out->batch = n;
+  out->dense_features = D;
+  out->sparse_features = F;
+  out->dense.assign(in.dense.begin() + static_cast<int64_t>(begin) * D,
+                    in.dense.begin() + static_cast<int64_t>(begin + n) * D);
+  out->labels.assign(in.labels.begin() + begin, in.labels.begin() + begin + n);
+  if (in.click_prob.empty())
+    out->click_prob.clear();
+  else
+    out->click_prob.assign(in.click_prob.begin() + begin, in.click_prob.begin() + begin + n);
+  out->offsets.assign(1, 0);
+  out->ids.clear();
+  for (int f = 0; f < F; ++f)
+    for (int b = begin; b < begin + n; ++b) {
+      out->ids.insert(out->ids.end(), in.ids.begin() + in.bag_begin(b, f),
+                      in.ids.begin() + in.bag_end(b, f));
+      out->offsets.push_back(static_cast<int64_t>(out->ids.size()));
+    }
+  (void)B;
+}
+
 StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& config,
-                                     std::FILE* out) {
+                                     std::FILE* out, const RecWorkerContext& context) {
   if (config.steps < 1 || config.batch_size < 1)
     return InvalidArgument("--steps and --batch-size must be positive");
-  CANN_ASSIGN_OR_RETURN(std::unique_ptr<ClickSource> source, ClickSource::open(spec, config));
+  const int W = context.workers;
+  if (config.batch_size % W != 0)
+    return InvalidArgument("--batch-size " + std::to_string(config.batch_size) +
+                           " does not split over " + std::to_string(W) +
+                           " workers; hint: give a multiple of " + std::to_string(W));
+  CANN_ASSIGN_OR_RETURN(std::unique_ptr<ClickSource> source,
+                        ClickSource::open(spec, config, context));
   RecModel model(spec, config.seed);
-  LocalEmbeddingStore store(spec, config.sparse, config.seed);
+  std::unique_ptr<LocalEmbeddingStore> local;
+  EmbeddingStore* store = context.store;
+  if (!store) {
+    local = std::make_unique<LocalEmbeddingStore>(spec, config.sparse, config.seed);
+    store = local.get();
+  }
+  const bool lead = context.worker == 0;
+  // The dense gradients: one bucket, reduced as the transformers' data-parallel buckets are.
+  plan::Bucket dense_bucket;
+  dense_bucket.end = static_cast<size_t>(model.num_dense());
+  std::unique_ptr<parallel::FullReduction> dense_reduction;
+  if (context.dense_group)
+    dense_reduction =
+        std::make_unique<parallel::FullReduction>(*context.dense_group, context.bf16_dense);
   std::vector<float> m(model.num_dense(), 0.0f), v(model.num_dense(), 0.0f);
   RecRunSummary summary;
   if (const SyntheticClicks* gen = source->synthetic()) {
@@ -185,7 +242,7 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
     summary.ceiling_log_loss = planted_log_loss(*gen, kEvalPosition, config.eval_rows);
   }
   auto say = [&](const char* fmt, auto... args) {
-    if (!config.quiet && out) {
+    if (lead && !config.quiet && out) {
       std::fprintf(out, fmt, args...);
       std::fflush(out);
     }
@@ -197,7 +254,9 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
       config.data_path.empty() ? "synthetic clicks with planted structure"
                                : config.data_path.c_str());
   auto eval_line = [&](int step) -> Status {
-    CANN_ASSIGN_OR_RETURN(Evaluation e, evaluate(spec, model, store, *source, config.eval_rows));
+    if (!lead) return OkStatus();
+    store->set_step(step);
+    CANN_ASSIGN_OR_RETURN(Evaluation e, evaluate(spec, model, *store, *source, config.eval_rows));
     summary.auc = e.auc;
     summary.log_loss = e.log_loss;
     if (std::isnan(summary.ceiling_auc))
@@ -218,15 +277,30 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
     const auto t0 = std::chrono::steady_clock::now();
     CANN_RETURN_IF_ERROR(source->next(step - 1, &batch));
     CANN_RETURN_IF_ERROR(index_batch(spec, batch, &pulled));
-    CANN_RETURN_IF_ERROR(store.pull(&pulled));
+    store->set_step(step);
+    CANN_RETURN_IF_ERROR(store->pull(&pulled));
     std::fill(model.dense_grad(), model.dense_grad() + model.num_dense(), 0.0f);
-    const double loss = model.forward_backward(batch, pulled, &row_grads);
-    CANN_RETURN_IF_ERROR(store.push(pulled, row_grads));
+    // Each worker's loss is the mean over its slice: the dense gradients are averaged over the
+    // workers, the rows' scaled by 1/W so the shards' sum is the global batch's mean.
+    double loss = model.forward_backward(batch, pulled, &row_grads);
+    if (W > 1)
+      for (auto& g : row_grads)
+        for (float& v : g) v *= 1.0f / W;
+    CANN_RETURN_IF_ERROR(store->push(pulled, row_grads));
+    if (context.dense_group) {
+      CANN_RETURN_IF_ERROR(dense_reduction->reduce(dense_bucket, 0, model.dense_grad()));
+      float mean_loss = static_cast<float>(loss / W);
+      CANN_RETURN_IF_ERROR(
+          context.dense_group
+              ->allreduce(&mean_loss, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum)
+              ->wait());
+      loss = mean_loss;
+    }
     const kernels::AdamWHyper h{config.lr, 0.9f, 0.999f, 1e-8f, 0.0f, step, 1.0f};
     kernels::adamw_update(model.dense(), m.data(), v.data(), model.dense_grad(), model.num_dense(),
                           h);
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    summary.samples += batch.batch;
+    summary.samples += static_cast<int64_t>(batch.batch) * W;
     if (step == 1) summary.first_loss = loss;
     summary.last_loss = loss;
     window_loss += loss;
@@ -241,6 +315,7 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
       CANN_RETURN_IF_ERROR(eval_line(step));
   }
   summary.steps = config.steps;
+  summary.train_seconds = train_seconds;
   summary.samples_per_s = summary.samples / std::max(train_seconds, 1e-9);
   if (const CriteoStats* st = source->file_stats(); st && st->bad > 0)
     say("%s: %s\n", config.data_path.c_str(), describe(*st, config.bad_lines).c_str());

@@ -10,10 +10,15 @@
 #include <string>
 
 #include "core/status.h"
+#include "recsys/click_batch.h"
 #include "recsys/criteo.h"
 #include "recsys/embedding_store.h"
 #include "recsys/rec_spec.h"
 #include "recsys/synthetic_clicks.h"
+
+namespace cann::comm {
+class Group;
+}
 
 namespace cann::recsys {
 
@@ -37,8 +42,24 @@ struct RecRunSummary {
   double auc = NAN, log_loss = NAN;                  // the last evaluation
   double ceiling_auc = NAN, ceiling_log_loss = NAN;  // planted (synthetic data only)
   double samples_per_s = 0;                          // training samples over the loop's time
-  int64_t samples = 0;
+  int64_t samples = 0;                               // global: every worker's
+  double train_seconds = 0;                          // the training loop, evaluations excluded
 };
+
+// Where one worker of a multi-process run stands. Every worker takes its 1/W slice of each
+// global batch; the dense gradients are averaged over `dense_group` (the workers only, through
+// the data-parallel reducer's bucket reduction, fp32 or bf16 on the wire), the row gradients
+// are scaled by 1/W and summed by the shards, and the embedding rows come from `store` (the
+// parameter-server shards). Worker 0 evaluates and prints.
+struct RecWorkerContext {
+  int worker = 0, workers = 1;
+  comm::Group* dense_group = nullptr;  // null: one worker
+  bool bf16_dense = false;             // the dense gradients cross the wire in bf16
+  EmbeddingStore* store = nullptr;     // null: every table in this process
+};
+
+// Rows [begin, begin + n) of a batch, with their bags (the layout of click_batch.h).
+void slice_rows(const ClickBatch& in, int begin, int n, ClickBatch* out);
 
 // The synthetic generator shaped for a spec: users and items are the id spaces of the first
 // table of each side (two-tower: user_features; DLRM: half the features each), groups the rows
@@ -47,6 +68,6 @@ StatusOr<SyntheticClickSpec> synthetic_spec_for(const RecSpec& spec, uint64_t se
 
 // Trains in this process, printing progress lines to `out` unless quiet.
 StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& config,
-                                     std::FILE* out);
+                                     std::FILE* out, const RecWorkerContext& context = {});
 
 }  // namespace cann::recsys
