@@ -16,9 +16,7 @@
 namespace cann::recsys {
 namespace {
 
-// Synthetic impressions: training reads positions from 0, evaluation from far beyond any
-// training run, so the two never share an impression.
-constexpr int64_t kEvalPosition = int64_t{1} << 50;
+constexpr int64_t kEvalPosition = kSyntheticEvalPosition;
 
 // Where a run's batches come from: the generator, or a Criteo file whose first eval_rows
 // impressions are held out for evaluation and whose remainder is read round and round.

@@ -61,6 +61,10 @@ struct RecWorkerContext {
 // Rows [begin, begin + n) of a batch, with their bags (the layout of click_batch.h).
 void slice_rows(const ClickBatch& in, int begin, int n, ClickBatch* out);
 
+// Where the held-out synthetic impressions start: far beyond any training run's positions, so
+// the two never share an impression.
+inline constexpr int64_t kSyntheticEvalPosition = int64_t{1} << 50;
+
 // The synthetic generator shaped for a spec: users and items are the id spaces of the first
 // table of each side (two-tower: user_features; DLRM: half the features each), groups the rows
 // of each side's second table. Fails with one line when the spec cannot be fed synthetically.
