@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "recsys/embedding_store.h"
+#include "recsys/local_store.h"
 #include "recsys/rec_model.h"
 #include "recsys/rec_spec.h"
 #include "recsys/rec_trainer.h"
@@ -122,7 +123,9 @@ void check_tensor(std::vector<float>& x, const std::vector<float>& g,
 void check_model_gradients(const RecSpec& spec, const ClickBatch& batch) {
   set_num_threads(2);
   RecModel model(spec, 7);
-  LocalEmbeddingStore store(spec, {}, 7);
+  ShardConfig rows;
+  rows.seed = 7;
+  LocalEmbeddingStore store(spec, rows);
   PulledRows pulled;
   ASSERT_TRUE(index_batch(spec, batch, &pulled).ok());
   ASSERT_TRUE(store.pull(&pulled).ok());
@@ -180,7 +183,7 @@ TEST(RecModel, TwoTowerBatchWithoutClicksHasNoGradient) {
   ClickBatch b = make_batch(spec, 6, 5);
   std::fill(b.labels.begin(), b.labels.end(), 0.0f);
   RecModel model(spec, 1);
-  LocalEmbeddingStore store(spec, {}, 1);
+  LocalEmbeddingStore store(spec);
   PulledRows pulled;
   ASSERT_TRUE(index_batch(spec, b, &pulled).ok());
   ASSERT_TRUE(store.pull(&pulled).ok());

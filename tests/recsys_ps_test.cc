@@ -9,26 +9,20 @@
 #include <signal.h>
 
 #include <cmath>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fault_job.h"
+#include "netns_nodes.h"
 #include "recsys/ps_shard.h"
 #include "recsys/rec_spec.h"
+#include "recsys_shard_spec.h"
 #include "test_util.h"
 
 namespace cann::recsys {
 namespace {
-
-RecSpec tiny_spec() {
-  auto s = parse_rec_spec(
-      "architecture: dlrm\ndense_features: 2\nsparse_features: 2\ntable_rows: [10, 7]\n"
-      "hash_ids: false\nembedding_dim: 3\nbottom_mlp: [3]\ntop_mlp: [1]\n",
-      "ps.yaml");
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  return *s;
-}
 
 ShardConfig shard_config(int shard, int shards, int workers) {
   ShardConfig c;
@@ -47,7 +41,7 @@ std::vector<float> pull_row(ShardTables& t, int step, int table, int64_t r) {
 }
 
 TEST(ShardTables, SynchronousStepSumsTheWorkersGradientsAndAppliesThemOnce) {
-  const RecSpec spec = tiny_spec();
+  const RecSpec spec = tiny_shard_spec();
   // Shard 1 of 2 holds the odd rows: row 3 of table 0 is at slot 1.
   ShardTables two(spec, shard_config(1, 2, 2)), one(spec, shard_config(1, 2, 1));
   EXPECT_EQ(two.local_rows(0), 5);
@@ -69,7 +63,7 @@ TEST(ShardTables, SynchronousStepSumsTheWorkersGradientsAndAppliesThemOnce) {
 }
 
 TEST(ShardTables, AMissingWorkerIsNamedWhenTheStepTimesOut) {
-  ShardTables t(tiny_spec(), shard_config(0, 1, 3));
+  ShardTables t(tiny_shard_spec(), shard_config(0, 1, 3));
   std::thread w1([&] { EXPECT_TRUE(!t.push(1, 1, {{2}, {}}, {{1, 1, 1}, {}}).ok()); });
   const Status s = t.push(0, 1, {{2}, {}}, {{1, 1, 1}, {}});
   w1.join();
@@ -84,7 +78,7 @@ TEST(ShardTables, BoundedStalenessHoldsTheFastWorkerBack) {
   ShardConfig c = shard_config(0, 1, 2);
   c.staleness = 1;
   c.timeout = std::chrono::milliseconds(300);
-  ShardTables t(tiny_spec(), c);
+  ShardTables t(tiny_shard_spec(), c);
   int64_t r = 4;
   std::vector<float> out(3);
   // Worker 0 runs ahead: steps 1 and 2 need nothing from worker 1 (2 - 1 - 1 = 0).
@@ -108,7 +102,7 @@ TEST(ShardTables, RowsAreAdmittedAfterKSightingsAndEvictedWhenStale) {
   ShardConfig c = shard_config(0, 1, 1);
   c.admit_after = 3;
   c.evict_after = 5;
-  ShardTables t(tiny_spec(), c);
+  ShardTables t(tiny_shard_spec(), c);
   const std::vector<float> zeros(3, 0.0f);
   EXPECT_EQ(pull_row(t, 1, 1, 6), zeros);  // seen once: not admitted, reads as zeros
   // A gradient for a row not admitted is dropped.
@@ -129,7 +123,7 @@ TEST(ShardTables, RowsAreAdmittedAfterKSightingsAndEvictedWhenStale) {
 }
 
 TEST(ShardTables, RowsOfAnotherShardAreRefused) {
-  ShardTables t(tiny_spec(), shard_config(1, 2, 1));
+  ShardTables t(tiny_shard_spec(), shard_config(1, 2, 1));
   int64_t r = 2;  // an even row belongs to shard 0
   std::vector<float> out(3);
   const Status s = t.pull(0, 1, 0, &r, 1, out.data());
@@ -160,24 +154,33 @@ std::string line_with(const std::string& out, const std::string& start) {
   return out.substr(at, out.find('\n', at) - at);
 }
 
-// The evaluation lines of a run (synthetic dlrm_tiny, 40 steps of 384, one thread per process).
-std::vector<std::string> eval_lines(const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {
-      "run", "--model",     "dlrm_tiny", "--steps",   "40", "--batch-size", "384", "--eval-every",
-      "20",  "--eval-rows", "6000",      "--threads", "1"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  const auto r = test::run_cann(args, 120);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
+// The arguments of the comparison runs: synthetic dlrm_tiny, 40 steps of 384, one thread per
+// process.
+std::vector<std::string> compare_args() {
+  return {"run", "--model",      "dlrm_tiny", "--steps",     "40",   "--batch-size",
+          "384", "--eval-every", "20",        "--eval-rows", "6000", "--threads",
+          "1"};
+}
+
+// A run's evaluation lines and its last progress line without its speed, which differs from run
+// to run while the rest must not.
+std::vector<std::string> lines_of(const std::string& out) {
   std::vector<std::string> lines;
   for (const char* step : {"eval step 20:", "eval step 40:", "step 40/40:"}) {
-    std::string l = line_with(r.output, step);
-    EXPECT_FALSE(l.empty()) << r.output;
-    // The training speed differs from run to run; the rest must not.
-    if (l.find(", ") != std::string::npos && l.rfind("step 40/40:", 0) == 0)
-      l = l.substr(0, l.find(", "));
+    std::string l = line_with(out, step);
+    EXPECT_FALSE(l.empty()) << out;
+    if (l.rfind("step 40/40:", 0) == 0) l = l.substr(0, l.find(", "));
     lines.push_back(l);
   }
   return lines;
+}
+
+std::vector<std::string> eval_lines(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = compare_args();
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = test::run_cann(args, 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return lines_of(r.output);
 }
 
 TEST(MultiProcRecsysPs, AnySplitOverWorkersAndShardsTrainsWhatOneProcessTrains) {
@@ -244,6 +247,33 @@ TEST(MultiProcRecsysPs, AStoppedShardEndsTheJobWithinTheTimeout) {
   EXPECT_NE(code, 0);
   EXPECT_NE(code, -1) << "hung";
   EXPECT_NE(job.output().find("parameter-server shard 0"), std::string::npos) << job.output();
+}
+
+// Two nodes (network namespaces, redis rendezvous): one worker and one shard on each, the
+// workers' dense group and every pull and push across the veth link.
+class MultiProcRecsysNodes : public test::NetnsNodes {};
+
+TEST_F(MultiProcRecsysNodes, WorkersAndShardsOnTwoNodesTrainWhatOneProcessTrains) {
+  const auto one = eval_lines({});
+  const std::string rdzv = start_redis(150);
+  std::vector<std::future<test::CommandResult>> nodes;
+  for (const std::string& ns : {ns1_, ns2_}) {
+    std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", ns, CANN_TRAIN_BINARY};
+    const auto args = compare_args();
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(),
+                {"--nnodes", "2", "--nproc-per-node", "1", "--ps-shards", "2", "--rdzv", rdzv,
+                 "--rdzv-id", "recsys-" + suffix_, "--rdzv-timeout", "60", "--comm-timeout", "30"});
+    nodes.push_back(
+        std::async(std::launch::async, [argv] { return test::run_command(argv, 120); }));
+  }
+  const auto a = nodes[0].get();
+  const auto b = nodes[1].get();
+  std::system(("ip netns pids " + ns1_ + " | xargs -r kill 2>/dev/null").c_str());
+  redis_.get();
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(lines_of(a.output + b.output), one);
 }
 
 TEST(RecsysPsFlags, UsageErrorsAreOneLine) {

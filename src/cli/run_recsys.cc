@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "recsys/ps_client.h"
 #include "recsys/ps_server.h"
+#include "recsys/rec_checkpoint.h"
 #include "recsys/rec_trainer.h"
 #include "train/dist_env.h"
 
@@ -19,15 +20,35 @@ namespace {
 constexpr const char* kRecsys = "Recommendation models (dlrm, two_tower)";
 
 // What a recommendation run reads; every other flag given is an error.
-const std::set<std::string> kHonoured = {"--model",          "--data",         "--steps",
-                                         "--batch-size",     "--lr",           "--seed",
-                                         "--threads",        "--eval-every",   "--quiet",
-                                         "--nproc-per-node", "--nnodes",       "--rdzv",
-                                         "--rdzv-id",        "--rdzv-timeout", "--comm-addr",
-                                         "--comm-timeout",   "--backend",      "--sparse-optimizer",
-                                         "--sparse-lr",      "--eval-rows",    "--bad-lines",
-                                         "--ps-shards",      "--ps-staleness", "--ps-admit-after",
-                                         "--ps-evict-after", "--compress"};
+const std::set<std::string> kHonoured = {"--model",
+                                         "--data",
+                                         "--steps",
+                                         "--batch-size",
+                                         "--lr",
+                                         "--seed",
+                                         "--threads",
+                                         "--eval-every",
+                                         "--quiet",
+                                         "--nproc-per-node",
+                                         "--nnodes",
+                                         "--rdzv",
+                                         "--rdzv-id",
+                                         "--rdzv-timeout",
+                                         "--comm-addr",
+                                         "--comm-timeout",
+                                         "--backend",
+                                         "--sparse-optimizer",
+                                         "--sparse-lr",
+                                         "--eval-rows",
+                                         "--bad-lines",
+                                         "--ps-shards",
+                                         "--ps-staleness",
+                                         "--ps-admit-after",
+                                         "--ps-evict-after",
+                                         "--compress",
+                                         "--checkpoint-dir",
+                                         "--checkpoint-every",
+                                         "--resume"};
 const std::set<std::string> kRecsysOnly = {
     "--sparse-optimizer", "--sparse-lr",    "--eval-rows",      "--bad-lines",
     "--ps-shards",        "--ps-staleness", "--ps-admit-after", "--ps-evict-after"};
@@ -75,6 +96,23 @@ std::string shard_key(const train::DistEnv& env, int k) {
   return "cann/" + env.job_id + "/ps/shard" + std::to_string(k);
 }
 
+// The run's last line (worker 0's).
+void print_done(const recsys::RecRunSummary& s, const recsys::PsClient* client) {
+  if (s.first_step > s.steps) {
+    std::printf("done: nothing to train, already at step %d of --steps %d\n", s.first_step - 1,
+                s.steps);
+    return;
+  }
+  const int trained = s.steps - s.first_step + 1;
+  std::printf("done: steps %d..%d, loss %.4f -> %.4f, auc %.4f, log loss %.4f, %.0f samples/s",
+              s.first_step, s.steps, s.first_loss, s.last_loss, s.auc, s.log_loss, s.samples_per_s);
+  if (client)
+    std::printf(", %.1f KiB to the shards and %.1f KiB back per step (worker 0)",
+                client->bytes_sent() / 1024.0 / trained,
+                client->bytes_received() / 1024.0 / trained);
+  std::printf("\n");
+}
+
 int run_shard(const recsys::RecSpec& spec, const train::TrainConfig& config,
               const RecsysFlags& flags, const train::DistEnv& env, const Role& role,
               const train::CommConfig& comm) {
@@ -89,7 +127,14 @@ int run_shard(const recsys::RecSpec& spec, const train::TrainConfig& config,
   sc.seed = config.seed;
   sc.optimizer = sparse_config(flags);
   sc.timeout = timeout;
+  sc.checkpoint_dir = config.checkpoint_dir;
   recsys::ShardTables tables(spec, sc);
+  if (config.resume && !config.checkpoint_dir.empty()) {
+    auto step = recsys::committed_step(config.checkpoint_dir);
+    if (!step.ok()) return fail(step.status());
+    if (*step > 0)
+      if (Status s = tables.load(config.checkpoint_dir, *step); !s.ok()) return fail(s);
+  }
   const std::string host = env.comm_addr.empty() ? "127.0.0.1" : env.comm_addr;
   auto server = recsys::PsServer::start(&tables, sc, host);
   if (!server.ok()) return fail(server.status());
@@ -146,15 +191,7 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
   if (!summary.ok()) return fail(summary.status());
   if (client)
     if (Status s = client->finish(); !s.ok()) return fail(s);
-  if (role.index != 0) return 0;
-  std::printf("done: steps 1..%d, loss %.4f -> %.4f, auc %.4f, log loss %.4f, %.0f samples/s",
-              summary->steps, summary->first_loss, summary->last_loss, summary->auc,
-              summary->log_loss, summary->samples_per_s);
-  if (client)
-    std::printf(", %.1f KiB to the shards and %.1f KiB back per step (worker 0)",
-                client->bytes_sent() / 1024.0 / summary->steps,
-                client->bytes_received() / 1024.0 / summary->steps);
-  std::printf("\n");
+  if (role.index == 0) print_done(*summary, client.get());
   return 0;
 }
 
@@ -194,7 +231,7 @@ void add_recsys_flags(CLI::App* run, RecsysFlags* flags) {
       ->group(kRecsys)
       ->capture_default_str();
   run->add_option("--ps-admit-after", flags->ps_admit_after,
-                  "A row is admitted (trained) once pulls asked for it this many times; before "
+                  "A row is admitted (trained) once it was pulled in this many steps; before "
                   "that it reads as zeros")
       ->check(CLI::Range(1, 65535))
       ->group(kRecsys)
@@ -244,6 +281,20 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
   rc.sparse = sparse_config(flags);
   rc.bad_lines =
       flags.bad_lines == "skip" ? recsys::BadLinePolicy::kSkip : recsys::BadLinePolicy::kFatal;
+  rc.admit_after = flags.ps_admit_after;
+  rc.evict_after = flags.ps_evict_after;
+  rc.checkpoint_dir = config.checkpoint_dir;
+  rc.checkpoint_every = given("--checkpoint-every") ? config.checkpoint_every : 0;
+  rc.resume = config.resume;
+  if (rc.resume && rc.checkpoint_dir.empty())
+    return fail(
+        InvalidArgument("--resume needs --checkpoint-dir; hint: name the directory the "
+                        "run wrote its checkpoints to"));
+  if (!rc.checkpoint_dir.empty() && flags.ps_staleness >= 0)
+    return fail(InvalidArgument(
+        "--checkpoint-dir with --ps-staleness " + std::to_string(flags.ps_staleness) +
+        ": a checkpoint is the state after one step of every worker, which only synchronous "
+        "shards have; hint: drop --ps-staleness, or the checkpoints"));
   if (config.threads > 0) set_num_threads(config.threads);
   bool bf16_dense = false;
   if (given("--compress")) {
@@ -277,9 +328,7 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
     if (flags.ps_shards == 0) {
       auto summary = recsys::train_recsys(*spec, rc, stdout);
       if (!summary.ok()) return fail(summary.status());
-      std::printf("done: steps 1..%d, loss %.4f -> %.4f, auc %.4f, log loss %.4f, %.0f samples/s\n",
-                  summary->steps, summary->first_loss, summary->last_loss, summary->auc,
-                  summary->log_loss, summary->samples_per_s);
+      print_done(*summary, nullptr);
       return 0;
     }
     // This process is the agent: workers and shards on every node.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -70,23 +71,10 @@ class EmbeddingStore {
   virtual Status read(PulledRows* pulled) { return pull(pulled); }
   // Applies grads (one (U,C) block per feature, for pulled's row_ids) with the sparse optimizer.
   virtual Status push(const PulledRows& pulled, const RowGrads& grads) = 0;
-};
-
-// Every table in this process's memory, with the optimizer state beside each row.
-class LocalEmbeddingStore : public EmbeddingStore {
- public:
-  LocalEmbeddingStore(const RecSpec& spec, const SparseOptimizerConfig& config, uint64_t seed);
-  Status pull(PulledRows* pulled) override;
-  Status push(const PulledRows& pulled, const RowGrads& grads) override;
-
-  // Table t's row values, for tests and checkpoints.
-  const float* row(int table, int64_t r) const;
-
- private:
-  RecSpec spec_;
-  SparseOptimizerConfig config_;
-  int state_width_;
-  std::vector<std::vector<float>> values_, state_;  // per table: (rows, C), (rows, state_width)
+  // Saves the rows' state after `step` under the checkpoint directory (the first worker's call
+  // for a step writes, the others' return when it is on disk): a base of every row seen
+  // (`full`) or the rows touched since the last save.
+  virtual Status checkpoint(const std::string& dir, int step, bool full) = 0;
 };
 
 }  // namespace cann::recsys

@@ -57,7 +57,8 @@ Status PsClient::round_trip(PsOp op,
                             std::vector<std::vector<char>>* answers) {
   const int S = static_cast<int>(shards_.size());
   answers->resize(S);
-  const bool may_wait = (op == PsOp::kPush && !pulls_wait_) || (op == PsOp::kPull && pulls_wait_);
+  const bool may_wait = (op == PsOp::kPush && !pulls_wait_) || (op == PsOp::kPull && pulls_wait_) ||
+                        op == PsOp::kCheckpoint;
   const auto answer_timeout = may_wait ? 2 * timeout_ : timeout_;
   for (int s = 0; s < S; ++s) {
     const std::string peer = "parameter-server shard " + std::to_string(s) + " at " + addresses_[s];
@@ -129,6 +130,16 @@ Status PsClient::push(const PulledRows& pulled, const RowGrads& grads) {
     }
   std::vector<std::vector<char>> answers;
   return round_trip(PsOp::kPush, parts, &answers);
+}
+
+Status PsClient::checkpoint(const std::string& /*dir: the shards have their own*/, int step,
+                            bool full) {
+  const int S = static_cast<int>(shards_.size());
+  const char flag = full ? 1 : 0;
+  std::vector<std::vector<std::pair<const void*, size_t>>> parts(S, {{&flag, 1}});
+  std::vector<std::vector<char>> answers;
+  step_ = step;
+  return round_trip(PsOp::kCheckpoint, parts, &answers);
 }
 
 Status PsClient::finish() {

@@ -29,6 +29,7 @@ class PsClient : public EmbeddingStore {
   Status pull(PulledRows* pulled) override { return fetch(PsOp::kPull, pulled); }
   Status read(PulledRows* pulled) override { return fetch(PsOp::kRead, pulled); }
   Status push(const PulledRows& pulled, const RowGrads& grads) override;
+  Status checkpoint(const std::string& dir, int step, bool full) override;
   // Tells every shard this worker is done.
   Status finish();
 

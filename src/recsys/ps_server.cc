@@ -81,7 +81,19 @@ Status PsServer::serve_worker(int fd, int* worker_out) {
     bytes_received_ += static_cast<int64_t>(sizeof(h) + payload.size());
     const PsOp op = static_cast<PsOp>(h.op);
     Status done;
-    if (op == PsOp::kFinish) {
+    if (op == PsOp::kCheckpoint) {
+      if (config_.checkpoint_dir.empty() || payload.size() != 1) {
+        done = FailedPrecondition("parameter-server shard " + std::to_string(config_.shard) +
+                                  ": a checkpoint request, but the shard has no "
+                                  "--checkpoint-dir; hint: start workers and shards alike");
+      } else {
+        done = tables_->save(config_.checkpoint_dir, h.step, payload[0] != 0);
+        if (done.ok()) {
+          CANN_RETURN_IF_ERROR(send_frame(fd, PsOp::kOk, 0, h.step, {}, config_.timeout, who));
+          continue;
+        }
+      }
+    } else if (op == PsOp::kFinish) {
       tables_->finish(worker);
       return send_frame(fd, PsOp::kOk, 0, 0, {}, config_.timeout, who);
     } else if (op == PsOp::kPull || op == PsOp::kRead || op == PsOp::kPush) {

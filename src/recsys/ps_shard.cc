@@ -1,6 +1,7 @@
 // A parameter-server shard's rows and step rules; see ps_shard.h.
 #include "recsys/ps_shard.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -38,6 +39,10 @@ ShardTables::ShardTables(const RecSpec& spec, const ShardConfig& config)
 
 bool ShardTables::touch(int table, int64_t r, int step, bool count_sighting) {
   RowMeta& m = meta_[table].data()[slot(r)];
+  m.dirty = 1;
+  // A row counts one sighting per step, however many workers pull it in that step: so its
+  // admission does not depend on which worker's pull arrives first, nor on the split.
+  const bool new_step = static_cast<int>(m.last_step) != step;
   if (m.admitted && config_.evict_after > 0 &&
       step - static_cast<int>(m.last_step) > config_.evict_after) {
     m.admitted = 0;
@@ -45,7 +50,9 @@ bool ShardTables::touch(int table, int64_t r, int step, bool count_sighting) {
     --admitted_;
   }
   if (!m.admitted) {
-    if (count_sighting && m.seen < UINT16_MAX) ++m.seen;
+    if (!count_sighting) return false;
+    if (new_step && m.seen < UINT16_MAX) ++m.seen;
+    m.last_step = static_cast<uint32_t>(step);
     if (m.seen < config_.admit_after) return false;
     const int64_t s = slot(r);
     init_row(values_[table].data() + s * C_, C_, spec_.table_rows[table], config_.seed, table, r);
@@ -123,35 +130,58 @@ Status ShardTables::read(int table, const int64_t* row_ids, size_t n, float* out
 
 void ShardTables::apply_locked(int worker, int step) {
   Pending& p = pending_[step][worker];
-  for (size_t t = 0; t < p.rows.size(); ++t)
-    for (size_t i = 0; i < p.rows[t].size(); ++i) {
-      const int64_t r = p.rows[t][i];
-      if (!touch(static_cast<int>(t), r, step, false)) continue;
-      const int64_t s = slot(r);
-      sparse_update_row(values_[t].data() + s * C_, state_[t].data() + s * state_width_,
-                        p.grads[t].data() + i * C_, C_, config_.optimizer);
+  std::vector<char> live;
+  for (size_t t = 0; t < p.rows.size(); ++t) {
+    const std::vector<int64_t>& rows = p.rows[t];
+    const int64_t n = static_cast<int64_t>(rows.size());
+    // The bookkeeping on one thread (it counts admitted rows), the updates on all: the rows of
+    // one push are distinct, so no two threads write one row.
+    live.resize(n);
+    for (int64_t i = 0; i < n; ++i) live[i] = touch(static_cast<int>(t), rows[i], step, false);
+    float* values = values_[t].data();
+    float* state = state_[t].data();
+    const float* grads = p.grads[t].data();
+#pragma omp parallel for schedule(static) if (n > 256)
+    for (int64_t i = 0; i < n; ++i) {
+      if (!live[i]) continue;
+      const int64_t s = slot(rows[i]);
+      sparse_update_row(values + s * C_, state + s * state_width_, grads + i * C_, C_,
+                        config_.optimizer);
     }
+  }
   pending_[step].erase(worker);
   if (pending_[step].empty()) pending_.erase(step);
 }
 
 void ShardTables::apply_sum_locked(int step) {
   std::map<int, Pending>& by_worker = pending_[step];
+  struct Entry {
+    int64_t row;
+    int worker;
+    size_t index;
+  };
+  std::vector<Entry> entries;
+  std::vector<float> sum(C_);
   for (int t = 0; t < spec_.sparse_features; ++t) {
-    std::map<int64_t, std::vector<float>> sums;  // ordered rows: the same order on every run
-    for (auto& [w, p] : by_worker) {
-      if (static_cast<size_t>(t) >= p.rows.size()) continue;
-      for (size_t i = 0; i < p.rows[t].size(); ++i) {
-        std::vector<float>& s = sums[p.rows[t][i]];
-        if (s.empty()) s.assign(C_, 0.0f);
-        const float* g = p.grads[t].data() + i * C_;
-        for (int c = 0; c < C_; ++c) s[c] += g[c];
+    // Every worker's rows of the table, by row and then by worker: each row's gradients are
+    // summed in worker order, so the result does not depend on which push came first.
+    entries.clear();
+    for (auto& [w, p] : by_worker)
+      if (static_cast<size_t>(t) < p.rows.size())
+        for (size_t i = 0; i < p.rows[t].size(); ++i) entries.push_back({p.rows[t][i], w, i});
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return a.row != b.row ? a.row < b.row : a.worker < b.worker;
+    });
+    for (size_t k = 0; k < entries.size();) {
+      const int64_t r = entries[k].row;
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (; k < entries.size() && entries[k].row == r; ++k) {
+        const float* g = by_worker[entries[k].worker].grads[t].data() + entries[k].index * C_;
+        for (int c = 0; c < C_; ++c) sum[c] += g[c];
       }
-    }
-    for (const auto& [r, g] : sums) {
       if (!touch(t, r, step, false)) continue;
       const int64_t s = slot(r);
-      sparse_update_row(values_[t].data() + s * C_, state_[t].data() + s * state_width_, g.data(),
+      sparse_update_row(values_[t].data() + s * C_, state_[t].data() + s * state_width_, sum.data(),
                         C_, config_.optimizer);
     }
   }
@@ -178,7 +208,8 @@ Status ShardTables::push(int worker, int step, std::vector<std::vector<int64_t>>
   Pending& p = pending_[step][worker];
   p.rows = std::move(rows);
   p.grads = std::move(grads);
-  if (config_.staleness >= 0) {
+  // Bounded staleness applies on arrival; so does a lone worker (its sum is its own push).
+  if (config_.staleness >= 0 || config_.workers == 1) {
     apply_locked(worker, step);
     pushed_[worker] = step;
     changed_.notify_all();

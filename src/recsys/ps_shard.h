@@ -8,7 +8,8 @@
 // first write), so a shard's resident memory grows with the rows it has seen, up to its slice.
 //
 // Admission and eviction (as Monolith, Liu et al. 2022, does for its collisionless tables): a
-// row is admitted when a pull has asked for it admit_after times (1: on first sight); until then
+// row is admitted once pulls have asked for it in admit_after steps (1: on first sight; every
+// worker's pull of one step counts once, so admission is the same whatever the split); until then
 // it reads as zeros and its gradients are dropped, so ids seen once or twice never take a
 // trained row. A row untouched for evict_after steps (0: never) is evicted: the next touch finds
 // it absent, and it starts again from its initial value once readmitted.
@@ -50,6 +51,7 @@ struct ShardConfig {
   uint64_t seed = 1;
   SparseOptimizerConfig optimizer;
   std::chrono::milliseconds timeout{60000};
+  std::string checkpoint_dir;  // where kCheckpoint requests save (ps_server.h)
 };
 
 // Anonymous memory of n elements of T, zero, backed by the kernel page by page on first write.
@@ -90,6 +92,9 @@ class LazyArray {
   size_t size_ = 0;
 };
 
+// Where shard `shard` of `shards` keeps its checkpoint files under a job's checkpoint directory.
+std::string shard_checkpoint_dir(const std::string& dir, int shard, int shards);
+
 class ShardTables {
  public:
   ShardTables(const RecSpec& spec, const ShardConfig& config);
@@ -115,12 +120,20 @@ class ShardTables {
   // A row's values as they stand (zeros when not admitted), for tests.
   std::vector<float> row(int table, int64_t r) const;
 
+  // Checkpoints (ps_checkpoint.cc). save() writes, under dir/ps/shard-K-of-S/, the state after
+  // `step`: every row touched since the previous save (a delta), or every row ever seen
+  // (`full`, a base); the first call for a step writes, later ones return at once. load()
+  // restores the state of a saved step: the newest base at or before it and the deltas after
+  // that base, in order; files of later steps (saved but never committed) are ignored.
+  Status save(const std::string& dir, int step, bool full);
+  Status load(const std::string& dir, int step);
+
  private:
   struct RowMeta {
     uint32_t last_step = 0;  // the last step that touched it (0: never)
-    uint16_t seen = 0;       // pulls before admission, saturating
+    uint16_t seen = 0;       // steps that pulled it before admission, saturating
     uint8_t admitted = 0;
-    uint8_t pad = 0;
+    uint8_t dirty = 0;  // touched since the last checkpoint
   };
   int64_t slot(int64_t r) const { return r / config_.shards; }
   // Every row is in the table and on this shard.
@@ -146,6 +159,7 @@ class ShardTables {
   std::vector<int> pushed_;  // per worker: the last step pushed (applied)
   std::vector<bool> finished_;
   int applied_step_ = 0;  // synchronous: the last step applied
+  int saved_step_ = 0;    // the last step save() wrote
   int64_t admitted_ = 0;
 };
 

@@ -9,6 +9,7 @@
 //   kPush  step s: per table t, uint64 n_t, n_t int64 rows, then  -> kOk once applied
 //                  n_t * C float gradients
 //   kRead: as kPull, for evaluation (no sighting counted, no wait)  -> kOk: the rows' floats
+//   kCheckpoint step s: one byte, 1 for a base        -> kOk once the shard's file is on disk
 //   kFinish: the worker is done                                   -> kOk
 // A header's magic and version are checked first, so a stray connection fails in one line.
 #pragma once
@@ -25,7 +26,7 @@ namespace cann::recsys {
 inline constexpr uint32_t kPsMagic = 0x31535043;  // "CPS1"
 inline constexpr uint32_t kPsVersion = 1;
 
-enum class PsOp : uint32_t { kHello = 1, kPull, kPush, kFinish, kOk, kError, kRead };
+enum class PsOp : uint32_t { kHello = 1, kPull, kPush, kFinish, kOk, kError, kRead, kCheckpoint };
 
 struct PsHeader {
   uint32_t magic = kPsMagic;

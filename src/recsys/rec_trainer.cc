@@ -10,7 +10,9 @@
 #include "comm/group.h"
 #include "kernels/cpu/adamw.h"
 #include "parallel/reductions.h"
+#include "recsys/local_store.h"
 #include "recsys/metrics.h"
+#include "recsys/rec_checkpoint.h"
 #include "recsys/rec_model.h"
 
 namespace cann::recsys {
@@ -222,7 +224,12 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
   std::unique_ptr<LocalEmbeddingStore> local;
   EmbeddingStore* store = context.store;
   if (!store) {
-    local = std::make_unique<LocalEmbeddingStore>(spec, config.sparse, config.seed);
+    ShardConfig rows;
+    rows.optimizer = config.sparse;
+    rows.seed = config.seed;
+    rows.admit_after = config.admit_after;
+    rows.evict_after = config.evict_after;
+    local = std::make_unique<LocalEmbeddingStore>(spec, rows);
     store = local.get();
   }
   const bool lead = context.worker == 0;
@@ -235,6 +242,22 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
         std::make_unique<parallel::FullReduction>(*context.dense_group, context.bf16_dense);
   std::vector<float> m(model.num_dense(), 0.0f), v(model.num_dense(), 0.0f);
   RecRunSummary summary;
+  const bool checkpoints = !config.checkpoint_dir.empty();
+  int resumed = 0;
+  if (checkpoints && config.resume) {
+    CANN_ASSIGN_OR_RETURN(resumed, committed_step(config.checkpoint_dir));
+    if (resumed > 0) {
+      CANN_RETURN_IF_ERROR(load_dense(config.checkpoint_dir, resumed, model.dense(), m.data(),
+                                      v.data(), model.num_dense()));
+      // Shard processes load their own rows when they start; the in-process tables here.
+      if (local) CANN_RETURN_IF_ERROR(local->tables().load(config.checkpoint_dir, resumed));
+      // A file is read from the start: its batches before the resumed step are passed over.
+      ClickBatch skip;
+      if (!config.data_path.empty())
+        for (int s = 1; s <= resumed; ++s) CANN_RETURN_IF_ERROR(source->next(s - 1, &skip));
+    }
+  }
+  summary.first_step = resumed + 1;
   if (const SyntheticClicks* gen = source->synthetic()) {
     summary.ceiling_auc = planted_auc(*gen, kEvalPosition, config.eval_rows);
     summary.ceiling_log_loss = planted_log_loss(*gen, kEvalPosition, config.eval_rows);
@@ -271,7 +294,9 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
   double window_loss = 0.0;
   int window = 0;
   double train_seconds = 0.0;
-  for (int step = 1; step <= config.steps; ++step) {
+  if (resumed > 0)
+    say("resumed from the checkpoint of step %d in %s\n", resumed, config.checkpoint_dir.c_str());
+  for (int step = resumed + 1; step <= config.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     CANN_RETURN_IF_ERROR(source->next(step - 1, &batch));
     CANN_RETURN_IF_ERROR(index_batch(spec, batch, &pulled));
@@ -298,8 +323,20 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
     kernels::adamw_update(model.dense(), m.data(), v.data(), model.dense_grad(), model.num_dense(),
                           h);
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (checkpoints && ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) ||
+                        step == config.steps)) {
+      // Every eighth checkpoint is a base of every row seen, the others the rows touched since
+      // the previous one: a resume reads at most a base and seven deltas.
+      const int index = config.checkpoint_every > 0 ? step / config.checkpoint_every : 1;
+      CANN_RETURN_IF_ERROR(store->checkpoint(config.checkpoint_dir, step, index % 8 == 1));
+      if (lead) {
+        CANN_RETURN_IF_ERROR(save_dense(config.checkpoint_dir, step, model.dense(), m.data(),
+                                        v.data(), model.num_dense()));
+        CANN_RETURN_IF_ERROR(commit_step(config.checkpoint_dir, step));
+      }
+    }
     summary.samples += static_cast<int64_t>(batch.batch) * W;
-    if (step == 1) summary.first_loss = loss;
+    if (step == summary.first_step) summary.first_loss = loss;
     summary.last_loss = loss;
     window_loss += loss;
     ++window;

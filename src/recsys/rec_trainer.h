@@ -34,10 +34,17 @@ struct RecTrainConfig {
   std::string data_path;  // Criteo TSV; empty: the synthetic generator
   BadLinePolicy bad_lines = BadLinePolicy::kFatal;
   bool quiet = false;
+  int admit_after = 1, evict_after = 0;  // the in-process tables' (ps_shard.h)
+  // Checkpoints (rec_checkpoint.h): every checkpoint_every steps and at the last, under
+  // checkpoint_dir; resume: start after the directory's committed step.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  bool resume = false;
 };
 
 struct RecRunSummary {
   int steps = 0;
+  int first_step = 1;  // after a resume, the committed step + 1
   double first_loss = 0, last_loss = 0;
   double auc = NAN, log_loss = NAN;                  // the last evaluation
   double ceiling_auc = NAN, ceiling_log_loss = NAN;  // planted (synthetic data only)
