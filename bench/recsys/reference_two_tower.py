@@ -12,6 +12,10 @@ every global batch. Prints one JSON line from rank 0: samples, seconds (from the
 the end of evaluation), AUC and log loss on the held-out rows.
 
     reference_two_tower.py --data FILE --procs P --batch B --steps N [--threads T]
+
+With RANK and WORLD_SIZE in the environment (and MASTER_ADDR, MASTER_PORT), it runs that one
+rank instead of spawning --procs processes: the multi-node layout of the benchmark's shaped
+link.
 """
 import argparse
 import json
@@ -107,8 +111,8 @@ def worker(rank, args, port):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     if args.procs > 1:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(port))
         dist.init_process_group("gloo", rank=rank, world_size=args.procs)
     train, evals = read_dump(args.data)
     model = TwoTower(args.rows, args.dim, args.user_features, args.towers, args.temperature)
@@ -173,7 +177,12 @@ def main():
     args.towers = [int(x) for x in args.towers.split(",")]
     if args.batch % args.procs:
         sys.exit("reference_two_tower: --batch must divide over --procs")
-    if args.procs == 1:
+    if "RANK" in os.environ:
+        # Started one process per rank by a launcher (one per node of a multi-node run), as
+        # torchrun does: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment.
+        args.procs = int(os.environ["WORLD_SIZE"])
+        worker(int(os.environ["RANK"]), args, args.port)
+    elif args.procs == 1:
         worker(0, args, args.port)
     else:
         mp.spawn(worker, args=(args, args.port), nprocs=args.procs)

@@ -20,10 +20,18 @@ the table (min, median, max of each figure, the machine's load) and the targets:
   - equal AUC (within 0.002);
   - in a longer cann-train run (--converge-steps) on the same model the AUC within 0.01 of the
     planted ceiling.
+With --link 1gbit (root), the 2- and 4-process runs are also made across two "nodes": two
+network namespaces joined by a veth pair shaped to 1 Gbit/s each way with tc (the namespaces,
+redis rendezvous and shaping of bench/dp_vs_ddp), half the processes of each engine in each:
+cann-train as one agent per node (--nnodes 2, P/2 workers and one shard per node), PyTorch as
+one process per rank (RANK, WORLD_SIZE, MASTER_ADDR on the first node). The wall time runs from
+the first process's start to the last one's exit; bytes are every interface's transmitted
+bytes in both namespaces (the veth link and each node's loopback).
+
 Exit status 1 when validation or a target fails, 2 for bad usage.
 
     bench/recsys/run.py [--procs 1,2,4] [--steps 600] [--batch 1024] [--repeats 3]
-                        [--converge-steps 6000] [--build build]
+                        [--converge-steps 6000] [--link 1gbit] [--build build]
 """
 import argparse
 import json
@@ -83,43 +91,64 @@ def torch_run(a, data, procs, steps):
     return {"wall": wall, "wire": wire, "auc": j["auc"], "log_loss": j["log_loss"]}
 
 
+def ns_tx_bytes(link):
+    total = 0
+    for ns in link.ns:
+        out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/dev"],
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines()[2:]:
+            total += int(line.split(":")[1].split()[8])
+    return total
+
+
+def link_run(a, link, data, engine, procs, steps, tag):
+    """One run of `engine` with procs processes over the two namespaces (procs/2 each)."""
+    ddp = __import__("ddp_bench")
+    per_node = procs // 2
+    outs, ps = [], []
+    b0, t0 = ns_tx_bytes(link), time.perf_counter()
+    if engine == "cann":
+        for n in range(2):
+            out = os.path.join(a.log_dir, f"{tag}-cann-node{n}.log")
+            argv = [os.path.join(a.build, "cann-train"), "run", "--model", MODEL, "--steps",
+                    str(steps), "--batch-size", str(a.batch), "--eval-every", "0", "--eval-rows",
+                    str(EVAL_ROWS), "--seed", str(SEED), "--threads",
+                    str(max(1, a.cores // (2 * (per_node + 1)))), "--nnodes", "2",
+                    "--nproc-per-node", str(per_node), "--ps-shards", "2", "--rdzv",
+                    link.redis_url(), "--rdzv-id", tag, "--rdzv-timeout", "60"]
+            ps.append(link.spawn(n, argv, out, ddp.clean_env(), pin=False))
+            outs.append(out)
+    else:
+        for r in range(procs):
+            out = os.path.join(a.log_dir, f"{tag}-torch-rank{r}.log")
+            env = ddp.clean_env(RANK=r, WORLD_SIZE=procs, MASTER_ADDR=link.ip[0],
+                                MASTER_PORT=29600 + (hash(tag) % 300),
+                                GLOO_SOCKET_IFNAME=link.dev[r // per_node])
+            argv = ["/usr/bin/python3", os.path.join(HERE, "reference_two_tower.py"), "--data",
+                    data, "--batch", str(a.batch), "--steps", str(steps), "--threads",
+                    str(max(1, a.cores // procs))]
+            ps.append(link.spawn(r // per_node, argv, out, env, pin=False))
+            outs.append(out)
+    ddp.wait_all(ps, 600, f"{engine} over the link", outs)
+    wall, wire = time.perf_counter() - t0, ns_tx_bytes(link) - b0
+    text = "".join(open(o, errors="replace").read() for o in outs)
+    if engine == "cann":
+        line = next(l for l in text.splitlines() if "done: steps" in l)
+        auc = float(line.split("auc ")[1].split(",")[0])
+    else:
+        auc = json.loads(next(l for l in text.splitlines() if l.startswith("{")))["auc"]
+    return {"wall": wall, "wire": wire, "auc": auc, "log_loss": float("nan")}
+
+
 def spread(xs, fmt="{:.0f}"):
     return f"{fmt.format(min(xs))} / {fmt.format(statistics.median(xs))} / {fmt.format(max(xs))}"
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--procs", default="1,2,4")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--batch", type=int, default=1024)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--converge-steps", type=int, default=6000)
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    a = p.parse_args()
-    a.cores = os.cpu_count()
-    procs = [int(x) for x in a.procs.split(",")]
-    if any(a.batch % n for n in procs):
-        sys.exit("recsys bench: --batch must divide over every process count")
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch, numpy"]).returncode != 0:
-        sys.exit("recsys bench: PyTorch is missing; hint: apt-get install -y python3-torch")
-    data = os.path.join(tempfile.mkdtemp(prefix="recsys-bench-"), "clicks.bin")
-    subprocess.run([os.path.join(a.build, "bench", "dump_clicks"), MODEL,
-                    str(a.steps * a.batch), str(EVAL_ROWS), str(SEED), data], check=True)
-    rows = []
-    for n in procs:
-        shards = 0 if n == 1 else max(1, n // 2)
-        c, t = [], []
-        for _ in range(a.repeats):
-            c.append(cann_run(a, n, shards, a.steps))
-            t.append(torch_run(a, data, n, a.steps))
-        rows.append((n, shards, c, t, os.getloadavg()[0]))
-        print(f"{n} processes done", flush=True)
-    os.remove(data)
-
+def print_table(a, where, rows, samples):
+    """Prints one table (loopback or the shaped link) and its verdicts; returns whether every
+    check and target held."""
     ok = True
-    samples = a.steps * a.batch
-    print(f"\nrecsys: two-tower ({MODEL.replace(ROOT + '/', '')}), {a.steps} steps x {a.batch} "
-          f"impressions, {EVAL_ROWS} held out, {a.repeats} repeats, {a.cores} cores")
+    print(f"\n{where}")
     print(f"{'P':>2} {'engine':<22} {'samples/s min/med/max':>26} {'AUC':>8} {'log loss':>9} "
           f"{'KiB/step':>9} {'ratio':>6} {'load':>5}")
     for n, shards, c, t, load in rows:
@@ -147,7 +176,77 @@ def main():
         if n >= 2:
             verdict = "PASS" if ratio >= 2.0 else "FAIL"
             ok &= ratio >= 2.0
-            print(f"{verdict} target: {n} processes, {ratio:.2f}x PyTorch's samples/s (>= 2x)")
+            print(f"{verdict} target: {n} processes ({where}), {ratio:.2f}x PyTorch's samples/s "
+                  f"(>= 2x)")
+
+    return ok
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--procs", default="1,2,4")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--converge-steps", type=int, default=6000)
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--link", choices=["none", "1gbit"], default="none")
+    a = p.parse_args()
+    a.cores = os.cpu_count()
+    procs = [int(x) for x in a.procs.split(",")]
+    if any(a.batch % n for n in procs):
+        sys.exit("recsys bench: --batch must divide over every process count")
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch, numpy"]).returncode != 0:
+        sys.exit("recsys bench: PyTorch is missing; hint: apt-get install -y python3-torch")
+    data = os.path.join(tempfile.mkdtemp(prefix="recsys-bench-"), "clicks.bin")
+    subprocess.run([os.path.join(a.build, "bench", "dump_clicks"), MODEL,
+                    str(a.steps * a.batch), str(EVAL_ROWS), str(SEED), data], check=True)
+    link_rows = []
+    if a.link == "1gbit":
+        if os.geteuid() != 0:
+            sys.exit("recsys bench: --link needs root (network namespaces); hint: run with sudo")
+        sys.path.insert(0, os.path.join(ROOT, "bench", "dp_vs_ddp"))
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "ddp_bench", os.path.join(ROOT, "bench", "dp_vs_ddp", "run.py"))
+        ddp = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ddp)
+        sys.modules["ddp_bench"] = ddp
+        a.log_dir = tempfile.mkdtemp(prefix="recsys-link-")
+        link = ddp.Link()
+        try:
+            link.up()
+            link.shape(1e9)
+            rates = link.probe(1e9)
+            print(f"link probe: {rates[0] / 1e9:.2f} and {rates[1] / 1e9:.2f} Gbit/s", flush=True)
+            link.start_redis(os.path.join(a.log_dir, "redis.log"))
+            for n in [x for x in procs if x >= 2 and x % 2 == 0]:
+                c, t = [], []
+                for r in range(a.repeats):
+                    c.append(link_run(a, link, data, "cann", n, a.steps, f"c{n}-{r}-{os.getpid()}"))
+                    t.append(link_run(a, link, data, "torch", n, a.steps, f"t{n}-{r}-{os.getpid()}"))
+                link_rows.append((n, 2, c, t, os.getloadavg()[0]))
+                print(f"{n} processes over the 1 Gbit/s link done", flush=True)
+        finally:
+            link.close()
+    rows = []
+    for n in procs:
+        shards = 0 if n == 1 else max(1, n // 2)
+        c, t = [], []
+        for _ in range(a.repeats):
+            c.append(cann_run(a, n, shards, a.steps))
+            t.append(torch_run(a, data, n, a.steps))
+        rows.append((n, shards, c, t, os.getloadavg()[0]))
+        print(f"{n} processes done", flush=True)
+    os.remove(data)
+
+    ok = True
+    samples = a.steps * a.batch
+    print(f"\nrecsys: two-tower ({MODEL.replace(ROOT + '/', '')}), {a.steps} steps x {a.batch} "
+          f"impressions, {EVAL_ROWS} held out, {a.repeats} repeats, {a.cores} cores")
+    for where, table in (("loopback", rows), ("two namespaces, 1 Gbit/s veth", link_rows)):
+        if table:
+            ok &= print_table(a, where, table, samples)
 
     conv = cann_run(a, 1, 0, a.converge_steps)
     gap = conv["ceiling"] - conv["auc"]
