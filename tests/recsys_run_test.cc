@@ -112,8 +112,9 @@ TEST(RecsysRun, CriteoFileTrainsAndItsBadLinesAreNamedOrCounted) {
 }
 
 TEST(RecsysRun, FlagsThatDoNotApplyAreOneLineErrors) {
-  expect_one_line_error(run_cann({"run", "--model", "dlrm_tiny", "--compress", "onebit"}), 2,
-                        {"--compress onebit: a recommendation model's dense gradients", "hint"});
+  expect_one_line_error(run_cann({"run", "--model", "dlrm_tiny", "--compress", "topk:0.01",
+                                  "--checkpoint-dir", "/tmp/never-written"}),
+                        2, {"--compress topk:0.01 with --checkpoint-dir", "hint"});
   expect_one_line_error(run_cann({"run", "--model", "dlrm_tiny", "--pipeline-schedule", "1f1b"}), 2,
                         {"--pipeline-schedule does not apply to a recommendation model"});
   expect_one_line_error(run_cann({"run", "--model", "two_tower_tiny", "--strategy", "dp=2"}), 2,

@@ -8,6 +8,7 @@
 
 #include "comm/store.h"
 #include "core/threads.h"
+#include "plan/engine_support.h"
 #include "recsys/ps_client.h"
 #include "recsys/ps_server.h"
 #include "recsys/rec_checkpoint.h"
@@ -48,7 +49,8 @@ const std::set<std::string> kHonoured = {"--model",
                                          "--compress",
                                          "--checkpoint-dir",
                                          "--checkpoint-every",
-                                         "--resume"};
+                                         "--resume",
+                                         "--onebit-warmup"};
 const std::set<std::string> kRecsysOnly = {
     "--sparse-optimizer", "--sparse-lr",    "--eval-rows",      "--bad-lines",
     "--ps-shards",        "--ps-staleness", "--ps-admit-after", "--ps-evict-after"};
@@ -151,13 +153,15 @@ int run_shard(const recsys::RecSpec& spec, const train::TrainConfig& config,
 }
 
 int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
-               const RecsysFlags& flags, bool bf16_dense, const train::DistEnv& env,
-               const Role& role, const train::CommConfig& comm) {
+               const RecsysFlags& flags, const recsys::RecWorkerContext& compression,
+               const train::DistEnv& env, const Role& role, const train::CommConfig& comm) {
   const auto timeout = std::chrono::milliseconds(static_cast<long>(comm.timeout_s * 1000));
   recsys::RecWorkerContext context;
   context.worker = role.index;
   context.workers = role.workers;
-  context.bf16_dense = bf16_dense;
+  context.compression = compression.compression;
+  context.topk_ratio = compression.topk_ratio;
+  context.onebit_warmup = compression.onebit_warmup;
   std::unique_ptr<comm::Group> dense;
   if (role.workers > 1) {
     // The workers alone, ranked among themselves, as one data-parallel group.
@@ -296,17 +300,25 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
         ": a checkpoint is the state after one step of every worker, which only synchronous "
         "shards have; hint: drop --ps-staleness, or the checkpoints"));
   if (config.threads > 0) set_num_threads(config.threads);
-  bool bf16_dense = false;
+  recsys::RecWorkerContext compression;  // the dense gradients' wire format only
   if (given("--compress")) {
-    const std::string c = run.get_option("--compress")->as<std::string>();
-    if (c != "none" && c != "bf16")
+    auto c = plan::parse_compression(run.get_option("--compress")->as<std::string>());
+    if (!c.ok()) return fail(c.status());
+    using Kind = plan::Compression::Kind;
+    using Dense = recsys::RecWorkerContext::DenseCompression;
+    compression.compression = c->kind == Kind::kBf16     ? Dense::kBf16
+                              : c->kind == Kind::kOneBit ? Dense::kOneBit
+                              : c->kind == Kind::kTopK   ? Dense::kTopK
+                                                         : Dense::kNone;
+    compression.topk_ratio = c->topk_ratio;
+    if (c->two_stage() && !config.checkpoint_dir.empty())
       return fail(InvalidArgument(
-          "--compress " + c +
-          ": a recommendation model's dense gradients are averaged in fp32 or bf16; top-k and "
-          "1-bit need the momentum-compressing optimizer the transformers use, which its dense "
-          "layers do not run; hint: use --compress bf16 or none"));
-    bf16_dense = c == "bf16";
+          "--compress " + plan::compression_name(*c) +
+          " with --checkpoint-dir: a recommendation run's checkpoints hold Adam's state, not the "
+          "compressed stage's error feedback; hint: use --compress bf16 or none, or drop the "
+          "checkpoints"));
   }
+  compression.onebit_warmup = config.onebit_warmup;
 
   auto env = train::detect_dist_env();
   if (!env.ok()) return fail(env.status());
@@ -344,7 +356,7 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
         InvalidArgument("--ps-shards leaves no worker on a node; hint: raise "
                         "--nproc-per-node"));
   if (role->shard) return run_shard(*spec, config, flags, **env, *role, comm);
-  return run_worker(*spec, rc, flags, bf16_dense, **env, *role, comm);
+  return run_worker(*spec, rc, flags, compression, **env, *role, comm);
 }
 
 }  // namespace cann::cli

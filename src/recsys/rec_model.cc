@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "core/check.h"
 #include "core/rng.h"
@@ -14,12 +15,21 @@
 namespace cann::recsys {
 namespace {
 
-std::vector<MlpLayer> place_mlp(int in, const std::vector<int>& widths, int64_t* offset) {
+// Adds an MLP's tensors to the table, layer l of MLP `name` as "name.l.weight" (out,in) and
+// "name.l.bias"; `first_layer` numbers the layers across MLPs (ParamTable's layer index).
+std::vector<MlpLayer> place_mlp(model::ParamTable* table, const std::string& name, int in,
+                                const std::vector<int>& widths, int* first_layer) {
   std::vector<MlpLayer> mlp;
-  for (int w : widths) {
-    MlpLayer l{in, w, *offset, *offset + static_cast<int64_t>(in) * w};
-    *offset = l.b + w;
-    mlp.push_back(l);
+  for (size_t i = 0; i < widths.size(); ++i) {
+    const int w = widths[i];
+    const std::string prefix = name + "." + std::to_string(i);
+    const size_t wi =
+        table->add(prefix + ".weight", {w, in}, *first_layer, model::TpSplit::kReplicated, true);
+    const size_t bi =
+        table->add(prefix + ".bias", {w}, *first_layer, model::TpSplit::kReplicated, false);
+    mlp.push_back({in, w, static_cast<int64_t>(table->at(wi).offset),
+                   static_cast<int64_t>(table->at(bi).offset)});
+    ++*first_layer;
     in = w;
   }
   return mlp;
@@ -39,18 +49,21 @@ void init_mlp(const std::vector<MlpLayer>& mlp, float* dense, Rng& rng) {
 }  // namespace
 
 RecModel::RecModel(const RecSpec& spec, uint64_t seed) : spec_(spec) {
-  int64_t offset = 0;
+  int layer = 0;
   const int C = spec.embedding_dim, F = spec.sparse_features;
   if (spec.architecture == RecArchitecture::kDlrm) {
-    bottom_ = place_mlp(spec.dense_features, spec.bottom_mlp, &offset);
-    top_ = place_mlp(kernels::dot_interaction_width(F + 1, C), spec.top_mlp, &offset);
+    bottom_ = place_mlp(&table_, "bottom_mlp", spec.dense_features, spec.bottom_mlp, &layer);
+    top_ = place_mlp(&table_, "top_mlp", kernels::dot_interaction_width(F + 1, C), spec.top_mlp,
+                     &layer);
   } else {
-    user_tower_ = place_mlp(spec.user_features * C, spec.tower_mlp, &offset);
-    item_tower_ = place_mlp(spec.item_features() * C, spec.tower_mlp, &offset);
+    user_tower_ = place_mlp(&table_, "user_tower", spec.user_features * C, spec.tower_mlp, &layer);
+    item_tower_ =
+        place_mlp(&table_, "item_tower", spec.item_features() * C, spec.tower_mlp, &layer);
   }
-  CANN_CHECK(offset == spec.dense_parameters());
-  dense_.resize(offset);
-  dense_grad_.assign(offset, 0.0f);
+  CANN_CHECK(static_cast<int64_t>(table_.num_parameters()) == spec.dense_parameters());
+  // Alignment padding between tensors stays zero in the parameters and the gradients.
+  dense_.assign(table_.total_floats(), 0.0f);
+  dense_grad_.assign(table_.total_floats(), 0.0f);
   Rng rng(seed);
   for (const auto* mlp : {&bottom_, &top_, &user_tower_, &item_tower_})
     init_mlp(*mlp, dense_.data(), rng);
@@ -58,21 +71,10 @@ RecModel::RecModel(const RecSpec& spec, uint64_t seed) : spec_(spec) {
 
 std::vector<DenseTensor> RecModel::dense_tensors() const {
   std::vector<DenseTensor> out;
-  const std::pair<const char*, const std::vector<MlpLayer>*> mlps[] = {
-      {"bottom_mlp", &bottom_},
-      {"top_mlp", &top_},
-      {"user_tower", &user_tower_},
-      {"item_tower", &item_tower_}};
-  for (const auto& [name, mlp] : mlps)
-    for (size_t i = 0; i < mlp->size(); ++i) {
-      const MlpLayer& l = (*mlp)[i];
-      const std::string prefix = std::string(name) + "." + std::to_string(i);
-      out.push_back({prefix + ".weight", l.w, static_cast<int64_t>(l.in) * l.out});
-      out.push_back({prefix + ".bias", l.b, l.out});
-    }
+  for (const model::TensorInfo& t : table_.tensors())
+    out.push_back({t.name, static_cast<int64_t>(t.offset), static_cast<int64_t>(t.numel)});
   return out;
 }
-
 void RecModel::mlp_forward(const std::vector<MlpLayer>& mlp, bool relu_last, const float* x, int B,
                            MlpActs* acts) {
   acts->outs.resize(mlp.size());

@@ -1,7 +1,8 @@
 // The dense part of a recommendation model and its forward and backward passes over the rows a
-// batch pulled (embedding_store.h). All dense parameters live in one flat buffer (the MLPs'
-// weights and biases, layer by layer), so data parallelism reduces one buffer and the optimizer
-// is one loop, as for the transformers.
+// batch pulled (embedding_store.h). All dense parameters live in one flat buffer laid out by a
+// model::ParamTable (the MLPs' weights and biases, layer by layer; weights decay, biases do not),
+// so data parallelism reduces one buffer and the optimizers (Adam, 1-bit Adam) run over it as
+// they run over the transformers'.
 //
 // DLRM: dense (B,D) -> bottom MLP (ReLU after every layer) -> h (B,C); h and the F pooled bags
 // stacked (B,F+1,C) -> dot interaction (B, C + (F+1)F/2) -> top MLP (ReLU after every layer but
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "model/param_table.h"
 #include "recsys/click_batch.h"
 #include "recsys/embedding_store.h"
 #include "recsys/rec_spec.h"
@@ -42,6 +44,7 @@ class RecModel {
 
   const RecSpec& spec() const { return spec_; }
   int64_t num_dense() const { return static_cast<int64_t>(dense_.size()); }
+  const model::ParamTable& table() const { return table_; }
   float* dense() { return dense_.data(); }
   const float* dense() const { return dense_.data(); }
   float* dense_grad() { return dense_grad_.data(); }
@@ -84,6 +87,7 @@ class RecModel {
                      double* loss);
 
   RecSpec spec_;
+  model::ParamTable table_;
   std::vector<float> dense_, dense_grad_;
   std::vector<MlpLayer> bottom_, top_, user_tower_, item_tower_;
   // Activations of the last pass, reused between steps.

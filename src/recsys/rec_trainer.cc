@@ -9,6 +9,7 @@
 
 #include "comm/group.h"
 #include "kernels/cpu/adamw.h"
+#include "parallel/onebit_adam.h"
 #include "parallel/reductions.h"
 #include "recsys/local_store.h"
 #include "recsys/metrics.h"
@@ -236,10 +237,34 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
   // The dense gradients: one bucket, reduced as the transformers' data-parallel buckets are.
   plan::Bucket dense_bucket;
   dense_bucket.end = static_cast<size_t>(model.num_dense());
+  using Compression = RecWorkerContext::DenseCompression;
   std::unique_ptr<parallel::FullReduction> dense_reduction;
-  if (context.dense_group)
-    dense_reduction =
-        std::make_unique<parallel::FullReduction>(*context.dense_group, context.bf16_dense);
+  std::unique_ptr<parallel::TopKReduction> topk;
+  std::unique_ptr<parallel::OneBitAdam> onebit;
+  if (context.dense_group &&
+      (context.compression == Compression::kOneBit || context.compression == Compression::kTopK)) {
+    optim::AdamWConfig adam;
+    adam.beta1 = 0.9f;
+    adam.beta2 = 0.999f;
+    adam.eps = 1e-8f;
+    adam.weight_decay = 0.0f;
+    adam.grad_clip = 0.0f;
+    // As for the transformers: 15% of the run, but at least Adam's variance window (1000 steps
+    // at beta2 = 0.999), or the frozen variance is the first gradients' noise.
+    const int warmup = context.onebit_warmup >= 0 ? context.onebit_warmup
+                                                  : std::max(1000, config.steps * 15 / 100);
+    const std::vector<plan::Bucket> buckets = {dense_bucket};
+    double ratio = 0.0;
+    if (context.compression == Compression::kTopK) {
+      ratio = context.topk_ratio;
+      topk = std::make_unique<parallel::TopKReduction>(*context.dense_group, buckets, ratio);
+    }
+    onebit = std::make_unique<parallel::OneBitAdam>(model.table(), adam, *context.dense_group,
+                                                    buckets, warmup, topk.get(), ratio);
+  } else if (context.dense_group) {
+    dense_reduction = std::make_unique<parallel::FullReduction>(
+        *context.dense_group, context.compression == Compression::kBf16);
+  }
   std::vector<float> m(model.num_dense(), 0.0f), v(model.num_dense(), 0.0f);
   RecRunSummary summary;
   const bool checkpoints = !config.checkpoint_dir.empty();
@@ -311,7 +336,10 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
         for (float& v : g) v *= 1.0f / W;
     CANN_RETURN_IF_ERROR(store->push(pulled, row_grads));
     if (context.dense_group) {
-      CANN_RETURN_IF_ERROR(dense_reduction->reduce(dense_bucket, 0, model.dense_grad()));
+      if (onebit)
+        CANN_RETURN_IF_ERROR(onebit->reduction()->reduce(dense_bucket, 0, model.dense_grad()));
+      else
+        CANN_RETURN_IF_ERROR(dense_reduction->reduce(dense_bucket, 0, model.dense_grad()));
       float mean_loss = static_cast<float>(loss / W);
       CANN_RETURN_IF_ERROR(
           context.dense_group
@@ -319,9 +347,13 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
               ->wait());
       loss = mean_loss;
     }
-    const kernels::AdamWHyper h{config.lr, 0.9f, 0.999f, 1e-8f, 0.0f, step, 1.0f};
-    kernels::adamw_update(model.dense(), m.data(), v.data(), model.dense_grad(), model.num_dense(),
-                          h);
+    if (onebit) {
+      CANN_RETURN_IF_ERROR(onebit->step(model.dense(), model.dense_grad(), config.lr).status());
+    } else {
+      const kernels::AdamWHyper h{config.lr, 0.9f, 0.999f, 1e-8f, 0.0f, step, 1.0f};
+      kernels::adamw_update(model.dense(), m.data(), v.data(), model.dense_grad(),
+                            model.num_dense(), h);
+    }
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (checkpoints && ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) ||
                         step == config.steps)) {

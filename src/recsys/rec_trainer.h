@@ -55,14 +55,20 @@ struct RecRunSummary {
 
 // Where one worker of a multi-process run stands. Every worker takes its 1/W slice of each
 // global batch; the dense gradients are averaged over `dense_group` (the workers only, through
-// the data-parallel reducer's bucket reduction, fp32 or bf16 on the wire), the row gradients
+// the data-parallel bucket reductions: fp32, bf16 or compressed momenta), the row gradients
 // are scaled by 1/W and summed by the shards, and the embedding rows come from `store` (the
 // parameter-server shards). Worker 0 evaluates and prints.
 struct RecWorkerContext {
   int worker = 0, workers = 1;
   comm::Group* dense_group = nullptr;  // null: one worker
-  bool bf16_dense = false;             // the dense gradients cross the wire in bf16
-  EmbeddingStore* store = nullptr;     // null: every table in this process
+  // The dense gradients on the wire: fp32, bf16, or (after onebit_warmup fp32 steps; -1: 15% of
+  // the run, at least Adam's variance window) 1-bit Adam's or top-k's compressed momenta
+  // (parallel/onebit_adam.h) in place of Adam.
+  enum class DenseCompression { kNone, kBf16, kOneBit, kTopK };
+  DenseCompression compression = DenseCompression::kNone;
+  double topk_ratio = 0.0;
+  int onebit_warmup = -1;
+  EmbeddingStore* store = nullptr;  // null: every table in this process
 };
 
 // Rows [begin, begin + n) of a batch, with their bags (the layout of click_batch.h).
