@@ -48,8 +48,11 @@ inline double now_s() {
 // A job running in the background: the agent's pid, its output in a file (dir/out.txt).
 class Job {
  public:
-  Job(const std::string& dir, std::vector<std::string> args) : dir_(dir) {
-    std::vector<std::string> argv = {CANN_TRAIN_BINARY};
+  // `binary`: the program to run (another agent than cann-train's: a user's program).
+  Job(const std::string& dir, std::vector<std::string> args,
+      const std::string& binary = CANN_TRAIN_BINARY)
+      : dir_(dir) {
+    std::vector<std::string> argv = {binary};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string out = dir + "/out.txt";
     pid_ = fork();

@@ -73,6 +73,16 @@ struct AgentConfig {
     std::vector<std::string> worker_args;
   };
   std::function<StatusOr<NodeLaunch>()> node0_decides;
+  // Elastic on one node: called on the agent's thread each time it replaces failed workers,
+  // after the replacements' generation is published.
+  struct WorkerFault {
+    int rank = 0;               // the failed rank (-1: the whole generation was replaced)
+    std::string cause;          // what the agent saw
+    int generation = 0;         // the new generation
+    int replaced = 0;           // workers started again
+    std::string restored_from;  // where the new generation's state comes from
+  };
+  std::function<void(const WorkerFault&)> on_fault;
 };
 
 // Runs the workers to completion. Returns the process exit status for the agent: 0 when every

@@ -240,6 +240,7 @@ Status LocalAgent::restart_generation(int rank, const std::string& cause, bool w
   std::fflush(stderr);
   rendezvous_pending_ = true;
   CANN_RETURN_IF_ERROR(publish_membership(&plan));
+  if (config_.on_fault) config_.on_fault({whole ? -1 : rank, cause, generation_, replaced, from});
   for (int l = 0; l < P_; ++l)
     if (!workers_[l].running) CANN_RETURN_IF_ERROR(spawn(l, &plan));
   return OkStatus();

@@ -107,6 +107,11 @@ void Trainer::bind_state() {
 }
 
 Status Trainer::run(RunSummary* summary) {
+  // A process of a generation after the first replaces one the agent lost: it starts restored.
+  if (callbacks_.on_fault && keeper_->generation() > 0)
+    callbacks_.on_fault({layout_.rank, keeper_->generation(),
+                         "this rank's process was lost and started again by the agent",
+                         start_step_, start_step_ > 0 ? "an in-memory snapshot" : "the start"});
   const bool show = reporter_->show();
   if (show)
     for (const std::string& line :
@@ -218,6 +223,8 @@ Status Trainer::train_steps(RunSummary* summary) {
     }
     CANN_RETURN_IF_ERROR(reporter_->publish(r));
     CANN_RETURN_IF_ERROR(keeper_->keep(done, reporter_->last_log_line()));
+    if (callbacks_.on_step)
+      callbacks_.on_step({done, r.loss, r.step_time_s, layout_.rank, keeper_->generation()});
     if (step == start_step_ && keeper_->generation() > 0 && leader())
       keeper_->event("training_resumed", "step " + std::to_string(done) + " completed");
     const bool periodic = config_.checkpoint_every > 0 && done % config_.checkpoint_every == 0;

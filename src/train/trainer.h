@@ -31,6 +31,7 @@
 #include "model/spec.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_source.h"
+#include "train/callbacks.h"
 #include "train/config.h"
 #include "train/distributed.h"
 #include "train/grad_watch.h"
@@ -63,6 +64,8 @@ class Trainer {
                                                    const DistEnv* env = nullptr,
                                                    const CommConfig& comm = {});
   Status run(RunSummary* summary);
+  // Calls from the training loop (train/callbacks.h); set before run().
+  void set_callbacks(TrainCallbacks callbacks) { callbacks_ = std::move(callbacks); }
 
   const model::Model& model() const { return parts_->model(); }
 
@@ -117,6 +120,7 @@ class Trainer {
   std::unique_ptr<ComputeClock> compute_clock_;  // the compute threads' CPU time
   int start_step_ = 0;
   bool comm_failed_ = false;  // a collective failed since the last (re)join
+  TrainCallbacks callbacks_;
 };
 
 }  // namespace cann::train

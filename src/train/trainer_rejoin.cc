@@ -63,6 +63,9 @@ Status Trainer::rejoin(const Status& cause) {
   comm_failed_ = false;
   CANN_ASSIGN_OR_RETURN(start_step_, keeper_->restore_after_rejoin());
   CANN_RETURN_IF_ERROR(reporter_->recover_step_line(start_step_, keeper_->restored_step_log()));
+  if (callbacks_.on_fault)
+    callbacks_.on_fault({layout_.rank, *gen, cause.message(), start_step_,
+                         "the in-memory snapshots of generation " + std::to_string(*gen - 1)});
   log_info("rank " + std::to_string(layout_.rank) + " rejoined as generation " +
            std::to_string(*gen) + " at step " + std::to_string(start_step_) + " in " +
            std::to_string(now_seconds() - t0) + " s" +
