@@ -3,6 +3,8 @@
 // prefix alone (find_package(cann_train)), builds, and runs:
 //   custom_model: its own model from the engine's layers, gradient-checked, trained
 //     data-parallel over the engine's groups, and a group made from a rank list;
+//   custom_op: its own activation with a declared distribution rule in the engine's
+//     transformer, gradient-checked, trained in one process and under dp=2 and tp=2 alike;
 //   elastic_callbacks: the engine's Trainer under the elastic agent in the user's program, a
 //     worker really killed, and the program's fault handlers and step callbacks told what
 //     failed and what was restored.
@@ -42,6 +44,11 @@ TEST(MultiProcInstalledPackage, AnOutOfTreeProjectBuildsAgainstItAndTrains) {
   std::printf("%s", run.output.c_str());
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("custom_model: every check holds"), std::string::npos) << run.output;
+  const auto op = test::run_command({out + "/custom_op"}, 300);
+  std::printf("%s", op.output.c_str());
+  EXPECT_EQ(op.exit_code, 0) << op.output;
+  EXPECT_NE(op.output.find("tp=2 over 2 processes: loss"), std::string::npos) << op.output;
+  EXPECT_NE(op.output.find("custom_op: every check holds"), std::string::npos) << op.output;
 
   // The elastic program: rank 1 killed once both ranks are training; the agent replaces it.
   test::Job job(dir.path(), {"1000"}, out + "/elastic_callbacks");

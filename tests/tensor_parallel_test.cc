@@ -21,6 +21,7 @@
 #include "comm_test_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "custom_ops.h"
 #include "model/model.h"
 #include "model/param_table.h"
 #include "model/spec.h"
@@ -260,6 +261,36 @@ TEST(TensorParallelTest, MoeBertWithSequenceParallelMatchesOneProcess) {
   const Batch b = make_batches(s, 1, kB, seq_of(s))[0];
   (*m)->forward(b.inputs.data(), b.targets.data(), kB, seq_of(s));
   EXPECT_GT((*m)->dropped_assignments(), 0);
+}
+
+// User activations follow their declared distribution rule: an elementwise one runs on each
+// rank's slice of the hidden units, a full-row one on whole rows gathered over the tp ranks;
+// either way every rank's loss and gradients are one process's.
+TEST(TensorParallelTest, UserActivationsFollowTheirDistributionRule) {
+  test::register_test_activations();
+  const std::string gpt =
+      "architecture: gpt\nhidden_size: 48\nnum_hidden_layers: 2\n"
+      "num_attention_heads: 6\nvocab_size: 64\nseq_length: 16\n";
+  expect_equivalent("rms_silu", gpt + "hidden_act: rms_silu\n", 2, false);
+  expect_equivalent("rms_silu", gpt + "hidden_act: rms_silu\n", 2, true);
+  expect_equivalent("rms_silu", gpt + "hidden_act: rms_silu\n", 3, false);
+  expect_equivalent("sq_relu", gpt + "hidden_act: squared_relu\n", 3, false);
+  // The rule is what makes it right: the same full-row op declared elementwise normalizes each
+  // rank's slice by that slice's own mean square, and the tp run leaves one process's losses.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    model::ActivationOp wrong = *model::find_activation("rms_silu");
+    wrong.name = "rms_silu_declared_elementwise";
+    wrong.rule = model::DistributionRule::kElementwise;
+    ASSERT_TRUE(model::register_activation(wrong).ok());
+  });
+  const ModelSpec s = spec_from(gpt + "hidden_act: rms_silu_declared_elementwise\n");
+  const auto batches = make_batches(s, 1, kB, seq_of(s));
+  const double one = run_single(s, batches).losses[0];
+  const double split = run_tp(s, batches, 2, false)[0].losses[0];
+  std::printf("declared elementwise: loss %.6f on one process, %.6f split over 2 ranks\n", one,
+              split);
+  EXPECT_GT(std::abs(one - split), 1e-4);
 }
 
 TEST(TensorParallelTest, AwkwardTpOfThree) {

@@ -29,6 +29,7 @@
 #include "core/status.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
+#include "model/custom_op.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
 #include "model/recompute.h"
@@ -293,11 +294,14 @@ class Model {
   void mla_backward(const LayerActs& a, const LayerOffsets& o, const float* x, int N);
   // Positions of this rank's B_*T_ rows (global positions under cp).
   const int* rope_positions();
-  // The MLP's activation: GeLU of fch, or SwiGLU of fch's [gate | up] halves.
-  void mlp_activation_forward(float* act, const float* fch, int N, int F) const;
+  // The MLP's activation: GeLU of fch, SwiGLU of fch's [gate | up] halves, or a user's op
+  // (model/custom_op.h).
+  void mlp_activation_forward(float* act, const float* fch, int N, int F);
   // d(fch) from d(act) (in d_act, (N,F)) into dfch.
-  void mlp_activation_backward(float* dfch, const float* d_act, const float* fch, int N,
-                               int F) const;
+  void mlp_activation_backward(float* dfch, const float* d_act, const float* fch, int N, int F);
+  // A user's kFullRow op under tensor parallelism: on whole rows gathered over the tp ranks;
+  // forward when dy is null (out = y), else backward (out = dx).
+  void full_row_activation(float* out, const float* x, const float* dy, int N, int F);
   void vocab_parallel_loss(int N);
   // Context parallelism (context_parallel.cc); each records the first failure in tp_status_.
   // The global positions of this rank's T/cp rows of a sequence of T (cached in cp_pos_).
@@ -348,6 +352,8 @@ class Model {
   ExpertParallel ep_;
   ContextParallel cp_;
   Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
+  const ActivationOp* custom_act_ = nullptr;  // spec_.custom_activation's op
+  std::vector<float> custom_gather_, custom_x_, custom_dy_, custom_out_;  // its tp scratch
   std::function<void(ParamUse, int)> param_hook_;
   std::function<void(size_t)> grad_ready_hook_;
   Recompute recompute_ = Recompute::kNone;

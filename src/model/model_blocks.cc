@@ -111,7 +111,14 @@ void Model::rope_qk(float* qkv, int N, bool backward) {
     rope_forward(qkv, rope_positions(), rope_, shape);
 }
 
-void Model::mlp_activation_forward(float* act, const float* fch, int N, int F) const {
+void Model::mlp_activation_forward(float* act, const float* fch, int N, int F) {
+  if (custom_act_) {
+    if (custom_act_->rule == DistributionRule::kElementwise || tp_.size == 1)
+      custom_act_->forward(act, fch, N, F);
+    else
+      full_row_activation(act, fch, nullptr, N, F);
+    return;
+  }
   if (spec_.mlp == MlpKind::kSwiGlu)
     swiglu_forward(act, fch, N, F);
   else
@@ -119,11 +126,49 @@ void Model::mlp_activation_forward(float* act, const float* fch, int N, int F) c
 }
 
 void Model::mlp_activation_backward(float* dfch, const float* d_act, const float* fch, int N,
-                                    int F) const {
+                                    int F) {
+  if (custom_act_) {
+    if (custom_act_->rule == DistributionRule::kElementwise || tp_.size == 1)
+      custom_act_->backward(dfch, fch, d_act, N, F);
+    else
+      full_row_activation(dfch, fch, d_act, N, F);
+    return;
+  }
   if (spec_.mlp == MlpKind::kSwiGlu)
     swiglu_backward(dfch, d_act, fch, N, F);
   else
     gelu_backward(dfch, fch, d_act, static_cast<size_t>(N) * F);
+}
+
+// A kFullRow op under tensor parallelism: each rank holds columns [r F, (r+1) F) of every row.
+// The all-gather brings the ranks' (N,F) slices as (tp,N,F); they are interleaved into whole
+// rows (N, tp F), the op runs on those, and this rank keeps its columns. Backward gathers the
+// output gradient the same way (and the input again: it is not kept between the passes).
+// Example, tp = 2, F = 2, N = 1: rank 0 holds [a b], rank 1 [c d]; both run the op on [a b c d]
+// and keep [0, 2) and [2, 4) of the result.
+void Model::full_row_activation(float* out, const float* x, const float* dy, int N, int F) {
+  const int tp = tp_.size, W = tp * F;
+  const size_t n = static_cast<size_t>(N) * F;
+  auto gather_rows = [&](std::vector<float>& rows, const float* mine) {
+    custom_gather_.resize(n * tp);
+    if (tp_status_.ok()) tp_status_ = tp_.comm->allgather(custom_gather_.data(), mine, n);
+    rows.resize(n * tp);
+    for (int r = 0; r < tp; ++r)
+      for (int i = 0; i < N; ++i)
+        std::copy_n(custom_gather_.data() + (static_cast<size_t>(r) * N + i) * F, F,
+                    rows.data() + static_cast<size_t>(i) * W + static_cast<size_t>(r) * F);
+  };
+  gather_rows(custom_x_, x);
+  custom_out_.resize(n * tp);
+  if (dy) {
+    gather_rows(custom_dy_, dy);
+    custom_act_->backward(custom_out_.data(), custom_x_.data(), custom_dy_.data(), N, W);
+  } else {
+    custom_act_->forward(custom_out_.data(), custom_x_.data(), N, W);
+  }
+  for (int i = 0; i < N; ++i)
+    std::copy_n(custom_out_.data() + static_cast<size_t>(i) * W + static_cast<size_t>(tp_.rank) * F,
+                F, out + static_cast<size_t>(i) * F);
 }
 
 }  // namespace cann::model

@@ -53,6 +53,11 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
       cp_(cp),
       chunks_(stage_chunks(spec_, stage)),
       table_(build_chunked_param_table(spec_, tp.size, chunks_, ep.size)) {
+  if (!spec_.custom_activation.empty()) {
+    custom_act_ = find_activation(spec_.custom_activation);
+    CANN_CHECK(custom_act_ != nullptr) << "activation " << spec_.custom_activation
+                                       << " read from the spec but not registered";
+  }
   holds_embed_ = holds_head_ = false;
   for (const LayerRange& c : chunks_) {
     holds_embed_ = holds_embed_ || c.first == 0;

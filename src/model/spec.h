@@ -112,6 +112,9 @@ struct ModelSpec {
 
   // Blocks.
   MlpKind mlp = MlpKind::kGelu;
+  // A user's activation (model/custom_op.h) in place of GeLU, by its registered name; empty:
+  // the built-in one.
+  std::string custom_activation;
   NormKind norm = NormKind::kLayerNorm;
   double norm_eps = 1e-5;
   PositionKind positions = PositionKind::kLearned;

@@ -9,6 +9,8 @@
 // config.json files of the models they describe.
 #include "model/spec_keys.h"
 
+#include "model/custom_op.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -83,6 +85,10 @@ Status read_activation(const YAML::Node& v, const KeyRef& k, SpecDraft* d) {
   // engine computes the tanh form (gelu_new), as GPT-2 does.
   if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast")
     return OkStatus();
+  if (find_activation(act) != nullptr) {
+    d->spec.custom_activation = act;
+    return OkStatus();
+  }
   return spec_error(k.source, k.key,
                     "'" + act + "' is not an activation cann-train's " +
                         std::string(family_name(d->spec.family)) +
