@@ -178,6 +178,16 @@ TEST(RecModelGradients, TwoTowerWithImpressionNegatives) {
   check_model_gradients(spec, make_batch(spec, 14, 4));
 }
 
+TEST(RecModelGradients, TwoTowerWithDenseFeaturesAndPointwiseLoss) {
+  // Dense features 0 and 1 feed the user tower, 2 the item tower; binary cross-entropy on every
+  // impression.
+  const RecSpec spec =
+      spec_of(std::string(kTwoTower) + "dense_features: 3\nuser_dense_features: 2\nloss: bce\n");
+  EXPECT_EQ(spec.user_tower_input(), 2 * 6 + 2);
+  EXPECT_EQ(spec.item_tower_input(), 2 * 6 + 1);
+  check_model_gradients(spec, make_batch(spec, 10, 8));
+}
+
 TEST(RecModel, TwoTowerBatchWithoutClicksHasNoGradient) {
   const RecSpec spec = spec_of(kTwoTower);
   ClickBatch b = make_batch(spec, 6, 5);
@@ -307,6 +317,9 @@ TEST(RecSpecs, BadSpecsSayWhatToDo) {
       {"architecture: two_tower\nsparse_features: 2\nuser_features: 1\ntable_rows: 5\n"
        "tower_mlp: [4]\npooling: max\n",
        "pooling: 'max' is unknown"},
+      {"architecture: two_tower\nsparse_features: 2\nuser_features: 1\ntable_rows: 5\n"
+       "tower_mlp: [4]\ndense_features: 2\nuser_dense_features: 3\n",
+       "user_dense_features: 3 of 2 dense features"},
       {"architecture: dlrm\nembedding_dim: [3\n", "malformed YAML"},
   };
   for (const auto& c : cases) {

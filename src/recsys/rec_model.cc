@@ -56,9 +56,8 @@ RecModel::RecModel(const RecSpec& spec, uint64_t seed) : spec_(spec) {
     top_ = place_mlp(&table_, "top_mlp", kernels::dot_interaction_width(F + 1, C), spec.top_mlp,
                      &layer);
   } else {
-    user_tower_ = place_mlp(&table_, "user_tower", spec.user_features * C, spec.tower_mlp, &layer);
-    item_tower_ =
-        place_mlp(&table_, "item_tower", spec.item_features() * C, spec.tower_mlp, &layer);
+    user_tower_ = place_mlp(&table_, "user_tower", spec.user_tower_input(), spec.tower_mlp, &layer);
+    item_tower_ = place_mlp(&table_, "item_tower", spec.item_tower_input(), spec.tower_mlp, &layer);
   }
   CANN_CHECK(static_cast<int64_t>(table_.num_parameters()) == spec.dense_parameters());
   // Alignment padding between tensors stays zero in the parameters and the gradients.
@@ -179,10 +178,19 @@ double RecModel::two_tower_pass(const ClickBatch& batch, const PulledRows& pulle
                                 RowGrads* row_grads, float loss_scale, float* logits) {
   const int B = batch.batch, C = spec_.embedding_dim, F = spec_.sparse_features;
   const int Fu = spec_.user_features, Fi = F - Fu, E = spec_.tower_mlp.back();
-  user_in_.resize(static_cast<size_t>(B) * Fu * C);
-  item_in_.resize(static_cast<size_t>(B) * Fi * C);
-  pool(batch, pulled, 0, Fu, user_in_.data(), Fu * C, 0);
-  pool(batch, pulled, Fu, F, item_in_.data(), Fi * C, 0);
+  // Each tower's input row: its pooled bags, then its dense features.
+  const int Wu = spec_.user_tower_input(), Wi = spec_.item_tower_input();
+  const int D = spec_.dense_features, Du = spec_.user_dense_features;
+  user_in_.resize(static_cast<size_t>(B) * Wu);
+  item_in_.resize(static_cast<size_t>(B) * Wi);
+  pool(batch, pulled, 0, Fu, user_in_.data(), Wu, 0);
+  pool(batch, pulled, Fu, F, item_in_.data(), Wi, 0);
+  for (int b = 0; b < B; ++b) {
+    const float* dense = batch.dense.data() + static_cast<size_t>(b) * D;
+    std::memcpy(user_in_.data() + static_cast<size_t>(b) * Wu + Fu * C, dense, sizeof(float) * Du);
+    std::memcpy(item_in_.data() + static_cast<size_t>(b) * Wi + Fi * C, dense + Du,
+                sizeof(float) * (D - Du));
+  }
   mlp_forward(user_tower_, false, user_in_.data(), B, &user_acts_);
   mlp_forward(item_tower_, false, item_in_.data(), B, &item_acts_);
   const float* u = user_acts_.outs.back().data();
@@ -223,8 +231,8 @@ double RecModel::two_tower_pass(const ClickBatch& batch, const PulledRows& pulle
   std::vector<float> duser(user_in_.size()), ditem(item_in_.size());
   mlp_backward(user_tower_, false, user_in_.data(), B, &user_acts_, du, duser.data());
   mlp_backward(item_tower_, false, item_in_.data(), B, &item_acts_, dv, ditem.data());
-  unpool(batch, pulled, 0, Fu, duser.data(), Fu * C, 0, row_grads);
-  unpool(batch, pulled, Fu, F, ditem.data(), Fi * C, 0, row_grads);
+  unpool(batch, pulled, 0, Fu, duser.data(), Wu, 0, row_grads);
+  unpool(batch, pulled, Fu, F, ditem.data(), Wi, 0, row_grads);
   return loss;
 }
 

@@ -7,12 +7,12 @@
 // DLRM: dense (B,D) -> bottom MLP (ReLU after every layer) -> h (B,C); h and the F pooled bags
 // stacked (B,F+1,C) -> dot interaction (B, C + (F+1)F/2) -> top MLP (ReLU after every layer but
 // the last) -> click logit (B) -> binary cross-entropy.
-// Two-tower: the user's pooled bags concatenated (B, Fu*C) -> user tower -> u (B,E); the
-// item's likewise -> v (B,E); score = <u,v> / temperature. Training: the clicked rows' users
-// against the clicked rows' items (each user's own item the positive, the other clicked items
-// in-batch negatives, plus the unclicked rows' items under negatives: in_batch_and_impressions)
-// with a softmax, or (loss: bce) every impression with binary cross-entropy on the score. Both
-// towers end without an activation.
+// Two-tower: the user's pooled bags concatenated, then the user's dense features (B, Fu*C + Du)
+// -> user tower -> u (B,E); the item's likewise -> v (B,E); score = <u,v> / temperature. Training:
+// the clicked rows' users against the clicked rows' items (each user's own item the positive, the
+// other clicked items in-batch negatives, plus the unclicked rows' items under negatives:
+// in_batch_and_impressions) with a softmax, or (loss: bce) every impression with binary
+// cross-entropy on the score. Both towers end without an activation.
 #pragma once
 
 #include <cstdint>

@@ -72,8 +72,8 @@ int64_t RecSpec::embedding_rows() const {
 
 int64_t RecSpec::dense_parameters() const {
   if (architecture == RecArchitecture::kTwoTower)
-    return mlp_parameters(user_features * embedding_dim, tower_mlp) +
-           mlp_parameters(item_features() * embedding_dim, tower_mlp);
+    return mlp_parameters(user_tower_input(), tower_mlp) +
+           mlp_parameters(item_tower_input(), tower_mlp);
   const int n = sparse_features + 1;
   return mlp_parameters(dense_features, bottom_mlp) +
          mlp_parameters(embedding_dim + n * (n - 1) / 2, top_mlp);
@@ -118,9 +118,9 @@ StatusOr<RecSpec> parse_rec_spec(const std::string& text, const std::string& sou
                      "'" + arch + "' is not a recommendation model; hint: use dlrm or two_tower");
   }
   const bool dlrm = s.architecture == RecArchitecture::kDlrm;
-  const std::set<std::string> dlrm_only = {"dense_features", "bottom_mlp", "top_mlp"};
-  const std::set<std::string> tower_only = {"user_features", "tower_mlp", "temperature",
-                                            "negatives", "loss"};
+  const std::set<std::string> dlrm_only = {"bottom_mlp", "top_mlp"};
+  const std::set<std::string> tower_only = {"user_features", "user_dense_features", "tower_mlp",
+                                            "temperature",   "negatives",           "loss"};
   YAML::Node rows_node;
   for (const auto& item : root) {
     const std::string key = item.first.as<std::string>();
@@ -136,6 +136,9 @@ StatusOr<RecSpec> parse_rec_spec(const std::string& text, const std::string& sou
     } else if (key == "sparse_features") {
       CANN_ASSIGN_OR_RETURN(int64_t x, read_count(v, source, key, 1, 4096));
       s.sparse_features = static_cast<int>(x);
+    } else if (key == "user_dense_features") {
+      CANN_ASSIGN_OR_RETURN(int64_t x, read_count(v, source, key, 0, 1 << 16));
+      s.user_dense_features = static_cast<int>(x);
     } else if (key == "user_features") {
       CANN_ASSIGN_OR_RETURN(int64_t x, read_count(v, source, key, 1, 4096));
       s.user_features = static_cast<int>(x);
@@ -236,6 +239,12 @@ StatusOr<RecSpec> parse_rec_spec(const std::string& text, const std::string& sou
       return key_error(source, "negatives",
                        "chooses the softmax's candidates, but loss is bce, which scores every "
                        "impression alone; hint: remove negatives, or use loss: softmax");
+    if (s.user_dense_features > s.dense_features)
+      return key_error(source, "user_dense_features",
+                       std::to_string(s.user_dense_features) + " of " +
+                           std::to_string(s.dense_features) +
+                           " dense features; hint: dense features [0, user_dense_features) feed "
+                           "the user tower, the rest the item tower");
     if (s.user_features == 0 || s.user_features >= s.sparse_features)
       return key_error(source, "user_features",
                        "must leave at least one feature to each tower (sparse_features " +

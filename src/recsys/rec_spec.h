@@ -32,8 +32,10 @@ struct RecSpec {
   std::string name, source;
   RecArchitecture architecture = RecArchitecture::kDlrm;
   int dense_features = 13;
-  int sparse_features = 26;  // one embedding table per sparse feature
-  int user_features = 0;     // two-tower: features [0, user_features) feed the user tower
+  int sparse_features = 26;     // one embedding table per sparse feature
+  int user_features = 0;        // two-tower: features [0, user_features) feed the user tower
+  int user_dense_features = 0;  // two-tower: dense features [0, this) feed the user tower, the
+                                // rest the item tower
   int embedding_dim = 16;
   std::vector<int64_t> table_rows;  // one per sparse feature
   bool hash_ids = true;  // an id's row is a hash of the id modulo the rows; else the id itself
@@ -46,6 +48,11 @@ struct RecSpec {
   TowerLoss tower_loss = TowerLoss::kSoftmax;
 
   int item_features() const { return sparse_features - user_features; }
+  // Two-tower: the width of each tower's input (pooled bags, then its dense features).
+  int user_tower_input() const { return user_features * embedding_dim + user_dense_features; }
+  int item_tower_input() const {
+    return item_features() * embedding_dim + dense_features - user_dense_features;
+  }
   int64_t embedding_rows() const;
   int64_t dense_parameters() const;
 };
