@@ -111,6 +111,34 @@ TEST(RecsysRun, CriteoFileTrainsAndItsBadLinesAreNamedOrCounted) {
   EXPECT_GT(auc, 0.72);
 }
 
+// The step log: one line per step from worker 0 alone, the evaluation's AUC and log loss (and
+// the planted ceiling) on evaluation steps, appended to by a resumed run.
+TEST(RecsysRun, TheStepLogHasALinePerStepFromOneWriter) {
+  test::TempDir dir;
+  for (const bool procs : {false, true}) {
+    SCOPED_TRACE(procs ? "2 workers, 1 shard" : "one process");
+    const std::string log = dir.file(procs ? "ps.jsonl" : "one.jsonl");
+    std::vector<std::string> args = {
+        "run",  "--model",   "dlrm_tiny", "--steps",    "30", "--eval-every", "10", "--eval-rows",
+        "2000", "--threads", "1",         "--log-json", log};
+    if (procs) args.insert(args.end(), {"--nproc-per-node", "2", "--ps-shards", "1"});
+    const auto r = run_cann(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string text = test::read_text(log);
+    int lines = 0, evals = 0;
+    size_t at = 0;
+    while ((at = text.find('\n', at)) != std::string::npos) ++lines, ++at;
+    for (size_t p = text.find("\"auc\":"); p != std::string::npos; p = text.find("\"auc\":", p + 1))
+      ++evals;
+    EXPECT_EQ(lines, 30) << text.substr(0, 400);
+    EXPECT_EQ(evals, 3);
+    EXPECT_EQ(text.rfind("{\"step\":1,", 0), 0u) << text.substr(0, 200);
+    EXPECT_NE(text.find("{\"step\":30,"), std::string::npos);
+    EXPECT_NE(text.find("\"ceiling_auc\":0."), std::string::npos);
+    EXPECT_NE(text.find("\"samples\":512,"), std::string::npos);
+  }
+}
+
 TEST(RecsysRun, FlagsThatDoNotApplyAreOneLineErrors) {
   expect_one_line_error(run_cann({"run", "--model", "dlrm_tiny", "--compress", "topk:0.01",
                                   "--checkpoint-dir", "/tmp/never-written"}),

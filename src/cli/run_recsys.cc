@@ -50,7 +50,8 @@ const std::set<std::string> kHonoured = {"--model",
                                          "--checkpoint-dir",
                                          "--checkpoint-every",
                                          "--resume",
-                                         "--onebit-warmup"};
+                                         "--onebit-warmup",
+                                         "--log-json"};
 const std::set<std::string> kRecsysOnly = {
     "--sparse-optimizer", "--sparse-lr",    "--eval-rows",      "--bad-lines",
     "--ps-shards",        "--ps-staleness", "--ps-admit-after", "--ps-evict-after"};
@@ -288,6 +289,7 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
   rc.admit_after = flags.ps_admit_after;
   rc.evict_after = flags.ps_evict_after;
   rc.checkpoint_dir = config.checkpoint_dir;
+  rc.log_json = config.log_json;
   rc.checkpoint_every = given("--checkpoint-every") ? config.checkpoint_every : 0;
   rc.resume = config.resume;
   if (rc.resume && rc.checkpoint_dir.empty())

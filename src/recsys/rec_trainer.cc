@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "core/fs.h"
+#include "core/json_line.h"
+#include "core/timer.h"
 #include "kernels/cpu/adamw.h"
 #include "parallel/onebit_adam.h"
 #include "parallel/reductions.h"
@@ -313,6 +316,13 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
     return OkStatus();
   };
 
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
+  if (lead && !config.log_json.empty()) {
+    step_log.reset(std::fopen(config.log_json.c_str(), "a"));  // a resumed run continues it
+    if (!step_log)
+      return IoError(config.log_json + ": cannot open the step log (" + errno_text() +
+                     "); hint: check that its directory exists and is writable");
+  }
   ClickBatch batch;
   PulledRows pulled;
   RowGrads row_grads;
@@ -354,7 +364,9 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
       kernels::adamw_update(model.dense(), m.data(), v.data(), model.dense_grad(),
                             model.num_dense(), h);
     }
-    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double step_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_seconds += step_s;
     if (checkpoints && ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) ||
                         step == config.steps)) {
       // Every eighth checkpoint is a base of every row seen, the others the rows touched since
@@ -378,8 +390,23 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
       window_loss = 0.0;
       window = 0;
     }
-    if ((config.eval_interval > 0 && step % config.eval_interval == 0) || step == config.steps)
-      CANN_RETURN_IF_ERROR(eval_line(step));
+    const bool evaluated =
+        (config.eval_interval > 0 && step % config.eval_interval == 0) || step == config.steps;
+    if (evaluated) CANN_RETURN_IF_ERROR(eval_line(step));
+    if (step_log) {
+      const int64_t samples = static_cast<int64_t>(batch.batch) * W;
+      JsonLine j;
+      j.add("step", step).add("time", unix_seconds()).add("loss", loss).add("lr", config.lr);
+      j.add("step_time_s", step_s).add("samples", samples).add("samples_per_s", samples / step_s);
+      if (evaluated) {
+        j.add("auc", summary.auc).add("log_loss", summary.log_loss);
+        if (!std::isnan(summary.ceiling_auc)) j.add("ceiling_auc", summary.ceiling_auc);
+      }
+      if (std::fprintf(step_log.get(), "%s\n", j.str().c_str()) < 0 ||
+          std::fflush(step_log.get()) != 0)
+        return IoError(config.log_json + ": cannot append the step log (" + errno_text() +
+                       "); hint: check the disk has room");
+    }
   }
   summary.steps = config.steps;
   summary.train_seconds = train_seconds;

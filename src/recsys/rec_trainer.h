@@ -40,6 +40,8 @@ struct RecTrainConfig {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool resume = false;
+  // Worker 0 appends one JSON line per step (docs/step-log.md, "Recommendation models").
+  std::string log_json;
 };
 
 struct RecRunSummary {
