@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "custom_ops.h"
 #include "model/flops.h"
 #include "model/param_table.h"
 #include "plan/gemm_model.h"
@@ -161,6 +162,31 @@ TEST(PlanLayerTest, MoeCostsScaleWithTopKAndCapacity) {
   s.tp = 2;
   const BlockCosts tp2 = costs(m, wide, s);
   EXPECT_NEAR(tp2.moe.expert_params, ep4.moe.expert_params / 2, 1e-6);
+}
+
+// A user activation that needs whole rows under tp (model/custom_op.h) costs the gathers the
+// engine makes for it: one all-gather of the hidden rows in forward, two in backward; an
+// elementwise one costs nothing more than GeLU.
+TEST(PlanLayerTest, UserActivationsOnWholeRowsPayTheirGathers) {
+  test::register_test_activations();
+  const ClusterSpec c = one_node(8);
+  Strategy s;
+  s.tp = 2;
+  s.dp = 4;
+  const model::ModelSpec plain = gpt();
+  model::ModelSpec full_row = plain, elementwise = plain;
+  full_row.custom_activation = "rms_silu";
+  elementwise.custom_activation = "squared_relu";
+  const BlockCosts base = costs(plain, c, s), rows = costs(full_row, c, s),
+                   elem = costs(elementwise, c, s);
+  EXPECT_DOUBLE_EQ(elem.dense.fwd.tp_comm_s, base.dense.fwd.tp_comm_s);
+  EXPECT_GT(rows.dense.fwd.tp_comm_s, base.dense.fwd.tp_comm_s);
+  EXPECT_NEAR(rows.dense.bwd.tp_comm_s - base.dense.bwd.tp_comm_s,
+              2 * (rows.dense.fwd.tp_comm_s - base.dense.fwd.tp_comm_s), 1e-12);
+  s.tp = 1;
+  s.dp = 8;
+  EXPECT_DOUBLE_EQ(costs(full_row, c, s).dense.fwd.tp_comm_s,
+                   costs(plain, c, s).dense.fwd.tp_comm_s);
 }
 
 TEST(PlanMemoryTest, ZeroStagesShardStateAsStated) {

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/custom_op.h"
 #include "plan/comm_model.h"
 #include "plan/layer_cost_parts.h"
 
@@ -113,6 +114,14 @@ Stored dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
   const double t = tp_sublayer(tp_comm(c, x.T * x.h * x.e), x.sp);
   fwd.cost.tp_comm_s += t;
   bwd.cost.tp_comm_s += t;
+  // A user activation on whole rows (model/custom_op.h, kFullRow): under tp the engine
+  // all-gathers the hidden rows before it runs, and in backward the rows and their gradient.
+  if (const model::ActivationOp* op = model::find_activation(c.model->custom_activation);
+      op != nullptr && op->rule == model::DistributionRule::kFullRow && x.tp > 1) {
+    const double gather = tp_comm(c, x.T * x.f * x.e).ag;
+    fwd.cost.tp_comm_s += gather;
+    bwd.cost.tp_comm_s += 2 * gather;
+  }
   return st;
 }
 
