@@ -38,7 +38,7 @@ Status LocalEmbeddingStore::read(PulledRows* pulled) {
 Status LocalEmbeddingStore::push(const PulledRows& pulled, const RowGrads& grads) {
   std::vector<std::vector<int64_t>> rows(spec_.sparse_features);
   for (int t = 0; t < spec_.sparse_features; ++t) rows[t] = pulled[t].row_ids;
-  return tables_.push(0, step_, std::move(rows), grads);
+  return tables_.push(0, step_, rows, grads);
 }
 
 }  // namespace cann::recsys

@@ -120,7 +120,7 @@ Status PsServer::serve_worker(int fd, int* worker_out) {
           continue;
         }
       } else {
-        done = tables_->push(worker, h.step, std::move(rows), std::move(grads));
+        done = tables_->push(worker, h.step, rows, grads);
         if (done.ok()) {
           CANN_RETURN_IF_ERROR(send_frame(fd, PsOp::kOk, 0, h.step, {}, config_.timeout, who));
           continue;

@@ -128,11 +128,11 @@ Status ShardTables::read(int table, const int64_t* row_ids, size_t n, float* out
   return OkStatus();
 }
 
-void ShardTables::apply_locked(int worker, int step) {
-  Pending& p = pending_[step][worker];
+void ShardTables::apply_locked(int step, const std::vector<std::vector<int64_t>>& pushed_rows,
+                               const std::vector<std::vector<float>>& pushed_grads) {
   std::vector<char> live;
-  for (size_t t = 0; t < p.rows.size(); ++t) {
-    const std::vector<int64_t>& rows = p.rows[t];
+  for (size_t t = 0; t < pushed_rows.size(); ++t) {
+    const std::vector<int64_t>& rows = pushed_rows[t];
     const int64_t n = static_cast<int64_t>(rows.size());
     // The bookkeeping on one thread (it counts admitted rows), the updates on all: the rows of
     // one push are distinct, so no two threads write one row.
@@ -140,7 +140,7 @@ void ShardTables::apply_locked(int worker, int step) {
     for (int64_t i = 0; i < n; ++i) live[i] = touch(static_cast<int>(t), rows[i], step, false);
     float* values = values_[t].data();
     float* state = state_[t].data();
-    const float* grads = p.grads[t].data();
+    const float* grads = pushed_grads[t].data();
 #pragma omp parallel for schedule(static) if (n > 256)
     for (int64_t i = 0; i < n; ++i) {
       if (!live[i]) continue;
@@ -149,8 +149,6 @@ void ShardTables::apply_locked(int worker, int step) {
                         config_.optimizer);
     }
   }
-  pending_[step].erase(worker);
-  if (pending_[step].empty()) pending_.erase(step);
 }
 
 void ShardTables::apply_sum_locked(int step) {
@@ -188,8 +186,8 @@ void ShardTables::apply_sum_locked(int step) {
   pending_.erase(step);
 }
 
-Status ShardTables::push(int worker, int step, std::vector<std::vector<int64_t>> rows,
-                         std::vector<std::vector<float>> grads) {
+Status ShardTables::push(int worker, int step, const std::vector<std::vector<int64_t>>& rows,
+                         const std::vector<std::vector<float>>& grads) {
   std::unique_lock<std::mutex> lock(shard_mutex_);
   if (rows.size() > static_cast<size_t>(spec_.sparse_features) || grads.size() != rows.size())
     return InvalidArgument("parameter-server shard " + std::to_string(config_.shard) +
@@ -205,16 +203,16 @@ Status ShardTables::push(int worker, int step, std::vector<std::vector<int64_t>>
                              std::to_string(rows[t].size()) + " rows of width " +
                              std::to_string(C_) + "; hint: a corrupt request");
   }
-  Pending& p = pending_[step][worker];
-  p.rows = std::move(rows);
-  p.grads = std::move(grads);
   // Bounded staleness applies on arrival; so does a lone worker (its sum is its own push).
   if (config_.staleness >= 0 || config_.workers == 1) {
-    apply_locked(worker, step);
+    apply_locked(step, rows, grads);
     pushed_[worker] = step;
     changed_.notify_all();
     return OkStatus();
   }
+  Pending& p = pending_[step][worker];
+  p.rows = rows;
+  p.grads = grads;
   if (static_cast<int>(pending_[step].size()) == config_.workers) {
     apply_sum_locked(step);
     for (int& s : pushed_) s = step;

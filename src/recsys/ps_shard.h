@@ -106,8 +106,8 @@ class ShardTables {
   Status read(int table, const int64_t* row_ids, size_t n, float* out);
   // One worker's gradients of step `step`: for every table, rows and (n, C) gradients. Returns
   // when they are applied (synchronous: once every worker's are in).
-  Status push(int worker, int step, std::vector<std::vector<int64_t>> rows,
-              std::vector<std::vector<float>> grads);
+  Status push(int worker, int step, const std::vector<std::vector<int64_t>>& rows,
+              const std::vector<std::vector<float>>& grads);
   // The worker is finished: it no longer holds back bounded-staleness pulls.
   void finish(int worker);
 
@@ -140,8 +140,10 @@ class ShardTables {
   Status check_rows(int table, const int64_t* row_ids, size_t n) const;
   // Admission and eviction bookkeeping of one touch; returns whether the row is admitted.
   bool touch(int table, int64_t r, int step, bool count_sighting);
-  void apply_locked(int worker, int step);  // one worker's pending gradients
-  void apply_sum_locked(int step);          // every worker's, summed in worker order
+  // One push's gradients (per table: rows and their (n, C) gradients), applied at once.
+  void apply_locked(int step, const std::vector<std::vector<int64_t>>& rows,
+                    const std::vector<std::vector<float>>& grads);
+  void apply_sum_locked(int step);  // every worker's, summed in worker order
 
   RecSpec spec_;
   ShardConfig config_;

@@ -22,8 +22,6 @@
 namespace cann::recsys {
 namespace {
 
-constexpr int64_t kEvalPosition = kSyntheticEvalPosition;
-
 // Where a run's batches come from: the generator, or a Criteo file whose first eval_rows
 // impressions are held out for evaluation and whose remainder is read round and round.
 class ClickSource {
@@ -113,7 +111,7 @@ class ClickSource {
       ClickBatch b;
       for (int64_t done = 0; done < rows; done += 4096) {
         const int n = static_cast<int>(std::min<int64_t>(4096, rows - done));
-        synthetic_->fill(kEvalPosition + done, n, &b);
+        synthetic_->fill(kSyntheticEvalPosition + done, n, &b);
         CANN_RETURN_IF_ERROR(fn(b));
       }
       return OkStatus();
@@ -287,8 +285,8 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
   }
   summary.first_step = resumed + 1;
   if (const SyntheticClicks* gen = source->synthetic()) {
-    summary.ceiling_auc = planted_auc(*gen, kEvalPosition, config.eval_rows);
-    summary.ceiling_log_loss = planted_log_loss(*gen, kEvalPosition, config.eval_rows);
+    summary.ceiling_auc = planted_auc(*gen, kSyntheticEvalPosition, config.eval_rows);
+    summary.ceiling_log_loss = planted_log_loss(*gen, kSyntheticEvalPosition, config.eval_rows);
   }
   auto say = [&](const char* fmt, auto... args) {
     if (lead && !config.quiet && out) {
