@@ -3,7 +3,8 @@
 // shard's pages never count toward another's) admits every row of every table it holds, as a
 // job that has seen every id would, and reports its resident set (VmRSS, from the kernel)
 // against its share of the tables' values: (rows / S) x width x 4 bytes. The rest is the
-// optimizer state, the rows' admission records and the binary.
+// optimizer state, the rows' admission records and the binary. Target: every shard's resident
+// set within 10% of its share; exit status 1 when a shard misses it.
 //
 //   shard_memory SPEC SHARDS
 #include <sys/wait.h>
@@ -74,15 +75,20 @@ int main(int argc, char** argv) {
                   k ? ", " : "", k, static_cast<long long>(tables.admitted_rows()), values_mib,
                   vm_rss_mib(), before);
       std::fflush(stdout);
-      _exit(tables.admitted_rows() == held ? 0 : 1);
+      if (tables.admitted_rows() != held) _exit(1);
+      _exit(vm_rss_mib() <= 1.10 * values_mib ? 0 : 3);
     }
     int status = 0;
     waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
+      std::printf("]}\nFAIL target: shard %d's resident set is more than 10%% above its share\n", k);
+      return 1;
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       std::fprintf(stderr, "shard_memory: shard %d failed\n", k);
       return 1;
     }
   }
-  std::printf("]}\n");
+  std::printf("]}\nPASS target: every shard's resident set within 10%% of its share\n");
   return 0;
 }
