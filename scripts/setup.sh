@@ -15,7 +15,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgloo-dev libopenblas-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libcpp-httplib-dev libhiredis-dev redis-server googletest libgtest-dev
-  libbenchmark-dev fortunes iproute2 libssl-dev openssl libdnnl-dev
+  libbenchmark-dev fortunes iproute2 libssl-dev openssl libdnnl-dev ocl-icd-opencl-dev
   prometheus chromium
 )
 # More packages for one caller (scripts/test.sh adds the PyTorch the reference test needs).
