@@ -14,7 +14,9 @@
 // to the agent are forwarded as SIGTERM (workers checkpoint and stop). Workers die with the
 // agent (PR_SET_PDEATHSIG).
 //
-// Elastic (`elastic`): on one node, failures do not end the job. The agent watches waitpid and
+// Elastic (`elastic`): on one node, failures do not end the job (with several fixed nodes, as a
+// recommendation run's shards use it, each node's agent replaces its own processes and keeps
+// its own generations; comm/job_keys.h). The agent watches waitpid and
 // the workers' heartbeats (HeartbeatMonitor); on a dead, stopped or hung worker it records a
 // failure_detected event, kills that worker, bumps the generation in the membership record
 // cann/<job>/membership (with the snapshot copies each rank loads, ckpt/replicas.h) and starts
@@ -83,6 +85,13 @@ struct AgentConfig {
     std::string restored_from;  // where the new generation's state comes from
   };
   std::function<void(const WorkerFault&)> on_fault;
+  // Elastic on one node: why a failed rank is not replaced ("" when it is; unset: every rank
+  // is). A failure of such a rank, or a hang that would replace every rank, ends the job as
+  // without --elastic, with this reason in its line.
+  std::function<std::string(int rank)> irreplaceable;
+  // What a replacement restores from, when not the workers' in-memory snapshots (the restart
+  // line says it); empty: the snapshots.
+  std::string restores_from;
 };
 
 // Runs the workers to completion. Returns the process exit status for the agent: 0 when every

@@ -18,10 +18,11 @@ std::string seconds(double s) {
 
 }  // namespace
 
-void HeartbeatMonitor::start_generation(int generation, int world, double now) {
+void HeartbeatMonitor::start_generation(int generation, int count, double now, int first_rank) {
   generation_ = generation;
+  first_rank_ = first_rank;
   started_at_ = now;
-  ranks_.assign(static_cast<size_t>(world), Rank{});
+  ranks_.assign(static_cast<size_t>(count), Rank{});
   intervals_.clear();
 }
 
@@ -57,7 +58,8 @@ std::optional<HeartbeatFailure> HeartbeatMonitor::poll(comm::Store& store,
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (r >= running.size() || !running[r]) continue;
     Rank& rk = ranks_[r];
-    auto v = store.try_get(prefix_ + "/heartbeat/rank" + std::to_string(r));
+    const int rank = first_rank_ + static_cast<int>(r);
+    auto v = store.try_get(prefix_ + "/heartbeat/rank" + std::to_string(rank));
     if (!v.ok()) {
       // The store is unreachable (a restarting Redis): no beat can be seen, so none is judged
       // missing; the clocks restart when the store answers again.
@@ -81,7 +83,6 @@ std::optional<HeartbeatFailure> HeartbeatMonitor::poll(comm::Store& store,
         }
       }
     }
-    const int rank = static_cast<int>(r);
     if (!rk.joined) {
       if (now - started_at_ > start_timeout_s_)
         return HeartbeatFailure{rank, HeartbeatVerdict::kSilent,

@@ -43,10 +43,12 @@ class HeartbeatMonitor {
   HeartbeatMonitor(std::string job_prefix, double timeout_s, double start_timeout_s)
       : prefix_(std::move(job_prefix)), timeout_s_(timeout_s), start_timeout_s_(start_timeout_s) {}
 
-  // A new generation of `world` workers spawned at time `now` (steady seconds).
-  void start_generation(int generation, int world, double now);
-  // Reads every rank's key; returns the first failure found (none while all are healthy).
-  // `running[r]` false: rank r has exited, its heartbeat no longer counts.
+  // A new generation spawned at time `now` (steady seconds): the `count` ranks from
+  // `first_rank` on are watched (one node's workers of a job of fixed nodes).
+  void start_generation(int generation, int count, double now, int first_rank = 0);
+  // Reads every watched rank's key; returns the first failure found (none while all are
+  // healthy). `running[i]` false: watched rank first_rank + i has exited, its heartbeat no
+  // longer counts.
   std::optional<HeartbeatFailure> poll(comm::Store& store, const std::vector<bool>& running,
                                        double now);
   // After a store outage in which this monitor was not polled: every rank's clocks start again
@@ -72,6 +74,7 @@ class HeartbeatMonitor {
   double timeout_s_;
   double start_timeout_s_;
   int generation_ = 0;
+  int first_rank_ = 0;
   double started_at_ = 0.0;
   std::vector<Rank> ranks_;
   std::vector<double> intervals_;  // seconds between consecutive steps, every rank

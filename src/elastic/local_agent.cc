@@ -17,6 +17,7 @@
 #include <random>
 
 #include "ckpt/replicas.h"
+#include "comm/job_keys.h"
 #include "core/event_log.h"
 #include "core/fs.h"
 #include "core/threads.h"
@@ -199,12 +200,12 @@ Status LocalAgent::publish_membership(const ckpt::ReplicaPlan* plan) {
                ",\"node\":" + std::to_string(node_.node_rank) + "}";
   }
   CANN_RETURN_IF_ERROR(
-      store_->set(job_keys_ + "/membership",
+      store_->set(comm::membership_key(job_keys_, node_.node_rank, config_.nnodes),
                   "{\"generation\":" + std::to_string(generation_) +
                       ",\"world_size\":" + std::to_string(world_) + ",\"members\":[" + members +
                       "],\"restore_step\":" + std::to_string(plan != nullptr ? plan->step : -1) +
                       ",\"restore_from\":[" + restore + "]}"));
-  heartbeats_->start_generation(generation_, world_, now_seconds());
+  heartbeats_->start_generation(generation_, P_, now_seconds(), node_.node_rank * P_);
   return OkStatus();
 }
 
@@ -228,7 +229,8 @@ Status LocalAgent::restart_generation(int rank, const std::string& cause, bool w
   ++generation_;
   ++restarts_;
   const ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(snapshot_root_, world_);
-  const std::string from = plan.step >= 0
+  const std::string from = !config_.restores_from.empty() ? config_.restores_from
+                           : plan.step >= 0
                                ? "the in-memory snapshot of step " + std::to_string(plan.step)
                                : "the newest disk checkpoint (" +
                                      (plan.note.empty() ? "no snapshot survived" : plan.note) + ")";
@@ -366,17 +368,27 @@ StatusOr<bool> LocalAgent::recover(bool failure_seen, const Worker* first_failed
         break;
       }
   }
-  if ((failure_seen || hang) && !usage_error && restarts_ < config_.max_restarts) {
+  // A worker that beats but makes no progress may only be waiting on the hung one: replace
+  // them all. A dead or silent worker is replaced alone.
+  const bool whole = hang && hang->verdict == HeartbeatVerdict::kNoProgress;
+  std::string kept;  // why the failed rank is not replaced
+  if ((failure_seen || hang) && config_.irreplaceable) {
+    const int rank = hang ? hang->rank : first_failed->rank;
+    kept = whole ? "a hang that would replace every rank; " + config_.irreplaceable(-1)
+                 : config_.irreplaceable(rank);
+  }
+  if ((failure_seen || hang) && !usage_error && restarts_ < config_.max_restarts && kept.empty()) {
     const int rank = hang ? hang->rank : first_failed->rank;
     const std::string cause = hang ? hang->detail
                                    : "rank " + std::to_string(first_failed->rank) + " (pid " +
                                          std::to_string(first_failed->pid) + ") " +
                                          describe_exit(first_failed->status);
-    // A worker that beats but makes no progress may only be waiting on the hung one: replace
-    // them all. A dead or silent worker is replaced alone.
-    const bool whole = hang && hang->verdict == HeartbeatVerdict::kNoProgress;
     CANN_RETURN_IF_ERROR(restart_generation(rank, cause, whole));
     return true;
+  }
+  if (!kept.empty() && !usage_error) {
+    std::fprintf(stderr, "cann-train run: not restarted: %s\n", kept.c_str());
+    std::fflush(stderr);
   }
   if (hang) {
     // Out of restarts: the hung worker is stopped and counts as the failure.

@@ -13,6 +13,7 @@
 #include "core/timer.h"
 #include "train/config.h"
 #include "train/dist_env.h"
+#include "train/heartbeat.h"
 
 #include <nlohmann/json.hpp>
 
@@ -36,7 +37,6 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
   k->config_ = config;
   k->leader_ = leader;
   k->keep_checkpoints_ = config.keep_checkpoints;
-  k->total_steps_ = config.steps;
   if (env != nullptr) {
     k->rank_ = env->rank;
     k->generation_ = env->generation;
@@ -44,7 +44,6 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
     k->restore_from_ = env->restore_from;
     k->node_snapshots_ = env->node_snapshots;
     k->snapshot_root_ = env->snapshot_dir;
-    k->heartbeat_interval_s_ = env->heartbeat_interval_s;
     if (env->elastic() && !env->snapshot_dir.empty()) {
       k->snapshot_dir_ = join_path(env->snapshot_dir, "rank" + std::to_string(env->rank));
       CANN_RETURN_IF_ERROR(make_dirs(k->snapshot_dir_));
@@ -81,35 +80,15 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
   }
   if (env != nullptr && env->elastic() && !env->store_url.empty()) {
     CANN_ASSIGN_OR_RETURN(k->store_, comm::open_store(env->store_url));
-    k->heartbeat_key_ = "cann/" + env->job_id + "/heartbeat/rank" + std::to_string(env->rank);
     k->membership_key_ = "cann/" + env->job_id + "/membership";
-    k->beat();  // the first beat says this rank is up, before the first step
-    StateKeeper* self = k.get();
-    k->heartbeat_ = std::thread([self] {
-      while (!self->stop_) {
-        const auto next = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(self->heartbeat_interval_s_));
-        // Sleep in short slices so the destructor does not wait a whole interval.
-        while (!self->stop_ && std::chrono::steady_clock::now() < next)
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        if (!self->stop_) self->beat();
-      }
-    });
+    CANN_ASSIGN_OR_RETURN(k->heartbeat_, Heartbeat::start(*env, config.steps, false));
   }
   return k;
 }
 
 StateKeeper::~StateKeeper() {
-  stop_ = true;
-  if (heartbeat_.joinable()) heartbeat_.join();
+  heartbeat_.reset();
   writer_.reset();  // waits for a write in flight
-}
-
-void StateKeeper::beat() {
-  const std::string value = std::to_string(generation()) + " " + std::to_string(step_.load()) +
-                            " " + std::to_string(total_steps_) + " " + std::to_string(++beats_);
-  (void)store_->set(heartbeat_key_, value);  // a missed beat is the agent's to judge
 }
 
 bool StateKeeper::snapshot_due(int done) const {
@@ -161,6 +140,7 @@ StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()
             from = m["restore_from"][rank_].get<std::string>();
           restore_from_ = from;
           generation_ = gen;
+          if (heartbeat_) heartbeat_->set_generation(gen);
           return gen;
         }
       } catch (const std::exception& e) {

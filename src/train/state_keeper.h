@@ -29,7 +29,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
@@ -38,6 +37,7 @@
 #include "core/status.h"
 #include "model/spec.h"
 #include "train/config.h"
+#include "train/heartbeat.h"
 #include "train/model_parts.h"
 
 namespace cann::comm {
@@ -83,7 +83,9 @@ class StateKeeper {
   StatusOr<std::optional<ckpt::LoadedCheckpoint>> recovery_state(const std::string& checkpoint_dir);
 
   // Progress for the heartbeat: `done` optimizer steps completed.
-  void set_step(int done) { step_ = done; }
+  void set_step(int done) {
+    if (heartbeat_) heartbeat_->set_step(done);
+  }
   bool snapshot_due(int done) const;
   // Writes the in-memory snapshot of step w.step (synchronously: it is a memory copy).
   Status snapshot(const ckpt::CheckpointWrite& w);
@@ -125,7 +127,6 @@ class StateKeeper {
 
  private:
   StateKeeper() = default;
-  void beat();
   StatusOr<OptimizerSnapshot> optimizer_snapshot();
   ResumeState resume_state(int step) const;
   // Loads `ck` into the bound state; returns its step.
@@ -135,7 +136,7 @@ class StateKeeper {
 
   TrainConfig config_;
   RunState run_;
-  std::string node_snapshots_;     // multi-node elastic: the node's snapshot root
+  std::string node_snapshots_;  // multi-node elastic: the node's snapshot root
   std::string restored_step_log_;
   std::string snapshot_root_;      // the agent's snapshot directory (all ranks)
   std::vector<float> full_state_;  // a model-parallel checkpoint's gathered whole model
@@ -143,7 +144,7 @@ class StateKeeper {
   // per bind(), not every step.
   std::string snapshot_meta_;
   int rank_ = 0;
-  std::atomic<int> generation_{-1};  // read by the heartbeat thread
+  std::atomic<int> generation_{-1};  // -1: not an elastic job
   bool leader_ = false;
   int snapshot_every_ = 1;
   int keep_checkpoints_ = 3;
@@ -151,16 +152,9 @@ class StateKeeper {
   std::string restore_from_;
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;
-  // Heartbeat: "<generation> <step> <total steps> <beat>" under cann/<job>/heartbeat/rank<r>.
-  int total_steps_ = 0;
   std::shared_ptr<comm::Store> store_;
-  std::string heartbeat_key_;
   std::string membership_key_;
-  double heartbeat_interval_s_ = 0.1;
-  std::atomic<int> step_{0};
-  int64_t beats_ = 0;  // heartbeat thread only
-  std::atomic<bool> stop_{false};
-  std::thread heartbeat_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // under an elastic agent
 };
 
 }  // namespace cann::train
