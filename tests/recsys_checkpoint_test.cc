@@ -111,11 +111,6 @@ TEST(DenseCheckpoint, CommitNamesTheStepAndKeepsOnlyItsDenseState) {
 
 // ------------------------------------------------------------------------------- whole runs
 
-std::string line_with(const std::string& out, const std::string& start) {
-  const size_t at = out.find(start);
-  return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
-}
-
 std::vector<std::string> run_args(const std::string& dir, int steps) {
   return {"run",
           "--model",
@@ -150,8 +145,9 @@ TEST(RecsysResume, ARunCutShortAndResumedTrainsWhatTheWholeRunTrains) {
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_NE(rest.output.find("resumed from the checkpoint of step 25"), std::string::npos)
       << rest.output;
-  EXPECT_EQ(line_with(rest.output, "eval step 45:"), line_with(whole.output, "eval step 45:"));
-  EXPECT_FALSE(line_with(whole.output, "eval step 45:").empty()) << whole.output;
+  EXPECT_EQ(test::line_with(rest.output, "eval step 45:"),
+            test::line_with(whole.output, "eval step 45:"));
+  EXPECT_FALSE(test::line_with(whole.output, "eval step 45:").empty()) << whole.output;
   const auto again = test::run_cann(args, 60);
   EXPECT_NE(again.output.find("done: nothing to train, already at step 45"), std::string::npos)
       << again.output;
@@ -184,8 +180,9 @@ TEST(MultiProcRecsysResume, AJobWhoseShardWasKilledResumesAndTrainsWhatTheWholeR
   args.push_back("--resume");
   const auto rest = test::run_cann(args, 120);
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
-  EXPECT_EQ(line_with(rest.output, "eval step 2000:"), line_with(whole.output, "eval step 2000:"));
-  EXPECT_FALSE(line_with(whole.output, "eval step 2000:").empty()) << whole.output;
+  EXPECT_EQ(test::line_with(rest.output, "eval step 2000:"),
+            test::line_with(whole.output, "eval step 2000:"));
+  EXPECT_FALSE(test::line_with(whole.output, "eval step 2000:").empty()) << whole.output;
 }
 
 TEST(RecsysResume, CheckpointFlagsThatCannotHoldAreOneLine) {

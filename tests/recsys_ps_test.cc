@@ -94,7 +94,7 @@ TEST(ShardTables, BoundedStalenessHoldsTheFastWorkerBack) {
   EXPECT_TRUE(t.push(1, 1, {{4}, {}}, {{0, 1, 0}, {}}).ok());
   EXPECT_TRUE(t.pull(0, 3, 0, &r, 1, out.data()).ok());
   // A finished worker holds no one back.
-  t.finish(1);
+  EXPECT_TRUE(t.finish(1).ok());
   EXPECT_TRUE(t.pull(0, 9, 0, &r, 1, out.data()).ok());
 }
 
@@ -148,12 +148,6 @@ TEST(ShardTables, ASliceOfAHugeTableCostsOnlyTheRowsItTouched) {
 
 // ------------------------------------------------------------------------ jobs of real processes
 
-std::string line_with(const std::string& out, const std::string& start) {
-  const size_t at = out.find(start);
-  if (at == std::string::npos) return "";
-  return out.substr(at, out.find('\n', at) - at);
-}
-
 // The arguments of the comparison runs: synthetic dlrm_tiny, 40 steps of 384, one thread per
 // process.
 std::vector<std::string> compare_args() {
@@ -167,7 +161,7 @@ std::vector<std::string> compare_args() {
 std::vector<std::string> lines_of(const std::string& out) {
   std::vector<std::string> lines;
   for (const char* step : {"eval step 20:", "eval step 40:", "step 40/40:"}) {
-    std::string l = line_with(out, step);
+    std::string l = test::line_with(out, step);
     EXPECT_FALSE(l.empty()) << out;
     if (l.rfind("step 40/40:", 0) == 0) l = l.substr(0, l.find(", "));
     lines.push_back(l);
@@ -208,7 +202,7 @@ TEST(MultiProcRecsysPs, BoundedStalenessTrainsToTheSameQuality) {
                      120);
   ASSERT_EQ(sync.exit_code, 0) << sync.output;
   auto auc = [](const std::string& out) {
-    const std::string l = line_with(out, "eval step 300: auc ");
+    const std::string l = test::line_with(out, "eval step 300: auc ");
     return l.empty() ? 0.0 : std::stod(l.substr(20, 6));
   };
   std::printf("AUC: synchronous one process %.4f, staleness 2 over 2 workers %.4f\n",
@@ -228,7 +222,7 @@ TEST(MultiProcRecsysPs, CompressedDenseGradientsTrainToTheSameQuality) {
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = test::run_cann(args, 120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    const std::string l = line_with(r.output, "eval step 300: auc ");
+    const std::string l = test::line_with(r.output, "eval step 300: auc ");
     return l.empty() ? 0.0 : std::stod(l.substr(20, 6));
   };
   const double plain = run({});

@@ -22,9 +22,10 @@
 
 namespace cann::test {
 
-TempDir::TempDir(const std::string& prefix) {
+TempDir::TempDir(const std::string& prefix, const std::string& base) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "-XXXXXX";
+  std::string templ =
+      (!base.empty() ? base : std::string(tmp && *tmp ? tmp : "/tmp")) + "/" + prefix + "-XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
@@ -153,6 +154,11 @@ double expect_tensors_close(const model::ParamTable& table, const std::vector<fl
     worst = std::max(worst, dev / sc);
   }
   return worst;
+}
+
+std::string line_with(const std::string& out, const std::string& start) {
+  const size_t at = out.find(start);
+  return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
 }
 
 }  // namespace cann::test

@@ -14,7 +14,8 @@ namespace cann::test {
 // A fresh empty directory under $TMPDIR (or /tmp), removed when the object goes away.
 class TempDir {
  public:
-  explicit TempDir(const std::string& prefix = "cann-test");
+  // Under `base` when given, else TMPDIR or /tmp.
+  explicit TempDir(const std::string& prefix = "cann-test", const std::string& base = "");
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -50,6 +51,8 @@ void expect_one_line_error(const CommandResult& r, int exit_code,
 
 void write_text(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
+// The line of `out` that starts at the first occurrence of `start` (to its end), or "".
+std::string line_with(const std::string& out, const std::string& start);
 
 template <typename F>
 void fill_normal(std::vector<F>& v, Rng& rng, double scale = 1.0) {

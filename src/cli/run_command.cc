@@ -294,12 +294,17 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
         std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
         return 2;
       }
+      if (const std::string bad = check_resilience_flags(*resilience); !bad.empty()) {
+        std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
+        return 2;
+      }
       elastic::AgentConfig ac;
       ac.nproc_per_node = launch->nproc_per_node;
       ac.nnodes = launch->nnodes;
       apply_rendezvous_flags(*launch, &ac);
       ac.backend = comm->backend;
       ac.worker_args = argv_after_binary;
+      apply_resilience_flags(*resilience, *config, &ac);
       return run_recsys(*run, *config, *recsys_flags, ac, *comm);
     }
     if (const std::string bad = refuse_recsys_flags(*run); !bad.empty()) {

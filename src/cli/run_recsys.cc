@@ -3,17 +3,22 @@
 // and ignored.
 #include "cli/run_recsys.h"
 
+#include <chrono>
 #include <cstdio>
 #include <set>
+#include <thread>
 
 #include "comm/store.h"
+#include "core/fs.h"
 #include "core/threads.h"
+#include "core/timer.h"
 #include "plan/engine_support.h"
 #include "recsys/ps_client.h"
 #include "recsys/ps_server.h"
 #include "recsys/rec_checkpoint.h"
 #include "recsys/rec_trainer.h"
 #include "train/dist_env.h"
+#include "train/heartbeat.h"
 
 namespace cann::cli {
 namespace {
@@ -51,7 +56,11 @@ const std::set<std::string> kHonoured = {"--model",
                                          "--checkpoint-every",
                                          "--resume",
                                          "--onebit-warmup",
-                                         "--log-json"};
+                                         "--log-json",
+                                         "--elastic",
+                                         "--heartbeat-interval",
+                                         "--heartbeat-timeout",
+                                         "--max-restarts"};
 const std::set<std::string> kRecsysOnly = {
     "--sparse-optimizer", "--sparse-lr",    "--eval-rows",      "--bad-lines",
     "--ps-shards",        "--ps-staleness", "--ps-admit-after", "--ps-evict-after"};
@@ -99,6 +108,14 @@ std::string shard_key(const train::DistEnv& env, int k) {
   return "cann/" + env.job_id + "/ps/shard" + std::to_string(k);
 }
 
+// Under --elastic every process beats for the agent and follows its generations (a lost shard
+// is replaced under the others, which stay).
+StatusOr<std::unique_ptr<train::Heartbeat>> start_heartbeat(const train::DistEnv& env, int steps,
+                                                            std::function<int()> progress = {}) {
+  if (!env.elastic()) return std::unique_ptr<train::Heartbeat>();
+  return train::Heartbeat::start(env, steps, true, std::move(progress));
+}
+
 // The run's last line (worker 0's).
 void print_done(const recsys::RecRunSummary& s, const recsys::PsClient* client) {
   if (s.first_step > s.steps) {
@@ -131,22 +148,40 @@ int run_shard(const recsys::RecSpec& spec, const train::TrainConfig& config,
   sc.optimizer = sparse_config(flags);
   sc.timeout = timeout;
   sc.checkpoint_dir = config.checkpoint_dir;
-  recsys::ShardTables tables(spec, sc);
-  if (config.resume && !config.checkpoint_dir.empty()) {
+  // Under --elastic the tables live in the agent's memory file system, where a replacement of
+  // this process finds them (ps_shard.h).
+  if (env.elastic())
+    sc.state_dir = recsys::shard_checkpoint_dir(env.snapshot_dir, role.index, role.shards);
+  auto tables = recsys::ShardTables::open(spec, sc);
+  if (!tables.ok()) return fail(tables.status());
+  // The shard's progress is the steps it has applied.
+  recsys::ShardTables* progress = tables->get();
+  auto heartbeat = start_heartbeat(
+      env, config.steps, [progress] { return static_cast<int>(progress->applied_steps()); });
+  if (!heartbeat.ok()) return fail(heartbeat.status());
+  if ((*tables)->restored_step() >= 0) {
+    std::printf(
+        "shard %d: restored after step %d from the tables its lost predecessor left in "
+        "memory%s\n",
+        role.index, (*tables)->restored_step(),
+        (*tables)->undid_apply() ? " (the step it was applying undone)" : "");
+    std::fflush(stdout);
+  } else if (config.resume && !config.checkpoint_dir.empty()) {
     auto step = recsys::committed_step(config.checkpoint_dir);
     if (!step.ok()) return fail(step.status());
     if (*step > 0)
-      if (Status s = tables.load(config.checkpoint_dir, *step); !s.ok()) return fail(s);
+      if (Status s = (*tables)->load(config.checkpoint_dir, *step); !s.ok()) return fail(s);
   }
   const std::string host = env.comm_addr.empty() ? "127.0.0.1" : env.comm_addr;
-  auto server = recsys::PsServer::start(&tables, sc, host);
+  auto server = recsys::PsServer::start(tables->get(), sc, host);
   if (!server.ok()) return fail(server.status());
   auto store = comm::open_store(env.store_url, timeout);
   if (!store.ok()) return fail(store.status());
-  if (Status s =
-          (*store)->set(shard_key(env, role.index), host + ":" + std::to_string((*server)->port()));
-      !s.ok())
-    return fail(s);
+  // The generation tells a replacement's address from its lost predecessor's.
+  const std::string address = host + ":" + std::to_string((*server)->port()) + "#" +
+                              std::to_string(std::max(env.generation, 0));
+  if (Status s = (*store)->set(shard_key(env, role.index), address); !s.ok()) return fail(s);
+
   // The workers build their model and connect within the rendezvous time.
   if (Status s = (*server)->serve(std::max(timeout, std::chrono::milliseconds(120000))); !s.ok())
     return fail(s);
@@ -157,7 +192,13 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
                const RecsysFlags& flags, const recsys::RecWorkerContext& compression,
                const train::DistEnv& env, const Role& role, const train::CommConfig& comm) {
   const auto timeout = std::chrono::milliseconds(static_cast<long>(comm.timeout_s * 1000));
+  auto heartbeat = start_heartbeat(env, rc.steps);
+  if (!heartbeat.ok()) return fail(heartbeat.status());
   recsys::RecWorkerContext context;
+  if (*heartbeat) {
+    train::Heartbeat* h = heartbeat->get();
+    context.on_step = [h](int step) { h->set_step(step); };
+  }
   context.worker = role.index;
   context.workers = role.workers;
   context.compression = compression.compression;
@@ -191,6 +232,32 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
     if (!c.ok()) return fail(c.status());
     client = std::move(*c);
     context.store = client.get();
+    if (env.elastic()) {
+      // A lost shard's replacement publishes its address under the same key.
+      std::shared_ptr<comm::Store> shared = std::move(*store);
+      const bool lead = role.index == 0;
+      client->set_relocate(
+          [shared, env, lead](int s, const std::string& failed) -> StatusOr<std::string> {
+            const double start = now_seconds(), limit = 120.0;
+            while (now_seconds() - start < limit) {
+              auto v = shared->try_get(shard_key(env, s));
+              if (v.ok() && v->has_value() && **v != failed) {
+                if (lead) {
+                  std::printf(
+                      "parameter-server shard %d was lost; its replacement answers at %s, "
+                      "%.2f s later\n",
+                      s, (*v)->substr(0, (*v)->find('#')).c_str(), now_seconds() - start);
+                  std::fflush(stdout);
+                }
+                return **v;
+              }
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+            return FailedPrecondition("parameter-server shard " + std::to_string(s) +
+                                      " was lost and no replacement came within 120 s; hint: see "
+                                      "the agent's log for why it was not restarted");
+          });
+    }
   }
   auto summary = recsys::train_recsys(spec, rc, stdout, context);
   if (!summary.ok()) return fail(summary.status());
@@ -339,6 +406,10 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
       return fail(InvalidArgument("--batch-size " + std::to_string(rc.batch_size) +
                                   " does not split over " + std::to_string(workers) +
                                   " workers; hint: give a multiple of " + std::to_string(workers)));
+    if (agent.elastic && flags.ps_shards == 0)
+      return fail(InvalidArgument(
+          "--elastic replaces lost parameter-server shards, and this run has none; hint: add "
+          "--ps-shards N, or drop --elastic"));
     if (flags.ps_shards == 0) {
       auto summary = recsys::train_recsys(*spec, rc, stdout);
       if (!summary.ok()) return fail(summary.status());
@@ -346,7 +417,18 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
       return 0;
     }
     // This process is the agent: workers and shards on every node.
+    const int workers_per_node = agent.nproc_per_node;
     agent.nproc_per_node += flags.ps_shards / agent.nnodes;
+    const int per_node = agent.nproc_per_node;
+    // Under --elastic a lost shard is replaced over its tables; a worker is not (the dense
+    // group and the step it was in would have to be rebuilt around it).
+    agent.restores_from = "the tables the lost shard left in memory";
+    agent.irreplaceable = [workers_per_node, per_node](int rank) -> std::string {
+      if (rank >= 0 && rank % per_node >= workers_per_node) return "";
+      return (rank >= 0 ? "rank " + std::to_string(rank) + " is a worker: " : std::string()) +
+             "a recommendation run under --elastic replaces lost parameter-server shards, not "
+             "workers; hint: resume from --checkpoint-dir";
+    };
     auto code = elastic::run_agent(agent);
     if (!code.ok()) return fail(code.status());
     return *code;

@@ -55,6 +55,7 @@ Status ShardTables::save(const std::string& dir, int step, bool full) {
   put(&out, kVersion);
   for (int v : {config_.shard, config_.shards, step, spec_.sparse_features, C_, state_width_})
     put(&out, v);
+  std::vector<std::vector<int64_t>> written(spec_.sparse_features);
   for (int t = 0; t < spec_.sparse_features; ++t) {
     const size_t count_at = out.size();
     put(&out, uint64_t{0});
@@ -63,7 +64,7 @@ Status ShardTables::save(const std::string& dir, int step, bool full) {
     for (int64_t s = 0; s < local_rows(t); ++s) {
       RowMeta& m = meta[s];
       if (!(full ? (m.seen > 0 || m.admitted) : m.dirty)) continue;
-      m.dirty = 0;
+      written[t].push_back(s);
       const int64_t r = s * config_.shards + config_.shard;
       put(&out, r);
       put(&out, m);
@@ -77,7 +78,15 @@ Status ShardTables::save(const std::string& dir, int step, bool full) {
   put(&out, crc32c(out.data(), out.size()));
   CANN_RETURN_IF_ERROR(
       write_file_atomic(join_path(where, step_name(full ? "base" : "delta", step)), out));
+  // The marks go once the file is in place and the step is recorded as saved: a failed write (a
+  // full disk) leaves them all for the next checkpoint, and a shard lost before it recorded the
+  // step (state_dir) leaves them all for its replacement to write the same file again, so no
+  // touched row is ever missing from the chain (a shard lost while clearing them only writes
+  // some rows twice).
   saved_step_ = step;
+  CANN_RETURN_IF_ERROR(persist_locked());
+  for (int t = 0; t < spec_.sparse_features; ++t)
+    for (int64_t s : written[t]) meta_[t].data()[s].dirty = 0;
   if (!full) return OkStatus();
   // A new base: the previous base's chain stays (this one's step may not be committed yet, and
   // a resume would then start from that chain); everything before the previous base goes. The
@@ -166,7 +175,7 @@ Status ShardTables::load(const std::string& dir, int step) {
   saved_step_ = step;
   applied_step_ = step;
   for (int& s : pushed_) s = step;
-  return OkStatus();
+  return persist_locked();
 }
 
 }  // namespace cann::recsys

@@ -12,28 +12,33 @@ StatusOr<std::unique_ptr<PsClient>> PsClient::connect(const RecSpec& spec, int w
   auto c = std::unique_ptr<PsClient>(new PsClient(spec, worker, timeout));
   c->pulls_wait_ = pulls_wait;
   c->addresses_ = addresses;
-  for (size_t s = 0; s < addresses.size(); ++s) {
-    const std::string& a = addresses[s];
-    const size_t colon = a.rfind(':');
-    if (colon == std::string::npos)
-      return InvalidArgument("parameter-server shard " + std::to_string(s) + " address '" + a +
-                             "' is not host:port");
-    CANN_ASSIGN_OR_RETURN(PsSocket sock,
-                          connect_to(a.substr(0, colon), std::stoi(a.substr(colon + 1)), timeout));
-    const std::string peer = "parameter-server shard " + std::to_string(s) + " at " + a;
-    CANN_RETURN_IF_ERROR(send_frame(sock.fd(), PsOp::kHello, worker, 0, {}, timeout, peer));
-    PsHeader h;
-    std::vector<char> payload;
-    CANN_RETURN_IF_ERROR(recv_frame(sock.fd(), &h, &payload, timeout, false, peer));
-    if (h.op != static_cast<uint32_t>(PsOp::kOk) || h.worker != static_cast<int>(s) ||
-        h.step != static_cast<int>(addresses.size()))
-      return FailedPrecondition(peer + " answered as shard " + std::to_string(h.worker) + " of " +
-                                std::to_string(h.step) +
-                                "; hint: workers and shards must agree "
-                                "on --ps-shards");
-    c->shards_.push_back(std::move(sock));
-  }
+  c->shards_.resize(addresses.size());
+  for (size_t s = 0; s < addresses.size(); ++s)
+    CANN_RETURN_IF_ERROR(c->connect_shard(static_cast<int>(s), addresses[s]));
   return c;
+}
+
+Status PsClient::connect_shard(int s, const std::string& address) {
+  const std::string a = address.substr(0, address.find('#'));
+  const size_t colon = a.rfind(':');
+  if (colon == std::string::npos)
+    return InvalidArgument("parameter-server shard " + std::to_string(s) + " address '" + a +
+                           "' is not host:port");
+  CANN_ASSIGN_OR_RETURN(PsSocket sock,
+                        connect_to(a.substr(0, colon), std::stoi(a.substr(colon + 1)), timeout_));
+  const std::string peer = "parameter-server shard " + std::to_string(s) + " at " + a;
+  CANN_RETURN_IF_ERROR(send_frame(sock.fd(), PsOp::kHello, worker_, 0, {}, timeout_, peer));
+  PsHeader h;
+  std::vector<char> payload;
+  CANN_RETURN_IF_ERROR(recv_frame(sock.fd(), &h, &payload, timeout_, false, peer));
+  if (h.op != static_cast<uint32_t>(PsOp::kOk) || h.worker != s ||
+      h.step != static_cast<int>(addresses_.size()))
+    return FailedPrecondition(peer + " answered as shard " + std::to_string(h.worker) + " of " +
+                              std::to_string(h.step) +
+                              "; hint: workers and shards must agree on --ps-shards");
+  shards_[s] = std::move(sock);
+  addresses_[s] = address;
+  return OkStatus();
 }
 
 void PsClient::split(const PulledRows& pulled) {
@@ -60,22 +65,45 @@ Status PsClient::round_trip(PsOp op,
   const bool may_wait = (op == PsOp::kPush && !pulls_wait_) || (op == PsOp::kPull && pulls_wait_) ||
                         op == PsOp::kCheckpoint;
   const auto answer_timeout = may_wait ? 2 * timeout_ : timeout_;
-  for (int s = 0; s < S; ++s) {
-    const std::string peer = "parameter-server shard " + std::to_string(s) + " at " + addresses_[s];
-    CANN_RETURN_IF_ERROR(send_frame(shards_[s].fd(), op, worker_, step_, parts[s], timeout_, peer));
+  auto peer = [&](int s) {
+    return "parameter-server shard " + std::to_string(s) + " at " +
+           addresses_[s].substr(0, addresses_[s].find('#'));
+  };
+  auto send = [&](int s) {
     for (const auto& [p, n] : parts[s]) bytes_sent_ += static_cast<int64_t>(n);
     bytes_sent_ += sizeof(PsHeader);
-  }
-  for (int s = 0; s < S; ++s) {
-    const std::string peer = "parameter-server shard " + std::to_string(s) + " at " + addresses_[s];
+    return send_frame(shards_[s].fd(), op, worker_, step_, parts[s], timeout_, peer(s));
+  };
+  // Transport failures (a lost shard) are kept per shard; an answer that is an error ends it.
+  auto receive = [&](int s, Status* lost) -> Status {
     PsHeader h;
-    CANN_RETURN_IF_ERROR(
-        recv_frame(shards_[s].fd(), &h, &(*answers)[s], answer_timeout, false, peer));
+    Status got = recv_frame(shards_[s].fd(), &h, &(*answers)[s], answer_timeout, false, peer(s));
+    if (!got.ok()) {
+      *lost = got;
+      return OkStatus();
+    }
     bytes_received_ += static_cast<int64_t>(sizeof(h) + (*answers)[s].size());
     if (h.op == static_cast<uint32_t>(PsOp::kError))
       return FailedPrecondition(std::string((*answers)[s].begin(), (*answers)[s].end()));
     if (h.op != static_cast<uint32_t>(PsOp::kOk))
-      return FailedPrecondition(peer + " answered with an unknown frame");
+      return FailedPrecondition(peer(s) + " answered with an unknown frame");
+    return OkStatus();
+  };
+  // Every request goes out before any answer is awaited: a synchronous push waits on the
+  // other workers, whose pushes must not wait on this worker's.
+  std::vector<Status> lost(S);
+  for (int s = 0; s < S; ++s) lost[s] = send(s);
+  for (int s = 0; s < S; ++s)
+    if (lost[s].ok()) CANN_RETURN_IF_ERROR(receive(s, &lost[s]));
+  for (int s = 0; s < S; ++s) {
+    while (!lost[s].ok()) {
+      if (!relocate_) return lost[s];
+      CANN_ASSIGN_OR_RETURN(const std::string address, relocate_(s, addresses_[s]));
+      ++reconnects_;
+      lost[s] = connect_shard(s, address);
+      if (lost[s].ok()) lost[s] = send(s);
+      if (lost[s].ok()) CANN_RETURN_IF_ERROR(receive(s, &lost[s]));
+    }
   }
   return OkStatus();
 }

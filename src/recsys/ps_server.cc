@@ -94,7 +94,7 @@ Status PsServer::serve_worker(int fd, int* worker_out) {
         }
       }
     } else if (op == PsOp::kFinish) {
-      tables_->finish(worker);
+      CANN_RETURN_IF_ERROR(tables_->finish(worker));
       return send_frame(fd, PsOp::kOk, 0, 0, {}, config_.timeout, who);
     } else if (op == PsOp::kPull || op == PsOp::kRead || op == PsOp::kPush) {
       if (!decode(payload, tables, C, op == PsOp::kPush, &rows,
@@ -142,48 +142,48 @@ Status PsServer::serve(std::chrono::milliseconds accept_timeout) {
   std::vector<std::thread> threads;
   std::mutex result_mutex;
   Status first_error;
-  int finished = 0;
   auto stop_all = [&] {  // with result_mutex held
     for (const PsSocket& c : conns) shutdown(c.fd(), SHUT_RDWR);
   };
-  conns.reserve(config_.workers);
-  for (int i = 0; i < config_.workers; ++i) {
-    const double deadline = now_seconds() + accept_timeout.count() / 1000.0;
-    int fd = -1;
-    while (fd < 0) {
-      pollfd p{listener_.fd(), POLLIN, 0};
-      const double left = deadline - now_seconds();
-      if (left <= 0) break;
-      if (poll(&p, 1, static_cast<int>(left * 1000) + 1) > 0)
-        fd = accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-    }
-    if (fd >= 0) {
-      // Answers are small and awaited: no Nagle delay behind the peer's delayed acknowledgement.
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
+  // A lost shard's replacement waits only for the workers still training; it keeps accepting
+  // until every worker has finished, since a worker whose finish the lost shard recorded but
+  // never answered comes again to say so.
+  const int expected = config_.workers - tables_->finished_workers();
+  const double deadline = now_seconds() + accept_timeout.count() / 1000.0;
+  int accepted = 0;
+  while (true) {
     {
       std::lock_guard<std::mutex> lock(result_mutex);
-      if (fd < 0 && first_error.ok())
-        first_error = FailedPrecondition(
-            "parameter-server shard " + std::to_string(config_.shard) + ": only " +
-            std::to_string(i) + " of " + std::to_string(config_.workers) +
-            " workers connected within " + std::to_string(accept_timeout.count() / 1000) +
-            " s; hint: see the workers' log for why they did not start");
-      if (!first_error.ok()) {
-        if (fd >= 0) PsSocket discard(fd);
-        stop_all();
-        break;
-      }
+      if (!first_error.ok()) break;
+    }
+    if (tables_->finished_workers() == config_.workers) break;
+    if (accepted < expected && now_seconds() > deadline) {
+      std::lock_guard<std::mutex> lock(result_mutex);
+      first_error = FailedPrecondition("parameter-server shard " + std::to_string(config_.shard) +
+                                       ": only " + std::to_string(accepted) + " of " +
+                                       std::to_string(expected) + " workers connected within " +
+                                       std::to_string(accept_timeout.count() / 1000) +
+                                       " s; hint: see the workers' log for why they did not start");
+      stop_all();
+      break;
+    }
+    pollfd p{listener_.fd(), POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    const int fd = accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    // Answers are small and awaited: no Nagle delay behind the peer's delayed acknowledgement.
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ++accepted;
+    {
+      std::lock_guard<std::mutex> lock(result_mutex);
       conns.emplace_back(fd);  // under the mutex: a failing thread's stop_all reads conns
     }
-    threads.emplace_back([this, fd, &result_mutex, &first_error, &finished, &stop_all] {
+    threads.emplace_back([this, fd, &result_mutex, &first_error, &stop_all] {
       int worker = -1;
       Status s = serve_worker(fd, &worker);
       std::lock_guard<std::mutex> lock(result_mutex);
-      if (s.ok()) {
-        ++finished;
-      } else if (first_error.ok()) {
+      if (!s.ok() && first_error.ok()) {
         first_error = s;
         stop_all();  // the other connections' threads return at once
       }

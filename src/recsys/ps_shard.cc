@@ -2,6 +2,7 @@
 #include "recsys/ps_shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -20,21 +21,30 @@ std::string seconds_text(std::chrono::milliseconds t) {
 }  // namespace
 
 ShardTables::ShardTables(const RecSpec& spec, const ShardConfig& config)
+    : ShardTables(spec, config, true) {
+  CANN_CHECK(config.state_dir.empty()) << "ShardTables with a state_dir: use ShardTables::open";
+}
+
+ShardTables::ShardTables(const RecSpec& spec, const ShardConfig& config, bool anonymous)
     : spec_(spec),
       config_(config),
       C_(spec.embedding_dim),
       state_width_(sparse_state_width(config.optimizer.kind, spec.embedding_dim)),
       pushed_(config.workers, 0),
       finished_(config.workers, false) {
+  if (!anonymous) return;  // open() maps the files
   for (int t = 0; t < spec.sparse_features; ++t) {
-    // Rows r with r % S == shard: ceil((rows - shard) / S) of them.
-    const int64_t rows = spec.table_rows[t];
-    const int64_t mine =
-        rows > config.shard ? (rows - config.shard + config.shards - 1) / config.shards : 0;
+    const int64_t mine = slice_rows(t);
     values_.emplace_back(static_cast<size_t>(mine) * C_);
     state_.emplace_back(static_cast<size_t>(mine) * state_width_);
     meta_.emplace_back(static_cast<size_t>(mine));
   }
+}
+
+int64_t ShardTables::slice_rows(int table) const {
+  // Rows r with r % S == shard: ceil((rows - shard) / S) of them.
+  const int64_t rows = spec_.table_rows[table];
+  return rows > config_.shard ? (rows - config_.shard + config_.shards - 1) / config_.shards : 0;
 }
 
 bool ShardTables::touch(int table, int64_t r, int step, bool count_sighting) {
@@ -57,6 +67,9 @@ bool ShardTables::touch(int table, int64_t r, int step, bool count_sighting) {
     const int64_t s = slot(r);
     init_row(values_[table].data() + s * C_, C_, spec_.table_rows[table], config_.seed, table, r);
     std::memset(state_[table].data() + s * state_width_, 0, sizeof(float) * state_width_);
+    // The row is whole before its metadata says so: a shard killed here leaves it unadmitted,
+    // and the repeated pull admits it again, identically.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     m.admitted = 1;
     ++admitted_;
   }
@@ -151,30 +164,38 @@ void ShardTables::apply_locked(int step, const std::vector<std::vector<int64_t>>
   }
 }
 
-void ShardTables::apply_sum_locked(int step) {
+Status ShardTables::apply_sum_locked(int step) {
   std::map<int, Pending>& by_worker = pending_[step];
   struct Entry {
     int64_t row;
     int worker;
     size_t index;
   };
-  std::vector<Entry> entries;
-  std::vector<float> sum(C_);
-  for (int t = 0; t < spec_.sparse_features; ++t) {
-    // Every worker's rows of the table, by row and then by worker: each row's gradients are
-    // summed in worker order, so the result does not depend on which push came first.
-    entries.clear();
+  // Every worker's rows of each table, by row and then by worker: each row's gradients are
+  // summed in worker order, so the result does not depend on which push came first.
+  const int F = spec_.sparse_features;
+  std::vector<std::vector<Entry>> entries(F);
+  std::vector<std::vector<int64_t>> changing(F);  // each table's distinct rows
+  for (int t = 0; t < F; ++t) {
     for (auto& [w, p] : by_worker)
       if (static_cast<size_t>(t) < p.rows.size())
-        for (size_t i = 0; i < p.rows[t].size(); ++i) entries.push_back({p.rows[t][i], w, i});
-    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+        for (size_t i = 0; i < p.rows[t].size(); ++i) entries[t].push_back({p.rows[t][i], w, i});
+    std::sort(entries[t].begin(), entries[t].end(), [](const Entry& a, const Entry& b) {
       return a.row != b.row ? a.row < b.row : a.worker < b.worker;
     });
-    for (size_t k = 0; k < entries.size();) {
-      const int64_t r = entries[k].row;
+    for (size_t k = 0; k < entries[t].size(); ++k)
+      if (k == 0 || entries[t][k].row != entries[t][k - 1].row)
+        changing[t].push_back(entries[t][k].row);
+  }
+  CANN_RETURN_IF_ERROR(begin_apply_locked(changing));
+  std::vector<float> sum(C_);
+  for (int t = 0; t < F; ++t) {
+    const std::vector<Entry>& e = entries[t];
+    for (size_t k = 0; k < e.size();) {
+      const int64_t r = e[k].row;
       std::fill(sum.begin(), sum.end(), 0.0f);
-      for (; k < entries.size() && entries[k].row == r; ++k) {
-        const float* g = by_worker[entries[k].worker].grads[t].data() + entries[k].index * C_;
+      for (; k < e.size() && e[k].row == r; ++k) {
+        const float* g = by_worker[e[k].worker].grads[t].data() + e[k].index * C_;
         for (int c = 0; c < C_; ++c) sum[c] += g[c];
       }
       if (!touch(t, r, step, false)) continue;
@@ -184,6 +205,9 @@ void ShardTables::apply_sum_locked(int step) {
     }
   }
   pending_.erase(step);
+  for (int& s : pushed_) s = step;
+  applied_step_ = step;
+  return end_apply_locked();
 }
 
 Status ShardTables::push(int worker, int step, const std::vector<std::vector<int64_t>>& rows,
@@ -203,22 +227,26 @@ Status ShardTables::push(int worker, int step, const std::vector<std::vector<int
                              std::to_string(rows[t].size()) + " rows of width " +
                              std::to_string(C_) + "; hint: a corrupt request");
   }
-  // Bounded staleness applies on arrival; so does a lone worker (its sum is its own push).
+  // Bounded staleness applies on arrival; so does a lone worker (its sum is its own push). A
+  // push of a step already applied is one sent again to a lost shard's replacement: the first
+  // was applied before the loss, only its answer was lost.
   if (config_.staleness >= 0 || config_.workers == 1) {
+    if (pushed_[worker] >= step) return OkStatus();
+    CANN_RETURN_IF_ERROR(begin_apply_locked(rows));
     apply_locked(step, rows, grads);
     pushed_[worker] = step;
+    CANN_RETURN_IF_ERROR(end_apply_locked());
     changed_.notify_all();
     return OkStatus();
   }
+  if (applied_step_ >= step) return OkStatus();
   Pending& p = pending_[step][worker];
   p.rows = rows;
   p.grads = grads;
   if (static_cast<int>(pending_[step].size()) == config_.workers) {
-    apply_sum_locked(step);
-    for (int& s : pushed_) s = step;
-    applied_step_ = step;
+    Status applied = apply_sum_locked(step);
     changed_.notify_all();
-    return OkStatus();
+    return applied;
   }
   // Half as long again as a worker waits for a pull's answer: when a shard stops, the workers
   // waiting on it fail first and name it, before the other shards blame those workers.
@@ -236,10 +264,16 @@ Status ShardTables::push(int worker, int step, const std::vector<std::vector<int
   return OkStatus();
 }
 
-void ShardTables::finish(int worker) {
+Status ShardTables::finish(int worker) {
   std::lock_guard<std::mutex> lock(shard_mutex_);
   finished_[worker] = true;
   changed_.notify_all();
+  return persist_locked();
+}
+
+int ShardTables::finished_workers() const {
+  std::lock_guard<std::mutex> lock(shard_mutex_);
+  return static_cast<int>(std::count(finished_.begin(), finished_.end(), true));
 }
 
 int64_t ShardTables::admitted_rows() const {

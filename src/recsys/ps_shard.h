@@ -21,6 +21,19 @@
 // applied on arrival, and a pull of step t waits until every worker has pushed step t - 1 - s,
 // so no worker runs more than s steps ahead of the slowest.
 //
+// Surviving the process (ShardConfig::state_dir, under --elastic). The tables then live in
+// files of a memory file system (the agent's snapshot root) mapped shared, so the rows outlive
+// a killed shard and its replacement maps them again: nothing is copied on the step's path nor
+// on recovery. What makes them consistent: pulls change a row only in ways a repeat of the same
+// step repeats exactly (a sighting counts once per step; a row's values are written before the
+// metadata that admits it), so a pull cut short needs no undo; an apply first writes the old
+// state of every row it will change, with the step counters, to an undo file and marks it
+// valid, changes the rows, writes the new counters and clears the mark. A replacement finding
+// the mark set puts the old rows back: the tables then stand exactly after the last step
+// applied in full, and the workers send again what was not acknowledged (a push of a step
+// already applied is acknowledged without being applied twice). The files are allocated in
+// full when made, so a full memory file system is an error at the start, never a fault later.
+//
 // Thread safety: every public method may be called from any thread (one per connection); one
 // mutex, shard_mutex_, guards all state.
 #pragma once
@@ -31,6 +44,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -52,7 +66,12 @@ struct ShardConfig {
   SparseOptimizerConfig optimizer;
   std::chrono::milliseconds timeout{60000};
   std::string checkpoint_dir;  // where kCheckpoint requests save (ps_server.h)
+  // Non-empty: the tables live in files under this directory and survive the process (above).
+  std::string state_dir;
 };
+
+// `bytes` of the file at `path` mapped shared (LazyArray::map_file).
+StatusOr<void*> map_shared_file(const std::string& path, size_t bytes, bool fresh);
 
 // Anonymous memory of n elements of T, zero, backed by the kernel page by page on first write.
 template <typename T>
@@ -77,6 +96,17 @@ class LazyArray {
     }
     return *this;
   }
+  // n elements of T in the file at `path`, mapped shared: with `fresh`, made anew (zero,
+  // allocated in full), else mapped as it stands (it must hold exactly n elements). The
+  // mapping is released as an anonymous one is; the file stays.
+  static StatusOr<LazyArray> map_file(const std::string& path, size_t n, bool fresh) {
+    LazyArray a;
+    a.size_ = n;
+    if (n == 0) return a;
+    CANN_ASSIGN_OR_RETURN(void* p, map_shared_file(path, n * sizeof(T), fresh));
+    a.data_ = static_cast<T*>(p);
+    return a;
+  }
   LazyArray(const LazyArray&) = delete;
   LazyArray& operator=(const LazyArray&) = delete;
   T* data() { return data_; }
@@ -97,7 +127,21 @@ std::string shard_checkpoint_dir(const std::string& dir, int shard, int shards);
 
 class ShardTables {
  public:
+  // In anonymous memory (config.state_dir must be empty).
   ShardTables(const RecSpec& spec, const ShardConfig& config);
+  // In files under config.state_dir when it is set, restored from them when they exist (a
+  // replacement of a lost shard); otherwise as the constructor.
+  static StatusOr<std::unique_ptr<ShardTables>> open(const RecSpec& spec,
+                                                     const ShardConfig& config);
+  ~ShardTables();
+  ShardTables(const ShardTables&) = delete;
+  ShardTables& operator=(const ShardTables&) = delete;
+  // open() found the tables of an earlier process: the step they stand after (else -1), and
+  // whether an apply cut short was undone.
+  int restored_step() const { return restored_step_; }
+  bool undid_apply() const { return undid_apply_; }
+  // Workers that finished before this process started (a replacement serves only the others).
+  int finished_workers() const;
 
   // Rows row_ids (each on this shard) of `table` into out (n, C), for `worker` at `step`
   // (1-based). Blocks under bounded staleness as described above.
@@ -109,7 +153,7 @@ class ShardTables {
   Status push(int worker, int step, const std::vector<std::vector<int64_t>>& rows,
               const std::vector<std::vector<float>>& grads);
   // The worker is finished: it no longer holds back bounded-staleness pulls.
-  void finish(int worker);
+  Status finish(int worker);
 
   int tables() const { return spec_.sparse_features; }
   int dim() const { return C_; }
@@ -135,7 +179,9 @@ class ShardTables {
     uint8_t admitted = 0;
     uint8_t dirty = 0;  // touched since the last checkpoint
   };
+  ShardTables(const RecSpec& spec, const ShardConfig& config, bool anonymous);
   int64_t slot(int64_t r) const { return r / config_.shards; }
+  int64_t slice_rows(int table) const;  // rows of `table` placed on this shard
   // Every row is in the table and on this shard.
   Status check_rows(int table, const int64_t* row_ids, size_t n) const;
   // Admission and eviction bookkeeping of one touch; returns whether the row is admitted.
@@ -143,7 +189,16 @@ class ShardTables {
   // One push's gradients (per table: rows and their (n, C) gradients), applied at once.
   void apply_locked(int step, const std::vector<std::vector<int64_t>>& rows,
                     const std::vector<std::vector<float>>& grads);
-  void apply_sum_locked(int step);  // every worker's, summed in worker order
+  Status apply_sum_locked(int step);  // every worker's, summed in worker order
+  // Persistence (ps_shard_files.cc; no-ops in anonymous memory). begin_apply_locked writes the
+  // undo record of the rows about to change (per table) and marks it valid; end_apply_locked
+  // writes the counters and clears the mark; persist_locked writes the counters alone.
+  Status begin_apply_locked(const std::vector<std::vector<int64_t>>& rows);
+  Status end_apply_locked();
+  Status persist_locked();
+  // open()'s work: map the files, or restore from them (undoing an apply cut short).
+  Status attach_files();
+  Status write_counters(bool applying);
 
   RecSpec spec_;
   ShardConfig config_;
@@ -163,6 +218,11 @@ class ShardTables {
   int applied_step_ = 0;  // synchronous: the last step applied
   int saved_step_ = 0;    // the last step save() wrote
   int64_t admitted_ = 0;
+  // Persistence: the counters' file and the undo file (-1: anonymous memory).
+  int header_fd_ = -1, undo_fd_ = -1;
+  int restored_step_ = -1;
+  bool undid_apply_ = false;
+  std::vector<char> undo_buffer_;
 };
 
 }  // namespace cann::recsys

@@ -405,6 +405,7 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
         return IoError(config.log_json + ": cannot append the step log (" + errno_text() +
                        "); hint: check the disk has room");
     }
+    if (context.on_step) context.on_step(step);
   }
   summary.steps = config.steps;
   summary.train_seconds = train_seconds;

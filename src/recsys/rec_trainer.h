@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "core/status.h"
@@ -71,6 +72,8 @@ struct RecWorkerContext {
   double topk_ratio = 0.0;
   int onebit_warmup = -1;
   EmbeddingStore* store = nullptr;  // null: every table in this process
+  // Called after every completed step with its number (an elastic job's heartbeat).
+  std::function<void(int step)> on_step;
 };
 
 // Rows [begin, begin + n) of a batch, with their bags (the layout of click_batch.h).
