@@ -169,7 +169,7 @@ Status ShardTables::attach_files() {
     kept = u.substr(0, counters_bytes);
     uint64_t n = 0;
     std::memcpy(&n, u.data() + counters_bytes, sizeof(n));
-    if (u.size() != counters_bytes + sizeof(n) + n * record) return corrupt(undo, "truncated");
+    if (u.size() < counters_bytes + sizeof(n) + n * record) return corrupt(undo, "truncated");
     const char* at = u.data() + counters_bytes + sizeof(n);
     for (uint64_t i = 0; i < n; ++i, at += record) {
       int32_t t = 0;
@@ -259,24 +259,19 @@ Status ShardTables::begin_apply_locked(const std::vector<std::vector<int64_t>>& 
       append(values_[t].data() + s * C_, sizeof(float) * C_);
       append(state_[t].data() + s * state_width_, sizeof(float) * state_width_);
     }
-  const std::string path = join_path(config_.state_dir, "undo");
-  CANN_RETURN_IF_ERROR(pwrite_all(undo_fd_, u.data(), u.size(), 0, path));
-  if (ftruncate(undo_fd_, static_cast<off_t>(u.size())) != 0)
-    return IoError(path + ": cannot size the undo record: " + errno_text());
+  // The record says its own length (n): a longer file left by an earlier apply is not cut.
+  CANN_RETURN_IF_ERROR(
+      pwrite_all(undo_fd_, u.data(), u.size(), 0, join_path(config_.state_dir, "undo")));
   const int32_t one = 1;
   return pwrite_all(header_fd_, &one, sizeof(one), kApplyingAt,
                     join_path(config_.state_dir, "counters"));
 }
 
 Status ShardTables::end_apply_locked() {
-  if (header_fd_ < 0) return OkStatus();
-  // The rows are changed (the apply's stores precede this call); the new counters with the mark
-  // still set, then the mark cleared: a kill between the two undoes a complete apply, which the
-  // workers then send again.
-  CANN_RETURN_IF_ERROR(write_counters(true));
-  const int32_t zero = 0;
-  return pwrite_all(header_fd_, &zero, sizeof(zero), kApplyingAt,
-                    join_path(config_.state_dir, "counters"));
+  // The rows are changed (the apply's stores precede this call): the new counters and the mark
+  // cleared in one write, which a kill cannot cut (it copies fewer bytes than a page into the
+  // page cache in one call); a kill before it undoes the apply, which the workers send again.
+  return write_counters(false);
 }
 
 }  // namespace cann::recsys

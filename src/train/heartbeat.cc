@@ -31,9 +31,12 @@ StatusOr<std::unique_ptr<Heartbeat>> Heartbeat::start(const DistEnv& env, int to
       const auto next = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(self->interval_s_));
-      // Short slices, so the destructor does not wait a whole interval.
+      // Slices, so the destructor does not wait a whole interval; not shorter, so the beating
+      // thread does not take the cores from the training threads.
       while (!self->stop_ && std::chrono::steady_clock::now() < next)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::this_thread::sleep_for(
+            std::min(std::chrono::steady_clock::duration(next - std::chrono::steady_clock::now()),
+                     std::chrono::steady_clock::duration(std::chrono::milliseconds(50))));
       if (!self->stop_) self->beat();
     }
   });
