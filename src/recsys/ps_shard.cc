@@ -207,7 +207,7 @@ Status ShardTables::apply_sum_locked(int step) {
   pending_.erase(step);
   for (int& s : pushed_) s = step;
   applied_step_ = step;
-  return end_apply_locked();
+  return persist_locked();
 }
 
 Status ShardTables::push(int worker, int step, const std::vector<std::vector<int64_t>>& rows,
@@ -235,7 +235,7 @@ Status ShardTables::push(int worker, int step, const std::vector<std::vector<int
     CANN_RETURN_IF_ERROR(begin_apply_locked(rows));
     apply_locked(step, rows, grads);
     pushed_[worker] = step;
-    CANN_RETURN_IF_ERROR(end_apply_locked());
+    CANN_RETURN_IF_ERROR(persist_locked());
     changed_.notify_all();
     return OkStatus();
   }

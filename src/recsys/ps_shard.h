@@ -191,14 +191,15 @@ class ShardTables {
                     const std::vector<std::vector<float>>& grads);
   Status apply_sum_locked(int step);  // every worker's, summed in worker order
   // Persistence (ps_shard_files.cc; no-ops in anonymous memory). begin_apply_locked writes the
-  // undo record of the rows about to change (per table) and marks it valid; end_apply_locked
-  // writes the counters and clears the mark; persist_locked writes the counters alone.
+  // undo record of the rows about to change (per table) and marks it valid; persist_locked
+  // writes the counters with the mark cleared (after an apply, its commit).
   Status begin_apply_locked(const std::vector<std::vector<int64_t>>& rows);
-  Status end_apply_locked();
   Status persist_locked();
+  // The counters as the counters and undo files hold them: applied step, saved step, per
+  // worker the last step pushed and whether it finished (int32 each).
+  std::string counters_record() const;
   // open()'s work: map the files, or restore from them (undoing an apply cut short).
   Status attach_files();
-  Status write_counters(bool applying);
 
   RecSpec spec_;
   ShardConfig config_;

@@ -137,7 +137,7 @@ Status ShardTables::attach_files() {
     const std::string temp = counters + ".new";
     header_fd_ = ::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (header_fd_ < 0) return IoError(temp + ": cannot open: " + errno_text());
-    CANN_RETURN_IF_ERROR(write_counters(false));
+    CANN_RETURN_IF_ERROR(persist_locked());
     if (::rename(temp.c_str(), counters.c_str()) != 0)
       return IoError(counters + ": cannot rename into place: " + errno_text());
     return OkStatus();
@@ -204,26 +204,31 @@ Status ShardTables::attach_files() {
   restored_step_ = config_.staleness >= 0 || W == 1
                        ? *std::min_element(pushed_.begin(), pushed_.end())
                        : applied_step_;
-  return write_counters(false);
+  return persist_locked();
 }
 
-Status ShardTables::write_counters(bool applying) {
+std::string ShardTables::counters_record() const {
+  std::string out;
+  put(&out, static_cast<int32_t>(applied_step_));
+  put(&out, static_cast<int32_t>(saved_step_));
+  for (int p : pushed_) put(&out, static_cast<int32_t>(p));
+  for (bool f : finished_) put(&out, static_cast<int32_t>(f ? 1 : 0));
+  return out;
+}
+
+Status ShardTables::persist_locked() {
+  // One write of the counters with the mark cleared: a kill cannot cut it (fewer bytes than a
+  // page, copied into the page cache in one call). After an apply (its stores precede this
+  // call) it is the commit; a kill before it undoes the apply, which the workers send again.
   if (header_fd_ < 0) return OkStatus();
   std::string out;
   for (int32_t v : {kCountersMagic, kCountersVersion, config_.shard, config_.shards,
                     config_.workers, spec_.sparse_features, C_, state_width_})
     put(&out, v);
-  put(&out, static_cast<int32_t>(applying ? 1 : 0));
-  put(&out, static_cast<int32_t>(applied_step_));
-  put(&out, static_cast<int32_t>(saved_step_));
-  for (int p : pushed_) put(&out, static_cast<int32_t>(p));
-  for (bool f : finished_) put(&out, static_cast<int32_t>(f ? 1 : 0));
+  put(&out, int32_t{0});  // the mark
+  out += counters_record();
   return pwrite_all(header_fd_, out.data(), out.size(), 0,
                     join_path(config_.state_dir, "counters"));
-}
-
-Status ShardTables::persist_locked() {
-  return write_counters(false);
 }
 
 Status ShardTables::begin_apply_locked(const std::vector<std::vector<int64_t>>& rows) {
@@ -235,17 +240,8 @@ Status ShardTables::begin_apply_locked(const std::vector<std::vector<int64_t>>& 
     u.resize(at + n);
     std::memcpy(u.data() + at, p, n);
   };
-  const int32_t applied = applied_step_, saved = saved_step_;
-  append(&applied, sizeof(applied));
-  append(&saved, sizeof(saved));
-  for (int p : pushed_) {
-    const int32_t v = p;
-    append(&v, sizeof(v));
-  }
-  for (bool f : finished_) {
-    const int32_t v = f ? 1 : 0;
-    append(&v, sizeof(v));
-  }
+  const std::string counters = counters_record();
+  append(counters.data(), counters.size());
   uint64_t n = 0;
   for (const auto& r : rows) n += r.size();
   append(&n, sizeof(n));
@@ -265,13 +261,6 @@ Status ShardTables::begin_apply_locked(const std::vector<std::vector<int64_t>>& 
   const int32_t one = 1;
   return pwrite_all(header_fd_, &one, sizeof(one), kApplyingAt,
                     join_path(config_.state_dir, "counters"));
-}
-
-Status ShardTables::end_apply_locked() {
-  // The rows are changed (the apply's stores precede this call): the new counters and the mark
-  // cleared in one write, which a kill cannot cut (it copies fewer bytes than a page into the
-  // page cache in one call); a kill before it undoes the apply, which the workers send again.
-  return write_counters(false);
 }
 
 }  // namespace cann::recsys
