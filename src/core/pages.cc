@@ -1,11 +1,16 @@
 // madvise and mincore over the pages of a buffer.
 #include "core/pages.h"
 
+#include "core/aligned_buffer.h"
+#include "core/check.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -45,6 +50,44 @@ size_t resident_bytes(const void* p, size_t n) {
   for (unsigned char v : vec) pages += v & 1;
   return pages * ps;
 }
+
+namespace aligned_detail {
+
+void* allocate(size_t bytes, size_t* mapped) {
+  *mapped = 0;
+  if (bytes < kMappedBytes) {
+    void* p = std::aligned_alloc(64, bytes);
+    CANN_CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const size_t length = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Map one huge page more than needed and trim both ends, so the buffer starts on a 2 MiB
+  // boundary and every page of it can be a huge one.
+  void* raw =
+      mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CANN_CHECK(raw != MAP_FAILED) << "out of memory mapping " << bytes
+                                << " bytes: " << std::strerror(errno);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = (begin + kHuge - 1) / kHuge * kHuge;
+  if (start > begin) munmap(raw, start - begin);
+  const uintptr_t tail = start + length, end = begin + length + kHuge;
+  if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
+  // Advice only: where transparent huge pages are off the buffer works the same in 4 KiB pages.
+  madvise(reinterpret_cast<void*>(start), length, MADV_HUGEPAGE);
+  *mapped = length;
+  return reinterpret_cast<void*>(start);
+}
+
+void release(void* p, size_t mapped) {
+  if (mapped == 0)
+    std::free(p);
+  else
+    munmap(p, mapped);
+}
+
+}  // namespace aligned_detail
 
 int64_t process_resident_bytes() {
   // /proc files report a size of 0: read line by line until VmRSS.
