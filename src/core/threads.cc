@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 extern "C" void openblas_set_num_threads(int num_threads);
-extern "C" char* openblas_get_corename(void);
 
 namespace cann {
 namespace {
@@ -53,8 +52,6 @@ double ComputeClock::cpu_seconds() const {
   }
   return sum;
 }
-
-const char* blas_core_name() { return openblas_get_corename(); }
 
 int set_compute_nice(int nice) {
   int failures = 0;

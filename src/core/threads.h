@@ -37,7 +37,4 @@ class ComputeClock {
   std::vector<clockid_t> clocks_;
 };
 
-// The kernel family OpenBLAS uses ("SkylakeX", "Haswell", ...).
-const char* blas_core_name();
-
 }  // namespace cann

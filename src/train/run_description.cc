@@ -48,7 +48,8 @@ std::vector<std::string> describe_run(const model::ModelSpec& spec, const RunLay
   char header[512];
   std::snprintf(header, sizeof(header),
                 "model %s: %s, %d layers, hidden %d, %d heads%s, %s parameters | batch %d x %d "
-                "tokens | %d rank%s x %d threads (linear layers on oneDNN %s, attention on OpenBLAS %s) | "
+                "tokens | %d rank%s x %d threads (linear layers on oneDNN %s, fused attention on "
+                "oneDNN fp32) | "
                 "steps %d..%d",
                 spec.name.c_str(), std::string(model::architecture_name(spec.architecture)).c_str(),
                 spec.num_hidden_layers, spec.hidden_size, spec.num_attention_heads,
@@ -61,7 +62,6 @@ std::vector<std::string> describe_run(const model::ModelSpec& spec, const RunLay
                 kernels::gemm_precision() == kernels::GemmPrecision::kBf16
                     ? "bf16 with fp32 accumulation"
                     : "fp32",
-                blas_core_name(),
                 first_step + 1, steps);
   lines.push_back(header);
   lines.push_back("data " + data.description);

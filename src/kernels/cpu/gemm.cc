@@ -7,7 +7,7 @@
 // threads (bench/gemm, docs/benchmarks.md) it reaches 94-97% of the FMA peak where OpenBLAS
 // reaches 85-89% (and 55-72% on gpt_tiny's narrow shapes), losing only on the 2048x384x1536
 // forward (75% against 85%); end to end the benchmark GPT's fp32 step went from 763-863 ms to
-// 721-727 ms, with less spread. Attention's small per-head GEMMs stay on OpenBLAS.
+// 721-727 ms, with less spread. Attention's block GEMMs use oneDNN's sgemm too (attention.cc).
 #include "kernels/cpu/gemm.h"
 
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-// Linear layer over gemm() (OpenBLAS sgemm, or oneDNN's bf16 matmul under --precision bf16).
+// Linear layer over gemm() (oneDNN's sgemm, or its bf16 matmul under --precision bf16).
 // The bias is broadcast into y first so one GEMM with
 // beta = 1 finishes the job; the bias gradient is a column sum of dy, split over columns so
 // each thread owns its outputs and the sum order is fixed (bit-identical reruns).
