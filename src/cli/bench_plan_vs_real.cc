@@ -39,6 +39,7 @@ struct Flags {
   double run_timeout_s = 600;
   int repeat = 1;
   std::string calibrate = "each";  // each: measure the machine before every run; stored
+  std::string precision = "fp32";  // of the runs' GEMMs, and so of the forecasts
 };
 
 struct Row {
@@ -117,6 +118,15 @@ StatusOr<Row> measure_once(const Flags& f, const model::ModelSpec& spec, const s
   } else {
     cluster = *calibrated;
   }
+  if (f.precision == "bf16") {
+    // bench calibrate measured the bf16 GEMM rate beside the fp32 one; a processor without
+    // AVX-512 BF16 has none, and run refuses --precision bf16 there too.
+    if (cluster.device.bf16_gemm_tflops <= 0)
+      return InvalidArgument(
+          "--precision bf16: the calibration of this machine has no bf16 GEMM "
+          "rate (no AVX-512 BF16); hint: use --precision fp32");
+    cluster.device.bf16_gemms = true;
+  }
   auto predicted = plan::forecast(spec, cluster, b, seq, buckets, data_bytes);
   if (!predicted.ok()) {
     r.skipped = "the planner refuses it: " + predicted.status().message();
@@ -144,7 +154,9 @@ StatusOr<Row> measure_once(const Flags& f, const model::ModelSpec& spec, const s
                                    "--log-json",
                                    log,
                                    "--nproc-per-node",
-                                   std::to_string(b.processes)};
+                                   std::to_string(b.processes),
+                                   "--precision",
+                                   f.precision};
   if (!b.single) {
     args.insert(args.end(), {"--threads", "1", "--strategy", b.run_strategy});
     if (!b.schedule.empty()) args.insert(args.end(), {"--pipeline-schedule", b.schedule});
@@ -211,9 +223,9 @@ StatusOr<Row> measure(const Flags& f, const model::ModelSpec& spec, const std::s
 
 void print_table(const std::vector<Row>& rows, const plan::Verdict& step,
                  const plan::Verdict& memory, const plan::Verdict& rss) {
-  std::printf("%-14s %-26s %5s %9s %9s %7s %13s %9s %9s %7s %15s %15s %7s\n", "model",
-              "strategy", "procs", "pred s", "meas s", "err %", "err min..max", "pred MiB",
-              "meas MiB", "err %", "pred RSS MiB", "meas RSS MiB", "err %");
+  std::printf("%-14s %-26s %5s %9s %9s %7s %13s %9s %9s %7s %15s %15s %7s\n", "model", "strategy",
+              "procs", "pred s", "meas s", "err %", "err min..max", "pred MiB", "meas MiB", "err %",
+              "pred RSS MiB", "meas RSS MiB", "err %");
   const double mib = 1.0 / (1 << 20);
   for (const Row& r : rows) {
     if (!r.skipped.empty()) {
@@ -232,12 +244,12 @@ void print_table(const std::vector<Row>& rows, const plan::Verdict& step,
     };
     char spread[32];
     std::snprintf(spread, sizeof(spread), "%+.0f..%+.0f", r.step_error_min, r.step_error_max);
-    std::printf("%-14s %-26s %5d %9.4f %9.4f %+7.1f %13s %9.1f %9.1f %+7.1f %15s %15s %+7.1f\n",
-                r.model.c_str(), r.label.c_str(), r.processes, r.predicted.step_s, r.step_s,
-                r.step_error, spread, r.predicted.rank0_bytes * mib, r.engine_mib, r.memory_error,
-                pair(r.predicted.resident_max_bytes * mib, r.predicted.resident_min_bytes * mib)
-                    .c_str(),
-                pair(r.rss_max_mib, r.rss_min_mib).c_str(), r.rss_error);
+    std::printf(
+        "%-14s %-26s %5d %9.4f %9.4f %+7.1f %13s %9.1f %9.1f %+7.1f %15s %15s %+7.1f\n",
+        r.model.c_str(), r.label.c_str(), r.processes, r.predicted.step_s, r.step_s, r.step_error,
+        spread, r.predicted.rank0_bytes * mib, r.engine_mib, r.memory_error,
+        pair(r.predicted.resident_max_bytes * mib, r.predicted.resident_min_bytes * mib).c_str(),
+        pair(r.rss_max_mib, r.rss_min_mib).c_str(), r.rss_error);
   }
   auto verdict = [](const char* what, const plan::Verdict& v) {
     std::printf("%s: median |error| %.1f%%, largest %.1f%%, over %d rows, target <= %.0f%%%s: %s\n",
@@ -406,6 +418,11 @@ std::pair<CLI::App*, CommandMain> add_plan_vs_real_command(CLI::App* bench) {
                   "forecast sees the load the run will; stored: the calibrated 'local' specs "
                   "(measured first where missing)")
       ->check(CLI::IsMember({"each", "stored"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", f->precision,
+                  "GEMM precision of every run, and of its forecast (bf16: the bf16 GEMM rate "
+                  "bench calibrate measured)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the rows and verdicts as JSON");
   return {cmd, [f]() { return run_plan_vs_real(*f); }};
