@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.h"
@@ -36,7 +37,9 @@ float from_bits(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-double bf16_value(uint16_t h) { return from_bits(static_cast<uint32_t>(h) << 16); }
+double bf16_value(uint16_t h) {
+  return from_bits(static_cast<uint32_t>(h) << 16);
+}
 
 // The nearest bf16 by distance, ties to the even one: how rounding is defined, not how the
 // kernel does it.
@@ -66,7 +69,7 @@ class Bf16Test : public ::testing::Test {
 
 TEST(Bf16RoundingTest, NearestEvenAndSpecialValues) {
   uint16_t h[8];
-  const float one_half_ulp = 1.0f + std::ldexp(1.0f, -8);      // halfway: to even (1.0)
+  const float one_half_ulp = 1.0f + std::ldexp(1.0f, -8);        // halfway: to even (1.0)
   const float three_half_ulp = 1.0f + 3 * std::ldexp(1.0f, -8);  // halfway: to even (up)
   const float x[8] = {1.0f,
                       one_half_ulp,
@@ -97,46 +100,64 @@ TEST(Bf16RoundingTest, NearestEvenAndSpecialValues) {
 }
 
 TEST_F(Bf16Test, GemmIsTheProductOfTheRoundedInputs) {
-  const int M = 37, N = 29, K = 131;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (float beta : {0.0f, 1.0f, 0.5f}) {
-        // Stored shapes with padded rows: A is (M,K) or (K,M), B is (K,N) or (N,K).
-        const int a_rows = ta ? K : M, a_cols = ta ? M : K, lda = a_cols + 3;
-        const int b_rows = tb ? N : K, b_cols = tb ? K : N, ldb = b_cols + 5;
-        const int ldc = N + 2;
-        Fv A(static_cast<size_t>(a_rows) * lda), B(static_cast<size_t>(b_rows) * ldb),
-            C(static_cast<size_t>(M) * ldc);
-        for (float& v : A) v = static_cast<float>(rng_.normal());
-        for (float& v : B) v = static_cast<float>(rng_.normal());
-        for (float& v : C) v = static_cast<float>(rng_.normal());
-        const Fv C0 = C;
-        auto a = [&](int m, int k) {
-          return bf16_value(nearest_bf16(ta ? A[k * lda + m] : A[m * lda + k]));
-        };
-        auto b = [&](int k, int n) {
-          return bf16_value(nearest_bf16(tb ? B[n * ldb + k] : B[k * ldb + n]));
-        };
-        {
-          PrecisionScope bf16(GemmPrecision::kBf16);
-          kernels::gemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
-        }
-        double worst = 0;
-        for (int m = 0; m < M; ++m)
-          for (int n = 0; n < N; ++n) {
-            double ref = beta * C0[m * ldc + n], scale = std::abs(ref);
-            for (int k = 0; k < K; ++k) {
-              ref += a(m, k) * b(k, n);
-              scale += std::abs(a(m, k) * b(k, n));
-            }
-            // fp32 accumulation of exact products: K roundings of at most 2^-24 of the sum.
-            worst = std::max(worst, std::abs(C[m * ldc + n] - ref) / (scale * K * 6e-8));
+  // Extents the primitives are padded to (37 rows, 131 deep) and ones they take as they are.
+  for (auto [M, N, K] : {std::tuple{37, 29, 131}, std::tuple{64, 29, 128}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          // Stored shapes with padded rows: A is (M,K) or (K,M), B is (K,N) or (N,K).
+          const int a_rows = ta ? K : M, a_cols = ta ? M : K, lda = a_cols + 3;
+          const int b_rows = tb ? N : K, b_cols = tb ? K : N, ldb = b_cols + 5;
+          const int ldc = N + 2;
+          Fv A(static_cast<size_t>(a_rows) * lda), B(static_cast<size_t>(b_rows) * ldb),
+              C(static_cast<size_t>(M) * ldc);
+          for (float& v : A) v = static_cast<float>(rng_.normal());
+          for (float& v : B) v = static_cast<float>(rng_.normal());
+          for (float& v : C) v = static_cast<float>(rng_.normal());
+          const Fv C0 = C;
+          auto a = [&](int m, int k) {
+            return bf16_value(nearest_bf16(ta ? A[k * lda + m] : A[m * lda + k]));
+          };
+          auto b = [&](int k, int n) {
+            return bf16_value(nearest_bf16(tb ? B[n * ldb + k] : B[k * ldb + n]));
+          };
+          {
+            PrecisionScope bf16(GemmPrecision::kBf16);
+            kernels::gemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
           }
-        EXPECT_LE(worst, 1.0) << "ta " << ta << " tb " << tb << " beta " << beta;
-        // The padding between rows is left alone.
-        for (int m = 0; m < M; ++m)
-          for (int n = N; n < ldc; ++n) ASSERT_EQ(C[m * ldc + n], C0[m * ldc + n]);
-      }
+          double worst = 0;
+          for (int m = 0; m < M; ++m)
+            for (int n = 0; n < N; ++n) {
+              double ref = beta * C0[m * ldc + n], scale = std::abs(ref);
+              for (int k = 0; k < K; ++k) {
+                ref += a(m, k) * b(k, n);
+                scale += std::abs(a(m, k) * b(k, n));
+              }
+              // fp32 accumulation of exact products: K roundings of at most 2^-24 of the sum.
+              worst = std::max(worst, std::abs(C[m * ldc + n] - ref) / (scale * K * 6e-8));
+            }
+          EXPECT_LE(worst, 1.0) << "M " << M << " K " << K << " ta " << ta << " tb " << tb
+                                << " beta " << beta;
+          // The padding between rows is left alone.
+          for (int m = 0; m < M; ++m)
+            for (int n = N; n < ldc; ++n) ASSERT_EQ(C[m * ldc + n], C0[m * ldc + n]);
+        }
+}
+
+// An MoE expert's row count changes every step: the shapes share primitives by padded extent
+// instead of compiling one per count.
+TEST_F(Bf16Test, VaryingRowCountsShareAFewPrimitives) {
+  const int N = 32, K = 40;
+  Fv A(static_cast<size_t>(200) * K, 0.5f), B(static_cast<size_t>(N) * K, 0.25f),
+      C(static_cast<size_t>(200) * N);
+  PrecisionScope bf16(GemmPrecision::kBf16);
+  const size_t before = kernels::bf16_primitives();
+  for (int M = 1; M <= 200; ++M) {
+    kernels::gemm(false, true, M, N, K, A.data(), K, B.data(), K, 0.0f, C.data(), N);
+    ASSERT_EQ(C[static_cast<size_t>(M - 1) * N + N - 1], K * 0.125f) << M;
+  }
+  // Rows padded to 64, 128, 192 and 256; depth 40 to 64.
+  EXPECT_LE(kernels::bf16_primitives() - before, 4u);
 }
 
 TEST_F(Bf16Test, GemmRoundsWhereFp32DoesNot) {
@@ -170,8 +191,8 @@ TEST_F(Bf16Test, LinearTracksTheReference) {
   Fv yf(N * OC), dxf(N * C), dwf(OC * C, 0.0f), dbf(OC, 0.0f);
   PrecisionScope bf16(GemmPrecision::kBf16);
   kernels::linear_forward(yf.data(), xf.data(), wf.data(), bf.data(), N, C, OC);
-  kernels::linear_backward(dxf.data(), dwf.data(), dbf.data(), dyf.data(), xf.data(), wf.data(),
-                           N, C, OC);
+  kernels::linear_backward(dxf.data(), dwf.data(), dbf.data(), dyf.data(), xf.data(), wf.data(), N,
+                           C, OC);
   EXPECT_LT(max_rel_diff(yf, y), 1e-2);
   EXPECT_LT(max_rel_diff(dxf, dx), 1e-2);
   EXPECT_LT(max_rel_diff(dwf, dw), 1e-2);
@@ -182,7 +203,8 @@ TEST_F(Bf16Test, LinearTracksTheReference) {
 TEST(PrecisionTest, UnknownValuesAndMissingInstructionsAreOneLine) {
   auto bad = kernels::parse_gemm_precision("fp16");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "--precision: unknown precision 'fp16'; hint: use fp32 or bf16");
+  EXPECT_EQ(bad.status().message(),
+            "--precision: unknown precision 'fp16'; hint: use fp32 or bf16");
   EXPECT_EQ(*kernels::parse_gemm_precision("fp32"), GemmPrecision::kFp32);
   auto bf16 = kernels::parse_gemm_precision("bf16");
   if (kernels::cpu_has_bf16()) {

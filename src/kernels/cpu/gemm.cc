@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -36,12 +37,12 @@ uint16_t round_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-// rows x cols floats at stride ld into a packed rows x cols bf16 buffer.
-void pack_bf16(uint16_t* dst, const float* src, int rows, int cols, int ld) {
+// rows x cols floats at stride ld into bf16 rows dst_ld apart (dst_ld >= cols).
+void pack_bf16(uint16_t* dst, int dst_ld, const float* src, int rows, int cols, int ld) {
   const size_t total = static_cast<size_t>(rows) * cols;
 #pragma omp parallel for schedule(static) if (total > (1 << 16))
   for (int r = 0; r < rows; ++r)
-    to_bf16(dst + static_cast<size_t>(r) * cols, src + static_cast<size_t>(r) * ld, cols);
+    to_bf16(dst + static_cast<size_t>(r) * dst_ld, src + static_cast<size_t>(r) * ld, cols);
 }
 
 struct Bf16Engine {
@@ -50,6 +51,7 @@ struct Bf16Engine {
   // (M, N, K, ta, tb, ldc, beta) -> primitive
   std::map<std::tuple<int, int, int, bool, bool, int, float>, dnnl::matmul> cache;
   std::vector<uint16_t> a, b;
+  std::vector<float> c;  // the rows of a padded C
 };
 
 Bf16Engine& bf16_engine() {
@@ -58,20 +60,49 @@ Bf16Engine& bf16_engine() {
   return e;
 }
 
+// The extent a primitive is made for: M and K rounded up (to 64 up to 1024, to 256 above).
+// A model's dense GEMMs have extents that are already multiples, so they run unpadded; an MoE
+// expert's rows (its token count) change every step, and a primitive per count would compile
+// a new kernel each time and keep them all (a 20-step bf16 MoE run held 45 MiB more than
+// fp32 and gained no speed). Padded rows and columns are zeros, so they add nothing.
+int bucket(int x) {
+  const int step = x <= 1024 ? 64 : 256;
+  return (x + step - 1) / step * step;
+}
+
 void gemm_bf16(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
                int ldb, float beta, float* C, int ldc) {
   Bf16Engine& e = bf16_engine();
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  e.a.resize(static_cast<size_t>(M) * K);
-  e.b.resize(static_cast<size_t>(K) * N);
-  // Packed as stored: A is (M,K), or (K,M) when ta; B is (K,N), or (N,K) when tb.
-  pack_bf16(e.a.data(), A, ta ? K : M, ta ? M : K, lda);
-  pack_bf16(e.b.data(), B, tb ? N : K, tb ? K : N, ldb);
-  const dnnl::memory::desc a_md({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1});
-  const dnnl::memory::desc b_md({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
-  const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
-  const auto key = std::make_tuple(M, N, K, ta, tb, ldc, beta);
+  const int Mp = bucket(M), Kp = bucket(K);
+  const bool padded = Mp != M || Kp != K;
+  e.a.resize(static_cast<size_t>(Mp) * Kp);
+  e.b.resize(static_cast<size_t>(Kp) * N);
+  if (padded) {
+    std::fill(e.a.begin(), e.a.end(), uint16_t{0});
+    std::fill(e.b.begin(), e.b.end(), uint16_t{0});
+  }
+  // Packed as stored, each stored row at the padded row length: A is (Mp,Kp), or (Kp,Mp) when
+  // ta; B is (Kp,N), or (N,Kp) when tb.
+  pack_bf16(e.a.data(), ta ? Mp : Kp, A, ta ? K : M, ta ? M : K, lda);
+  pack_bf16(e.b.data(), tb ? Kp : N, B, tb ? N : K, tb ? K : N, ldb);
+  // Rows past M are computed into a scratch C and dropped.
+  float* out = C;
+  int ldo = ldc;
+  if (Mp != M) {
+    e.c.resize(static_cast<size_t>(Mp) * N);
+    out = e.c.data();
+    ldo = N;
+    if (beta != 0.0f)
+      for (int m = 0; m < M; ++m)
+        std::memcpy(out + static_cast<size_t>(m) * N, C + static_cast<size_t>(m) * ldc,
+                    sizeof(float) * N);
+  }
+  const dnnl::memory::desc a_md({Mp, Kp}, dt::bf16, ta ? dims{1, Mp} : dims{Kp, 1});
+  const dnnl::memory::desc b_md({Kp, N}, dt::bf16, tb ? dims{1, Kp} : dims{N, 1});
+  const dnnl::memory::desc c_md({Mp, N}, dt::f32, dims{ldo, 1});
+  const auto key = std::make_tuple(Mp, N, Kp, ta, tb, ldo, beta);
   auto it = e.cache.find(key);
   if (it == e.cache.end()) {
     dnnl::primitive_attr attr;
@@ -86,9 +117,13 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const float* A, int lda, c
              .first;
   }
   dnnl::memory am(a_md, e.engine, e.a.data()), bm(b_md, e.engine, e.b.data()),
-      cm(c_md, e.engine, C);
+      cm(c_md, e.engine, out);
   it->second.execute(e.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   e.stream.wait();
+  if (out != C)
+    for (int m = 0; m < M; ++m)
+      std::memcpy(C + static_cast<size_t>(m) * ldc, out + static_cast<size_t>(m) * N,
+                  sizeof(float) * N);
 }
 
 }  // namespace
@@ -105,7 +140,9 @@ StatusOr<GemmPrecision> parse_gemm_precision(std::string_view text) {
   return GemmPrecision::kBf16;
 }
 
-const char* precision_name(GemmPrecision p) { return p == GemmPrecision::kBf16 ? "bf16" : "fp32"; }
+const char* precision_name(GemmPrecision p) {
+  return p == GemmPrecision::kBf16 ? "bf16" : "fp32";
+}
 
 bool cpu_has_bf16() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
@@ -113,8 +150,16 @@ bool cpu_has_bf16() {
   return (isa & bf16) == bf16;
 }
 
-void set_gemm_precision(GemmPrecision p) { g_precision.store(p); }
-GemmPrecision gemm_precision() { return g_precision.load(); }
+void set_gemm_precision(GemmPrecision p) {
+  g_precision.store(p);
+}
+
+size_t bf16_primitives() {
+  return bf16_engine().cache.size();
+}
+GemmPrecision gemm_precision() {
+  return g_precision.load();
+}
 
 void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
           float beta, float* C, int ldc) {

@@ -24,6 +24,8 @@ bool cpu_has_bf16();
 
 void set_gemm_precision(GemmPrecision p);
 GemmPrecision gemm_precision();
+// bf16 matmul primitives this thread has made (one per padded shape; gemm.cc).
+size_t bf16_primitives();
 
 // lda, ldb, ldc: floats between rows of A, B, C as stored (A is (K,M) when ta).
 void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
