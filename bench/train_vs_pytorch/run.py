@@ -5,11 +5,14 @@ in fp32 and in bf16 mixed precision.
 Engines and settings, each run --repeats times (default 3), all configurations taking turns:
   cann-train fp32 and --precision bf16, with its defaults;
   PyTorch fp32, and PyTorch with its CPU autocast to bf16 (the mixed-precision path its docs
-  give for CPUs), each in three environments, the best one counting: as installed; with
+  give for CPUs), each in up to four environments, the best one counting: as installed; with
   OMP_WAIT_POLICY=PASSIVE (its OpenMP workers otherwise spin between operators and starve the
-  BLAS threads on a small machine); and with that plus the OpenMP build of OpenBLAS, so BLAS
-  and ATen share one thread pool. Both programs inherit the rest of the environment
-  (OPENBLAS_CORETYPE included), so fp32 uses the same GEMM kernels on both sides.
+  BLAS threads on a small machine); with that plus the OpenMP build of OpenBLAS, so BLAS
+  and ATen share one thread pool; and, on an AVX-512 processor, with that plus
+  ATEN_CPU_CAPABILITY=avx512 (PyTorch may dispatch its own kernels at AVX2 otherwise). Both
+  programs inherit the rest of the environment, OPENBLAS_CORETYPE included (where it names
+  older kernels than the processor has, PyTorch's fp32 GEMMs on OpenBLAS run those; cann-train's
+  GEMMs are oneDNN's, which choose their own).
 
 Validation first, for every run: the loss starts near ln 256 and falls by the same amount as
 PyTorch fp32's (within 10%). Then per configuration the end-to-end tokens/s (the run's tokens
@@ -50,6 +53,12 @@ def ensure_torch():
         print("installing Debian's python3-torch (the PyTorch peer)...", flush=True)
         subprocess.run(["apt-get", "install", "-y", "-q", "python3-torch"], check=True,
                        stdout=subprocess.DEVNULL)
+
+
+def cpu_has_avx512():
+    with open("/proc/cpuinfo") as f:
+        flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    return all(x in flags for x in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
 
 
 def read_jsonl(text):
@@ -101,6 +110,12 @@ def main():
     if os.path.exists(OPENMP_BLAS):
         envs.append(("passive+omp-blas",
                      {"OMP_WAIT_POLICY": "PASSIVE", "LD_LIBRARY_PATH": OPENMP_BLAS}))
+        if cpu_has_avx512():
+            # PyTorch 1.13 dispatches its own kernels at AVX2 on some AVX-512 processors (it
+            # says "CPU capability usage: AVX2" on this one); ATEN_CPU_CAPABILITY asks for more.
+            envs.append(("passive+omp-blas+avx512",
+                         {"OMP_WAIT_POLICY": "PASSIVE", "LD_LIBRARY_PATH": OPENMP_BLAS,
+                          "ATEN_CPU_CAPABILITY": "avx512"}))
     # (engine, precision, environment name, command, extra environment, log file)
     configs = [("cann-train", "fp32", "default", cann + ["--precision", "fp32"], {}, log),
                ("cann-train", "bf16", "default", cann + ["--precision", "bf16"], {}, log)]
@@ -141,14 +156,14 @@ def main():
           f"{peak['bf16']:.0f} GFLOP/s; {fpt / 1e6:.1f} MFLOP per token executed (one formula)")
     print("end to end: the run's tokens / the process's wall time; steady: the median step after "
           "the first two; TFLOP/s and peak share: steady")
-    print(f"{'engine':11} {'prec':5} {'environment':17} {'e2e tokens/s median (min..max)':>31} "
+    print(f"{'engine':11} {'prec':5} {'environment':23} {'e2e tokens/s median (min..max)':>31} "
           f"{'wall s':>7} {'steady ms':>9} {'loss first':>10} {'last5':>6} {'TFLOP/s':>8} "
           f"{'peak':>5}")
     for i, (engine, prec, env, *_rest) in enumerate(configs):
         tps = [x["e2e_tokens_per_s"] for x in runs[i]]
         step = med(i, "step_time_s")
         tflops = BATCH * SEQ / step * fpt / 1e12
-        print(f"{engine:11} {prec:5} {env:17} {med(i):13.0f} ({min(tps):7.0f}..{max(tps):7.0f}) "
+        print(f"{engine:11} {prec:5} {env:23} {med(i):13.0f} ({min(tps):7.0f}..{max(tps):7.0f}) "
               f"{med(i, 'wall_s'):7.1f} {step * 1e3:9.1f} "
               f"{med(i, 'first_loss'):10.3f} {med(i, 'last_loss'):6.3f} {tflops:8.3f} "
               f"{tflops * 1e3 / peak[prec]:5.0%}")
