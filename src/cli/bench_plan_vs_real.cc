@@ -20,6 +20,7 @@
 #include "data/dataset.h"
 #include "model/spec.h"
 #include "plan/engine_support.h"
+#include "plan/plan_input.h"
 #include "plan/plan_vs_real.h"
 #include "train/config.h"
 
@@ -118,15 +119,8 @@ StatusOr<Row> measure_once(const Flags& f, const model::ModelSpec& spec, const s
   } else {
     cluster = *calibrated;
   }
-  if (f.precision == "bf16") {
-    // bench calibrate measured the bf16 GEMM rate beside the fp32 one; a processor without
-    // AVX-512 BF16 has none, and run refuses --precision bf16 there too.
-    if (cluster.device.bf16_gemm_tflops <= 0)
-      return InvalidArgument(
-          "--precision bf16: the calibration of this machine has no bf16 GEMM "
-          "rate (no AVX-512 BF16); hint: use --precision fp32");
-    cluster.device.bf16_gemms = true;
-  }
+  if (f.precision != "fp32")
+    CANN_RETURN_IF_ERROR(plan::select_training_precision(&cluster, f.precision));
   auto predicted = plan::forecast(spec, cluster, b, seq, buckets, data_bytes);
   if (!predicted.ok()) {
     r.skipped = "the planner refuses it: " + predicted.status().message();

@@ -1,4 +1,5 @@
-// madvise and mincore over the pages of a buffer.
+// madvise and mincore over the pages of a buffer, and the flat buffers' storage
+// (AlignedBuffer's allocation: aligned_alloc for small ones, huge-page mappings for large).
 #include "core/pages.h"
 
 #include "core/aligned_buffer.h"

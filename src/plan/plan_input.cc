@@ -23,6 +23,31 @@ StatusOr<double> parse_byte_size(const std::string& text) {
   return v * scale;
 }
 
+Status select_training_precision(ClusterSpec* c, const std::string& precision) {
+  auto p = parse_precision(precision);
+  if (!p.ok() || *p == Precision::kFp32)
+    return InvalidArgument("--precision: '" + precision +
+                           "'; hint: bf16 or fp8 (fp32 is the CPU engine's, from `cann-train "
+                           "bench calibrate`)");
+  if (c->device.precision == Precision::kFp32) {
+    // The CPU engine: bf16 is `run --precision bf16`, bf16 GEMM inputs in an fp32 engine.
+    if (*p == Precision::kBf16 && c->device.bf16_gemm_tflops > 0) {
+      c->device.bf16_gemms = true;
+      return OkStatus();
+    }
+    return InvalidArgument(
+        "--precision " + precision + " on cluster " + c->name +
+        ", which describes cann-train's fp32 CPU engine" +
+        (*p == Precision::kBf16
+             ? " without a measured bf16 GEMM rate; hint: rerun `cann-train bench calibrate` "
+               "on a processor with AVX-512 BF16"
+             : "; hint: the engine trains fp32 or bf16 GEMMs; plan fp8 on an accelerator "
+               "cluster"));
+  }
+  c->device.precision = *p;
+  return check_precision(*c);
+}
+
 StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster,
                                     const PlanOverrides& o) {
   CANN_ASSIGN_OR_RETURN(model::ModelSpec m, model::load_model_spec(model));
@@ -43,30 +68,7 @@ StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string&
   }
   if (!o.attention.empty())
     CANN_RETURN_IF_ERROR(select_attention(&c.device, o.attention, "--attention: "));
-  if (!o.precision.empty()) {
-    auto p = parse_precision(o.precision);
-    if (!p.ok() || *p == Precision::kFp32)
-      return InvalidArgument("--precision: '" + o.precision +
-                             "'; hint: bf16 or fp8 (fp32 is the CPU engine's, from `cann-train "
-                             "bench calibrate`)");
-    if (c.device.precision == Precision::kFp32) {
-      // The CPU engine: bf16 is `run --precision bf16`, bf16 GEMM inputs in an fp32 engine.
-      if (*p == Precision::kBf16 && c.device.bf16_gemm_tflops > 0) {
-        c.device.bf16_gemms = true;
-        return make_plan_input(m, c, limit);
-      }
-      return InvalidArgument(
-          "--precision " + o.precision + " on cluster " + c.name +
-          ", which describes cann-train's fp32 CPU engine" +
-          (*p == Precision::kBf16
-               ? " without a measured bf16 GEMM rate; hint: rerun `cann-train bench calibrate` "
-                 "on a processor with AVX-512 BF16"
-               : "; hint: the engine trains fp32 or bf16 GEMMs; plan fp8 on an accelerator "
-                 "cluster"));
-    }
-    c.device.precision = *p;
-    CANN_RETURN_IF_ERROR(check_precision(c));
-  }
+  if (!o.precision.empty()) CANN_RETURN_IF_ERROR(select_training_precision(&c, o.precision));
   return make_plan_input(m, c, limit);
 }
 

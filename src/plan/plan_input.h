@@ -29,6 +29,10 @@ struct PlanOverrides {
 };
 StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster,
                                     const PlanOverrides& o);
+// Sets the cluster's training precision from a `--precision` value, "bf16" or "fp8": on the
+// CPU engine's fp32 cluster bf16 means bf16 GEMMs at the measured bf16 rate (refused without
+// one), fp8 is refused; an accelerator cluster trains at that precision.
+Status select_training_precision(ClusterSpec* c, const std::string& precision);
 StatusOr<PlanInput> load_plan_input(const std::string& model, const std::string& cluster, int nodes,
                                     const std::string& max_memory);
 

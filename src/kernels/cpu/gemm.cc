@@ -60,6 +60,13 @@ Bf16Engine& bf16_engine() {
   return e;
 }
 
+// rows x cols floats from rows ld_src apart to rows ld_dst apart.
+void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) {
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(dst + static_cast<size_t>(r) * ld_dst, src + static_cast<size_t>(r) * ld_src,
+                sizeof(float) * cols);
+}
+
 // The extent a primitive is made for: M and K rounded up (to 64 up to 1024, to 256 above).
 // A model's dense GEMMs have extents that are already multiples, so they run unpadded; an MoE
 // expert's rows (its token count) change every step, and a primitive per count would compile
@@ -94,10 +101,7 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const float* A, int lda, c
     e.c.resize(static_cast<size_t>(Mp) * N);
     out = e.c.data();
     ldo = N;
-    if (beta != 0.0f)
-      for (int m = 0; m < M; ++m)
-        std::memcpy(out + static_cast<size_t>(m) * N, C + static_cast<size_t>(m) * ldc,
-                    sizeof(float) * N);
+    if (beta != 0.0f) copy_rows(out, N, C, ldc, M, N);
   }
   const dnnl::memory::desc a_md({Mp, Kp}, dt::bf16, ta ? dims{1, Mp} : dims{Kp, 1});
   const dnnl::memory::desc b_md({Kp, N}, dt::bf16, tb ? dims{1, Kp} : dims{N, 1});
@@ -120,10 +124,7 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const float* A, int lda, c
       cm(c_md, e.engine, out);
   it->second.execute(e.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   e.stream.wait();
-  if (out != C)
-    for (int m = 0; m < M; ++m)
-      std::memcpy(C + static_cast<size_t>(m) * ldc, out + static_cast<size_t>(m) * N,
-                  sizeof(float) * N);
+  if (out != C) copy_rows(C, ldc, out, N, M, N);
 }
 
 }  // namespace
