@@ -11,8 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <mutex>
+#include <numeric>
+#include <utility>
 #include <vector>
 
 #include "comm/compressed_allreduce.h"
@@ -150,8 +151,8 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, CompressedTest, ::testing::Values(1, 2, 3, 
 // instead breaks it by the held-back error at the change (checked too).
 TEST(CompressedWorldChangeTest, OneBitIdentityHoldsAcrossAWorldChange) {
   const size_t n = 1003;
-  for (const auto& [before, after] : std::vector<std::pair<int, int>>{{4, 3}, {2, 5}, {3, 1},
-                                                                       {1, 2}}) {
+  for (const auto& [before, after] :
+       std::vector<std::pair<int, int>>{{4, 3}, {2, 5}, {3, 1}, {1, 2}}) {
     const int steps = 20;
     std::vector<double> applied(n, 0.0), truth(n, 0.0), held(n, 0.0);
     const size_t old_chunk = (n + before - 1) / before;
@@ -203,6 +204,61 @@ TEST(CompressedWorldChangeTest, OneBitIdentityHoldsAcrossAWorldChange) {
     run(after, steps, false, false);
     for (size_t i = 0; i < n; ++i) gap[i] = applied[i] + held[i] - truth[i];
     EXPECT_GT(norm(gap), 1e-2 * norm(truth)) << before << " -> " << after << " without reshard";
+  }
+}
+
+// One step against a naive reference, on one rank: the result is sign(x) * ||x|| / sqrt(n)
+// (the server's second compression of values that are all +-scale is exact) and the worker
+// error is x minus it, to the float rounding of the scale's sum. A length that is not a
+// multiple of 32 runs the vector and the tail paths.
+TEST(OneBitAllreduceTest, OneStepMatchesTheNaiveCompression) {
+  for (size_t n : {1u, 31u, 32u, 1000u, 4099u}) {
+    test::run_group("shm", 1, [&](int, Group& g) {
+      OneBitAllreduce ar(g, n);
+      std::vector<float> x = input(0, 7, n);
+      for (size_t i = 0; i < n; i += 5) x[i] = -x[i];
+      x[0] = 0.0f;  // sign(0) = +1
+      std::vector<float> data = x;
+      ASSERT_TRUE(ar.run(data.data()).ok());
+      double sq = 0;
+      for (float v : x) sq += static_cast<double>(v) * v;
+      const float scale = static_cast<float>(std::sqrt(sq / n));
+      for (size_t i = 0; i < n; ++i) {
+        const float want = x[i] >= 0.0f ? scale : -scale;
+        ASSERT_NEAR(data[i], want, 1e-5f * scale) << "n " << n << " i " << i;
+        ASSERT_NEAR(ar.worker_error()[i], x[i] - want, 1e-5f * scale) << "n " << n << " i " << i;
+      }
+    });
+  }
+}
+
+// Top-k sends exactly the k largest magnitudes, ties going to the lower index, however many
+// entries share the magnitude at the cut (here: a few magnitudes repeated thousands of times).
+TEST(TopKAllreduceTest, SendsTheLargestMagnitudesTiesByIndex) {
+  const size_t n = 20000;
+  for (double ratio : {0.0001, 0.01, 0.137, 0.5, 1.0}) {
+    test::run_group("shm", 1, [&](int, Group& g) {
+      TopKAllreduce ar(g, n, ratio);
+      Rng rng(11);
+      std::vector<float> x(n);
+      const float levels[] = {0.5f, 1.0f, 1.0f, 2.0f, 3.0e-8f};
+      for (size_t i = 0; i < n; ++i) {
+        const float v = levels[rng.next_u64() % 5];
+        x[i] = (rng.next_u64() & 1) ? v : -v;
+      }
+      x[17] = 1e30f;
+      std::vector<size_t> order(n);
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+      const size_t k = ar.k();
+      std::vector<float> want(n, 0.0f);
+      for (size_t j = 0; j < k; ++j) want[order[j]] = x[order[j]];
+      std::vector<float> data = x;
+      ASSERT_TRUE(ar.run(data.data()).ok());
+      EXPECT_EQ(data, want) << "ratio " << ratio << ", k " << k;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(ar.error()[i], x[i] - want[i]) << i;
+    });
   }
 }
 

@@ -194,8 +194,7 @@ TEST_P(AttentionTest, MatchesReferenceAndFiniteDifferences) {
   Fv qkvf = to_float(qkv), doutf = to_float(dout), outf(nout, 5.0f), lsef(nlse, 5.0f),
      dqkvf(nqkv, 99.0f);
   kernels::attention_forward(outf.data(), lsef.data(), qkvf.data(), s);
-  kernels::attention_backward(dqkvf.data(), doutf.data(), qkvf.data(), outf.data(), lsef.data(),
-                              s);
+  kernels::attention_backward(dqkvf.data(), doutf.data(), qkvf.data(), outf.data(), lsef.data(), s);
   EXPECT_LT(max_rel_diff(outf, out), kFp32Tol);
   EXPECT_LT(max_rel_diff(lsef, lse), kFp32Tol);
   EXPECT_LT(max_rel_diff(dqkvf, dqkv), kFp32Tol);
@@ -403,6 +402,24 @@ TEST_F(KernelTest, AdamWMatchesReferenceOverSteps) {
   EXPECT_LT(max_rel_diff(pf, p), 1e-5);
   EXPECT_LT(max_rel_diff(mf, m), 1e-5);
   EXPECT_LT(max_rel_diff(vf, v), 1e-5);
+}
+
+// The frozen-variance step of 1-bit Adam: against the formula in double, on a length that is
+// not a multiple of any vector width, with decay.
+TEST_F(KernelTest, AdamApply) {
+  const size_t n = 100003;
+  Fv p(n), m(n), v(n);
+  test::fill_normal(p, rng_);
+  test::fill_normal(m, rng_);
+  test::fill_normal(v, rng_);
+  for (float& x : v) x = x * x + 1e-6f;
+  Fv out = p;
+  kernels::adam_apply(out.data(), m.data(), v.data(), n, 1e-2f, 1e-8f, 0.999f);
+  for (size_t i = 0; i < n; ++i) {
+    const double want = static_cast<double>(p[i]) * 0.999 -
+                        1e-2 * m[i] / (std::sqrt(static_cast<double>(v[i])) + 1e-8);
+    ASSERT_NEAR(out[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << i;
+  }
 }
 
 TEST_F(KernelTest, GradNormAndClip) {

@@ -45,7 +45,7 @@ class OneBitAllreduce {
   std::vector<float> worker_error_;  // count
   std::vector<float> server_error_;  // chunk
   std::vector<uint32_t> send_, recv_, gathered_;
-  std::vector<float> scratch_;
+  std::vector<float> scratch_;  // the server chunk's average
   uint64_t last_bytes_sent_ = 0;
 };
 
@@ -86,7 +86,7 @@ class TopKAllreduce {
   size_t k_ = 0;
   std::vector<float> error_;
   std::vector<int32_t> send_, gathered_;  // per rank: k indices then k values (fp32 bits)
-  std::vector<uint32_t> order_;
+  std::vector<uint32_t> order_;           // the entries of the bin that holds the k-th largest
   uint64_t last_bytes_sent_ = 0;
 };
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/gloo_reduce.h"
+
 namespace cann::parallel {
 
 Status FullReduction::reduce(const plan::Bucket& bucket, size_t, float* grads) {
@@ -15,11 +17,11 @@ Status FullReduction::reduce(const plan::Bucket& bucket, size_t, float* grads) {
     return group_.allreduce(g, n, comm::DataType::kFloat32, comm::ReduceOp::kAvg, opts)
         ->wait(opts.timeout);
   wire_.resize(n);
-  for (size_t i = 0; i < n; ++i) wire_[i] = comm::float_to_bf16(g[i]);
+  comm::bf16_narrow(wire_.data(), g, n, 1.0f);  // bulk conversions: vectorized loops
   CANN_RETURN_IF_ERROR(
       group_.allreduce(wire_.data(), n, comm::DataType::kBFloat16, comm::ReduceOp::kAvg, opts)
           ->wait(opts.timeout));
-  for (size_t i = 0; i < n; ++i) g[i] = comm::bf16_to_float(wire_[i]);
+  comm::bf16_widen(g, wire_.data(), n);
   return OkStatus();
 }
 

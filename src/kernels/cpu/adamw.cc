@@ -26,4 +26,12 @@ void adamw_update(float* params, float* m, float* v, const float* grads, size_t 
   }
 }
 
+void adam_apply(float* params, const float* m, const float* v, size_t n, float step_size, float eps,
+                float decay) {
+  const long len = static_cast<long>(n);
+#pragma omp parallel for simd schedule(static) if (len > (1 << 15))
+  for (long i = 0; i < len; ++i)
+    params[i] = params[i] * decay - step_size * m[i] / (std::sqrt(v[i]) + eps);
+}
+
 }  // namespace cann::kernels

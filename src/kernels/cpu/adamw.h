@@ -20,4 +20,10 @@ struct AdamWHyper {
 void adamw_update(float* params, float* m, float* v, const float* grads, size_t n,
                   const AdamWHyper& h);
 
+// Adam's step on moments it does not change (1-bit Adam and top-k past their warmup: the
+// momentum arrives averaged, the variance is frozen and bias-corrected already):
+//   params = params * decay - step_size * m / (sqrt(v) + eps), with step_size = lr / bc1.
+void adam_apply(float* params, const float* m, const float* v, size_t n, float step_size, float eps,
+                float decay);
+
 }  // namespace cann::kernels
