@@ -481,10 +481,9 @@ TEST_F(MultiProcDataParallelTest, CompressedRunsConverge) {
     v.insert(v.end(), more.begin(), more.end());
     return v;
   };
-  const double plain = train("plain", with({}))[299]["val_loss"].get<double>();
-  auto fp32_bytes_of = [](const std::vector<nlohmann::json>& run) {
-    return run[50]["comm_bytes"].get<double>();  // a warmup step
-  };
+  const auto plain_run = train("plain", with({}));
+  const double plain = plain_run[299]["val_loss"].get<double>();
+  const double fp32_bytes = plain_run[50]["comm_bytes"].get<double>();
   const auto onebit = train("onebit", with({"--compress", "onebit", "--onebit-warmup", "100"}));
   const auto bf16 = train("bf16", with({"--compress", "bf16"}));
   // Top-k with the same warmup, then each rank's momentum sent sparse with error feedback and
@@ -496,14 +495,44 @@ TEST_F(MultiProcDataParallelTest, CompressedRunsConverge) {
   EXPECT_LT(bf16[299]["val_loss"].get<double>(), plain * 1.02);
   EXPECT_LT(topk[299]["val_loss"].get<double>(), plain * 1.02);
   // (index, value) pairs of 5% of the entries: 8 x 0.05 n bytes against fp32's 4n.
-  EXPECT_LT(topk[299]["comm_bytes"].get<double>(), fp32_bytes_of(onebit) / 8.0);
+  EXPECT_LT(topk[299]["comm_bytes"].get<double>(), fp32_bytes / 8.0);
   // During the density warmup more is sent: 25% at the switch, about 6% after 100 steps.
   EXPECT_GT(topk[100]["comm_bytes"].get<double>(), 3.0 * topk[299]["comm_bytes"].get<double>());
-  // Bytes on the wire: warmup steps send fp32 gradients, compression steps 1-bit momenta.
-  const double fp32_bytes = fp32_bytes_of(onebit);
+  // Bytes on the wire: warmup steps send bf16 gradients (half of fp32's), compression steps
+  // 1-bit momenta.
+  const double warmup_bytes = onebit[50]["comm_bytes"].get<double>();
+  EXPECT_NEAR(warmup_bytes / fp32_bytes, 0.5, 0.05) << warmup_bytes << " vs " << fp32_bytes;
   const double onebit_bytes = onebit[200]["comm_bytes"].get<double>();
   EXPECT_GE(fp32_bytes / onebit_bytes, 16.0) << fp32_bytes << " vs " << onebit_bytes;
   EXPECT_LT(bf16[10]["comm_bytes"].get<double>(), 0.6 * fp32_bytes);
+}
+
+// --onebit-warmup-precision fp32: the warmup is plain data-parallel AdamW, step for step (the
+// same losses as an uncompressed run, the same bytes), and compression starts where asked.
+TEST_F(MultiProcDataParallelTest, Fp32WarmupIsPlainAdamW) {
+  const std::vector<std::string> base = {"--steps",          "12", "--batch-size", "8",
+                                         "--nproc-per-node", "2"};
+  auto with = [&](std::vector<std::string> more) {
+    auto v = base;
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  const auto plain = train("plain_w", with({}));
+  const auto fp32 = train("fp32_w", with({"--compress", "onebit", "--onebit-warmup", "8",
+                                          "--onebit-warmup-precision", "fp32"}));
+  const auto bf16 = train("bf16_w", with({"--compress", "onebit", "--onebit-warmup", "8"}));
+  ASSERT_EQ(plain.size(), 12u);
+  ASSERT_EQ(fp32.size(), 12u);
+  ASSERT_EQ(bf16.size(), 12u);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(fp32[i]["loss"].get<double>(), plain[i]["loss"].get<double>()) << "step " << i;
+    EXPECT_EQ(fp32[i]["comm_bytes"].get<double>(), plain[i]["comm_bytes"].get<double>());
+    EXPECT_NEAR(bf16[i]["comm_bytes"].get<double>() / plain[i]["comm_bytes"].get<double>(), 0.5,
+                0.05);
+  }
+  // The bf16 warmup rounds the averaged gradients: its losses part from the fp32 run's.
+  EXPECT_NE(bf16[7]["loss"].get<double>(), fp32[7]["loss"].get<double>());
+  EXPECT_LT(fp32[10]["comm_bytes"].get<double>(), plain[10]["comm_bytes"].get<double>() / 16.0);
 }
 
 // Resume in the middle of the compression stage restores the error-feedback buffers and the

@@ -92,6 +92,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   // --strategy and --compress as written; parsed once, below, into the config.
   auto strategy_text = std::make_shared<std::string>();
   auto compress_text = std::make_shared<std::string>("none");
+  auto onebit_warmup_precision = std::make_shared<std::string>("bf16");
   auto precision_text = std::make_shared<std::string>("fp32");
   auto comm = std::make_shared<train::CommConfig>();
   CLI::App* run = app.add_subcommand(
@@ -196,12 +197,19 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->group(kParallel)
       ->capture_default_str();
   run->add_option("--onebit-warmup", config->onebit_warmup,
-                  "fp32 steps before 1-bit Adam compresses (default: 15% of --steps)")
+                  "Full-gradient steps before 1-bit Adam or top-k compresses (default: 15% of "
+                  "--steps)")
       ->check(kNonNegative)
       ->group(kParallel);
+  run->add_option("--onebit-warmup-precision", *onebit_warmup_precision,
+                  "Precision of the gradients all-reduced in those warmup steps")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->group(kParallel)
+      ->capture_default_str();
   run->add_option("--bucket-size-mb", config->bucket_mb,
-                  "Gradient bucket size in MiB (the first bucket is 1 MiB)")
-      ->check(kPositive)
+                  "Gradient bucket size in MiB (the first bucket is 1 MiB); 0: a sixteenth of "
+                  "the rank's gradients, between 1 and 25 MiB")
+      ->check(kNonNegative)
       ->group(kParallel)
       ->capture_default_str();
   run->add_option("--compute-nice", config->compute_nice,
@@ -288,7 +296,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto port_given = run->get_option("--monitor-port");
   return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
           precision_text, monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text,
-          plan_flags, recsys_flags, argv_after_binary]() -> int {
+          onebit_warmup_precision, plan_flags, recsys_flags, argv_after_binary]() -> int {
     if (recsys::is_recsys_model(config->model)) {
       if (const std::string bad = parse_nnodes(*launch, false); !bad.empty()) {
         std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
@@ -359,6 +367,7 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     auto compress = plan::parse_compression(*compress_text);
     if (!compress.ok()) return report(compress.status());
     config->compress = *compress;
+    config->onebit_warmup_bf16 = *onebit_warmup_precision == "bf16";
     auto precision = kernels::parse_gemm_precision(*precision_text);
     if (!precision.ok()) return report(precision.status());
     config->precision = *precision;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/grad_norm.h"
 
 namespace cann::parallel {
@@ -33,14 +34,14 @@ class SparseMomentum : public BucketReduction {
 
 OneBitAdam::OneBitAdam(const model::ParamTable& table, optim::AdamWConfig config,
                        comm::Group& group, const std::vector<plan::Bucket>& buckets,
-                       int warmup_steps, TopKReduction* topk, double topk_ratio)
+                       int warmup_steps, bool warmup_bf16, TopKReduction* topk, double topk_ratio)
     : table_(table),
       group_(group),
       adam_(table, config),
       warmup_steps_(warmup_steps),
       topk_(topk),
       topk_ratio_(topk_ratio) {
-  full_ = std::make_unique<FullReduction>(group, /*bf16=*/false);
+  full_ = std::make_unique<FullReduction>(group, warmup_bf16);
   if (topk != nullptr) {
     sparse_momentum_ =
         std::make_unique<SparseMomentum>(*topk, adam_.m(), table.total_floats(), config.beta1);
@@ -56,8 +57,8 @@ OneBitAdam::~OneBitAdam() = default;
 double OneBitAdam::topk_density(int j) const {
   const double start = 0.25;
   if (topk_ratio_ >= start) return topk_ratio_;
-  return std::max(topk_ratio_, start * std::pow(4.0, -static_cast<double>(j) /
-                                                          std::max(1, warmup_steps_)));
+  return std::max(topk_ratio_,
+                  start * std::pow(4.0, -static_cast<double>(j) / std::max(1, warmup_steps_)));
 }
 
 BucketReduction* OneBitAdam::reduction() {
@@ -66,7 +67,9 @@ BucketReduction* OneBitAdam::reduction() {
   return compressed_;
 }
 
-std::vector<float>& OneBitAdam::local_momentum() { return sparse_momentum_->local(); }
+std::vector<float>& OneBitAdam::local_momentum() {
+  return sparse_momentum_->local();
+}
 
 StatusOr<double> OneBitAdam::step(float* params, const float* grads, float lr) {
   if (!compressing()) {
@@ -77,7 +80,8 @@ StatusOr<double> OneBitAdam::step(float* params, const float* grads, float lr) {
           1.0f - std::pow(adam_.config().beta2, static_cast<float>(adam_.step_count()));
       kernels::scale_inplace(adam_.v(), adam_.size(), 1.0f / bc2);
       // Each rank's momentum starts from the averaged one.
-      if (sparse_momentum_) std::copy(adam_.m(), adam_.m() + adam_.size(), local_momentum().begin());
+      if (sparse_momentum_)
+        std::copy(adam_.m(), adam_.m() + adam_.size(), local_momentum().begin());
     }
     return norm;
   }
@@ -92,13 +96,8 @@ StatusOr<double> OneBitAdam::step(float* params, const float* grads, float lr) {
   for (const model::TensorInfo& t : table_.tensors()) {
     if (!t.trained) continue;
     const float decay = 1.0f - lr * (t.weight_decay ? c.weight_decay : 0.0f);
-    float* p = params + t.offset;
-    const float* mt = m + t.offset;
-    const float* vt = v + t.offset;
-    const long n = static_cast<long>(t.numel);
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
-    for (long i = 0; i < n; ++i)
-      p[i] = p[i] * decay - lr * (mt[i] / bc1) / (std::sqrt(vt[i]) + c.eps);
+    kernels::adam_apply(params + t.offset, m + t.offset, v + t.offset, t.numel, lr / bc1, c.eps,
+                        decay);
   }
   return std::sqrt(static_cast<double>(sq));
 }

@@ -1,7 +1,9 @@
 // 1-bit Adam (Tang et al. 2021): Adam whose communication is compressed to one bit per
 // parameter once the variance has settled.
 //
-//   warmup (the first warmup_steps steps): ordinary AdamW on gradients all-reduced in fp32;
+//   warmup (the first warmup_steps steps): ordinary AdamW on gradients all-reduced in bf16
+//         (by default: the warmup then costs half the fp32 all-reduce, as in Tang et al. 2021,
+//         whose warmup all-reduced fp16 gradients) or in fp32;
 //   then: the variance is frozen (bias-corrected once, at the switch); each rank updates the
 //         momentum with its local gradient and the momenta are averaged through the 1-bit
 //         all-reduce with error feedback on both sides (OneBitMomentum, per bucket, overlapped
@@ -46,13 +48,13 @@ class OneBitAdam {
   // topk (not owned): the compressed stage's reduction for top-k, sent `topk_ratio` of each
   // bucket once its density warmup is over; null: 1-bit momenta.
   OneBitAdam(const model::ParamTable& table, optim::AdamWConfig config, comm::Group& group,
-             const std::vector<plan::Bucket>& buckets, int warmup_steps,
+             const std::vector<plan::Bucket>& buckets, int warmup_steps, bool warmup_bf16,
              TopKReduction* topk = nullptr, double topk_ratio = 0.0);
   ~OneBitAdam();
 
   // Whether the next step() runs in the compression stage.
   bool compressing() const { return adam_.step_count() >= warmup_steps_; }
-  // The bucket reduction for the coming step: fp32 gradients in warmup, momenta after.
+  // The bucket reduction for the coming step: full gradients in warmup, momenta after.
   BucketReduction* reduction();
   // Top-k's share of each bucket sent at compressed step j (0 at the switch).
   double topk_density(int j) const;

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/log.h"
 #include "comm/compressed_allreduce.h"
+#include "core/log.h"
 #include "core/pages.h"
 #include "parallel/onebit_adam.h"
 #include "parallel/reductions.h"
@@ -81,13 +81,13 @@ class ReplicatedStage : public FullStateStage {
   std::unique_ptr<BucketReduction> reduction_;
 };
 
-// 1-bit Adam, or top-k momenta, after an fp32 warmup.
+// 1-bit Adam, or top-k momenta, after a warmup on full (bf16 or fp32) gradients.
 class CompressedStage : public FullStateStage {
  public:
   CompressedStage(model::Model& model, comm::Group& group, const std::vector<plan::Bucket>& buckets,
                   const optim::AdamWConfig& adam, const OptimizerStageConfig& config,
                   int total_steps)
-      : FullStateStage(model), group_(group) {
+      : FullStateStage(model), group_(group), onebit_warmup_bf16_(config.onebit_warmup_bf16) {
     // Default: 15% of the run, but at least one variance window of Adam (1 / (1 - beta2) = 20
     // steps at beta2 = 0.95): a variance frozen after a handful of steps is mostly the first
     // gradients' noise, and the compressed stage then diverges.
@@ -103,8 +103,8 @@ class CompressedStage : public FullStateStage {
       ratio = config.compress.topk_ratio;
       topk_ = std::make_unique<TopKReduction>(group, buckets, ratio);
     }
-    onebit_ = std::make_unique<OneBitAdam>(model.table(), adam, group, buckets, warmup, topk_.get(),
-                                           ratio);
+    onebit_ = std::make_unique<OneBitAdam>(model.table(), adam, group, buckets, warmup,
+                                           config.onebit_warmup_bf16, topk_.get(), ratio);
   }
 
   BucketReduction* reduction() override { return onebit_->reduction(); }
@@ -167,9 +167,8 @@ class CompressedStage : public FullStateStage {
       const float* w = find_all("onebit_worker_error", &floats);
       if (w == nullptr || floats != copies * n) return false;
       const float* sv = find_all("onebit_server_error", &floats);
-      if (sv == nullptr ||
-          !onebit_->momentum().import_errors_resharded(w, sv, floats, old_world, group_.size(),
-                                                       group_.rank()))
+      if (sv == nullptr || !onebit_->momentum().import_errors_resharded(
+                               w, sv, floats, old_world, group_.size(), group_.rank()))
         return false;
     }
     if (topk_) {
@@ -193,13 +192,15 @@ class CompressedStage : public FullStateStage {
     return bytes;
   }
   std::string describe() const override {
-    return " after " + std::to_string(onebit_->warmup_steps()) + " fp32 warmup steps";
+    return " after " + std::to_string(onebit_->warmup_steps()) + " warmup steps on " +
+           (onebit_warmup_bf16_ ? "bf16" : "fp32") + " gradients";
   }
 
  private:
   optim::AdamW& adam() override { return onebit_->adam(); }
 
   comm::Group& group_;
+  bool onebit_warmup_bf16_;
   std::unique_ptr<TopKReduction> topk_;
   std::unique_ptr<OneBitAdam> onebit_;
 };
@@ -364,8 +365,9 @@ std::vector<plan::Bucket> stage_buckets(const model::Model& model,
                                         const OptimizerStageConfig& config,
                                         const plan::EngineBuckets& sizes) {
   if (config.zero == 3) return plan::plan_layer_buckets(model.table());
+  const double total = static_cast<double>(model.table().total_floats());
   return plan::plan_buckets(model.table(), static_cast<size_t>(sizes.first_bytes),
-                            static_cast<size_t>(sizes.bytes),
+                            static_cast<size_t>(sizes.size_bytes(total)),
                             config.zero == 0 ? model.grad_ready_offsets() : std::vector<size_t>{});
 }
 

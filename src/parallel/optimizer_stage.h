@@ -4,7 +4,7 @@
 //   ReplicatedStage  AdamW on fully averaged gradients (fp32 on the wire, or bf16; under ep
 //                    the expert tensors averaged over their expert-data group); every rank
 //                    holds the whole optimizer state;
-//   CompressedStage  1-bit Adam, or top-k momenta with error feedback, after an fp32 warmup
+//   CompressedStage  1-bit Adam, or top-k momenta with error feedback, after a full-gradient warmup
 //                    (onebit_adam.h; Adam's update on the variance frozen at the switch);
 //   ZeroStage        ZeRO: AdamW state sharded over the ranks (stage 1), gradients too (2),
 //                    parameters too (3, gathered a layer at a time around their use).
@@ -37,7 +37,8 @@ namespace cann::parallel {
 struct OptimizerStageConfig {
   int zero = 0;
   plan::Compression compress;
-  int onebit_warmup = -1;  // fp32 steps before compressing; -1: 15% of the run
+  int onebit_warmup = -1;          // full-gradient steps before compressing; -1: 15% of the run
+  bool onebit_warmup_bf16 = true;  // those steps' gradients all-reduced in bf16 (else fp32)
   // Tensor parallelism: the whole model's gradient sum of squares from this rank's shards
   // (empty: the local buffer is the whole model). Needs zero=0 and no compression.
   std::function<double(const float*)> grad_sum_of_squares;
@@ -133,8 +134,7 @@ class OptimizerStage {
   // (`find` as for load_rank_buffers, with this rank's own sizes) with the step count.
   virtual std::vector<OwnBuffer> own_buffers() const { return {}; }
   virtual int own_step() const { return 0; }  // the optimizer's step count, with own_buffers
-  virtual Status load_own_buffers(const RankBufferLookup& find, int step,
-                                  const std::string& path) {
+  virtual Status load_own_buffers(const RankBufferLookup& find, int step, const std::string& path) {
     (void)find;
     (void)step;
     (void)path;
@@ -147,7 +147,8 @@ class OptimizerStage {
   virtual size_t optimizer_state_bytes() const = 0;
   virtual size_t gradient_bytes() const = 0;
   virtual size_t parameter_bytes() const = 0;
-  // " after 15 fp32 warmup steps": what the start-up line adds about the stage ("" for none).
+  // " after 15 warmup steps on bf16 gradients": what the start-up line adds about the stage ("" for
+  // none).
   virtual std::string describe() const { return ""; }
 };
 

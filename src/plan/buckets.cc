@@ -45,7 +45,8 @@ BucketCut cut_buckets(size_t total_floats, const EngineBuckets& sizes) {
   BucketCut c;
   c.first = std::min(total_floats,
                      std::max<size_t>(1, static_cast<size_t>(sizes.first_bytes) / sizeof(float)));
-  c.size = std::max<size_t>(1, static_cast<size_t>(sizes.bytes) / sizeof(float));
+  c.size = std::max<size_t>(
+      1, static_cast<size_t>(sizes.size_bytes(static_cast<double>(total_floats))) / sizeof(float));
   const size_t left = total_floats - c.first;
   c.full = left / c.size;
   c.rest = left % c.size;

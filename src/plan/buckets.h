@@ -1,14 +1,16 @@
 // Gradient buckets: contiguous ranges of the flat gradient buffer taken from its end, so the
 // first bucket holds the last layers, whose gradients backward finishes first (PyTorch DDP's
 // reverse-order buckets). The first bucket is small (1 MiB) so communication starts early; the
-// rest are bucket_bytes each. The engine's reducer and ZeRO shards are cut by these functions
-// and the planner prices the same cuts (engine_memory.h): one copy of the arithmetic, so that
-// the memory the planner predicts is the memory the engine allocates.
+// rest are bucket_bytes each (by default a sixteenth of the buffer, within 1-25 MiB). The engine's
+// reducer and ZeRO shards are cut by these functions and the planner prices the same cuts
+// (engine_memory.h): one copy of the arithmetic, so that the memory the planner predicts is the
+// memory the engine allocates.
 //
 // Worked example: 10,000 floats, first bucket 1,024 floats, then 4,096: buckets are
 // [8976, 10000), [4880, 8976), [784, 4880), [0, 784).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -16,18 +18,31 @@
 
 namespace cann::plan {
 
-// The bucket sizes, named once: `run --bucket-size-mb` defaults to kBucketMiB, and the
-// planner's fp32 figures assume the same.
+// The bucket sizes, named once: `run --bucket-size-mb` defaults to automatic sizing (0), and
+// the planner's fp32 figures assume the same.
 inline constexpr double kFirstBucketBytes = 1048576.0;  // 1 MiB
-inline constexpr double kBucketMiB = 25.0;
+inline constexpr double kBucketMiB = 0.0;               // automatic (EngineBuckets::size_bytes)
+// Automatic sizing: a sixteenth of the rank's gradient buffer, so that the last bucket, the
+// one reduction backward cannot hide, is at most 1/16 of the communication; at least 1 MiB, so
+// that each collective stays bandwidth-bound rather than latency-bound, and at most 25 MiB
+// (PyTorch DDP's default bucket_cap_mb), past which larger buckets gain no bandwidth.
+inline constexpr double kAutoBucketShare = 1.0 / 16;
+inline constexpr double kAutoBucketMinBytes = 1048576.0;
+inline constexpr double kAutoBucketMaxBytes = 25.0 * 1048576.0;
 
 // Bucket sizes in bytes: the first bucket taken from the end of the flat buffer, then each of
-// the others.
+// the others (0: automatic, from the buffer's size).
 struct EngineBuckets {
   double first_bytes = kFirstBucketBytes;
   double bytes = kBucketMiB * 1048576.0;
   static EngineBuckets of_mib(double bucket_mib) {
     return {kFirstBucketBytes, bucket_mib * 1048576.0};
+  }
+  // The size of the buckets after the first for a buffer of `total_floats`.
+  double size_bytes(double total_floats) const {
+    if (bytes > 0) return bytes;
+    return std::clamp(4.0 * total_floats * kAutoBucketShare, kAutoBucketMinBytes,
+                      kAutoBucketMaxBytes);
   }
 };
 

@@ -32,7 +32,7 @@ namespace cann::plan {
 // `run --compress`: how the data-parallel reduction sends gradients.
 //   kNone    fp32 all-reduce;
 //   kBf16    bf16 on the wire, fp32 accumulation;
-//   kOneBit  1-bit Adam: fp32 warmup, then 1-bit momenta with error feedback;
+//   kOneBit  1-bit Adam: full-gradient warmup, then 1-bit momenta with error feedback;
 //   kTopK    the same warmup, then each rank's momentum sent top-k (a topk_ratio share).
 struct Compression {
   enum class Kind { kNone, kBf16, kOneBit, kTopK };

@@ -5,10 +5,10 @@
 #include <cmath>
 
 #include "core/efficiency.h"
+#include "model/param_table.h"
 #include "plan/comm_model.h"
 #include "plan/error_band.h"
 #include "plan/gemm_model.h"
-#include "model/param_table.h"
 #include "plan/partition.h"
 
 namespace cann::plan {
@@ -44,7 +44,8 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
   // Gradients travel at their own precision (fp32 under bf16 training), gathered weights at
   // theirs (bf16).
   const StateBytes sb = state_bytes(c.device.precision);
-  const double bucket = fp32 ? in.engine_buckets.bytes : grad_bucket_bytes(D);
+  const double bucket =
+      fp32 ? in.engine_buckets.size_bytes(params + expert_params) : grad_bucket_bytes(D);
   // `count` collectives share the bytes: the first is priced whole, the others add latency.
   auto coll = [&](Collective k, double p, double pe, double count) {
     const double e = k == Collective::kAllGather ? sb.weights : sb.grads;

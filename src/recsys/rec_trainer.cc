@@ -260,8 +260,9 @@ StatusOr<RecRunSummary> train_recsys(const RecSpec& spec, const RecTrainConfig& 
       ratio = context.topk_ratio;
       topk = std::make_unique<parallel::TopKReduction>(*context.dense_group, buckets, ratio);
     }
-    onebit = std::make_unique<parallel::OneBitAdam>(model.table(), adam, *context.dense_group,
-                                                    buckets, warmup, topk.get(), ratio);
+    onebit =
+        std::make_unique<parallel::OneBitAdam>(model.table(), adam, *context.dense_group, buckets,
+                                               warmup, /*warmup_bf16=*/true, topk.get(), ratio);
   } else if (context.dense_group) {
     dense_reduction = std::make_unique<parallel::FullReduction>(
         *context.dense_group, context.compression == Compression::kBf16);

@@ -46,9 +46,10 @@ struct TrainConfig {
   plan::Strategy strategy = {.dp = 0, .mbs = 0};
   int grad_accum = 0;          // micro-steps per optimizer step; 0: from the strategy's mbs, or 1
   plan::Compression compress;  // --compress
-  int onebit_warmup = -1;         // fp32 steps before 1-bit compression; -1: 15% of the run
-  double bucket_mb = plan::kBucketMiB;  // gradient bucket size after the first (1 MiB) bucket
-  int compute_nice = 0;           // nice value of compute threads in multi-process runs
+  int onebit_warmup = -1;      // full-gradient steps before compressing; -1: 15% of the run
+  bool onebit_warmup_bf16 = true;  // --onebit-warmup-precision: those steps' all-reduce in bf16
+  double bucket_mb = plan::kBucketMiB;  // bucket size after the first (1 MiB) one; 0: automatic
+  int compute_nice = 0;                 // nice value of compute threads in multi-process runs
   // The GEMMs' input precision (--precision); accumulation, weights, gradients and optimizer
   // state stay fp32 either way.
   kernels::GemmPrecision precision = kernels::GemmPrecision::kFp32;

@@ -2,7 +2,7 @@
 // the gradient reducer (buckets overlapped with backward) and one parallel::OptimizerStage,
 // the reduction and optimizer the run asked for:
 //   zero=0, --compress none|bf16   ReplicatedStage: AdamW on averaged gradients;
-//   zero=0, --compress onebit|topk CompressedStage: fp32 warmup, then 1-bit momenta or each
+//   zero=0, --compress onebit|topk CompressedStage: a warmup, then 1-bit momenta or each
 //                                  rank's momentum sent top-k (Deep Gradient Compression);
 //   zero=1|2|3                     ZeroStage: optimizer state, then gradients, then
 //                                  parameters sharded over the ranks.

@@ -219,6 +219,7 @@ StatusOr<std::unique_ptr<StepOptimizer>> ModelParts::make_optimizer(const TrainC
   dc.zero = s.zero;
   dc.compress = config.compress;
   dc.onebit_warmup = config.onebit_warmup;
+  dc.onebit_warmup_bf16 = config.onebit_warmup_bf16;
   dc.buckets = plan::EngineBuckets::of_mib(config.bucket_mb);
   ModelParallel* mp = mp_.get();
   if (mp != nullptr) {
