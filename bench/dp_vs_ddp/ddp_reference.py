@@ -45,6 +45,9 @@ def main():
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a collective may wait")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
+    p.add_argument("--no-bucket-view", action="store_true",
+                   help="gradient_as_bucket_view=False (PyTorch's default; its documentation "
+                        "recommends True, which saves a copy of every gradient)")
     a = p.parse_args()
 
     torch.set_num_threads(1)
@@ -68,7 +71,8 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     # The causal-mask buffers never change, so DDP need not re-broadcast them every forward.
-    net = (DistributedDataParallel(model, broadcast_buffers=False, bucket_cap_mb=a.bucket_cap_mb)
+    net = (DistributedDataParallel(model, broadcast_buffers=False, bucket_cap_mb=a.bucket_cap_mb,
+                                   gradient_as_bucket_view=not a.no_bucket_view)
            if world > 1 else model)
 
     global_batch = a.batch_per_rank * world
