@@ -25,10 +25,6 @@ def spread(values, fmt="{:.1f}"):
     return f"{fmt.format(med)} ({fmt.format(min(values))}..{fmt.format(max(values))})"
 
 
-def median(values):
-    return statistics.median(values) if values else float("nan")
-
-
 def machine():
     """One line: processor model, family/model numbers, cores, memory, kernel, commit."""
     cpu, family, model = "unknown processor", "?", "?"

@@ -199,10 +199,10 @@ Status TopKAllreduce::run(float* data, const Options& opts) {
     return b & 0x7fffffffu;
   };
   constexpr int kShift = 19;  // 31 magnitude bits -> 4096 bins
-  std::vector<size_t> hist(size_t{1} << (31 - kShift), 0);
-  for (size_t i = 0; i < count_; ++i) ++hist[key(i) >> kShift];
-  size_t bin = hist.size(), above = 0;
-  while (bin > 0 && above + hist[bin - 1] < k_) above += hist[--bin];
+  hist_.assign(size_t{1} << (31 - kShift), 0);
+  for (size_t i = 0; i < count_; ++i) ++hist_[key(i) >> kShift];
+  size_t bin = hist_.size(), above = 0;
+  while (bin > 0 && above + hist_[bin - 1] < k_) above += hist_[--bin];
   const uint32_t cut = static_cast<uint32_t>(bin - 1);  // the bin of the k-th largest
   order_.clear();
   size_t j = 0;

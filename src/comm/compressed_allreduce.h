@@ -87,6 +87,7 @@ class TopKAllreduce {
   std::vector<float> error_;
   std::vector<int32_t> send_, gathered_;  // per rank: k indices then k values (fp32 bits)
   std::vector<uint32_t> order_;           // the entries of the bin that holds the k-th largest
+  std::vector<size_t> hist_;              // the magnitudes' histogram, reused
   uint64_t last_bytes_sent_ = 0;
 };
 

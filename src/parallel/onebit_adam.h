@@ -68,6 +68,7 @@ class OneBitAdam {
   // Top-k only: this rank's momentum (flat layout). Each rank's differs from the others'.
   std::vector<float>& local_momentum();
   int warmup_steps() const { return warmup_steps_; }
+  bool warmup_bf16() const { return full_->bf16(); }
 
  private:
   const model::ParamTable& table_;

@@ -87,7 +87,7 @@ class CompressedStage : public FullStateStage {
   CompressedStage(model::Model& model, comm::Group& group, const std::vector<plan::Bucket>& buckets,
                   const optim::AdamWConfig& adam, const OptimizerStageConfig& config,
                   int total_steps)
-      : FullStateStage(model), group_(group), onebit_warmup_bf16_(config.onebit_warmup_bf16) {
+      : FullStateStage(model), group_(group) {
     // Default: 15% of the run, but at least one variance window of Adam (1 / (1 - beta2) = 20
     // steps at beta2 = 0.95): a variance frozen after a handful of steps is mostly the first
     // gradients' noise, and the compressed stage then diverges.
@@ -193,14 +193,13 @@ class CompressedStage : public FullStateStage {
   }
   std::string describe() const override {
     return " after " + std::to_string(onebit_->warmup_steps()) + " warmup steps on " +
-           (onebit_warmup_bf16_ ? "bf16" : "fp32") + " gradients";
+           (onebit_->warmup_bf16() ? "bf16" : "fp32") + " gradients";
   }
 
  private:
   optim::AdamW& adam() override { return onebit_->adam(); }
 
   comm::Group& group_;
-  bool onebit_warmup_bf16_;
   std::unique_ptr<TopKReduction> topk_;
   std::unique_ptr<OneBitAdam> onebit_;
 };
@@ -365,9 +364,8 @@ std::vector<plan::Bucket> stage_buckets(const model::Model& model,
                                         const OptimizerStageConfig& config,
                                         const plan::EngineBuckets& sizes) {
   if (config.zero == 3) return plan::plan_layer_buckets(model.table());
-  const double total = static_cast<double>(model.table().total_floats());
   return plan::plan_buckets(model.table(), static_cast<size_t>(sizes.first_bytes),
-                            static_cast<size_t>(sizes.size_bytes(total)),
+                            static_cast<size_t>(sizes.bytes),
                             config.zero == 0 ? model.grad_ready_offsets() : std::vector<size_t>{});
 }
 

@@ -4,8 +4,9 @@
 //   ReplicatedStage  AdamW on fully averaged gradients (fp32 on the wire, or bf16; under ep
 //                    the expert tensors averaged over their expert-data group); every rank
 //                    holds the whole optimizer state;
-//   CompressedStage  1-bit Adam, or top-k momenta with error feedback, after a full-gradient warmup
-//                    (onebit_adam.h; Adam's update on the variance frozen at the switch);
+//   CompressedStage  1-bit Adam, or top-k momenta with error feedback, after a warmup on full
+//                    gradients (onebit_adam.h; Adam's update on the variance frozen at the
+//                    switch);
 //   ZeroStage        ZeRO: AdamW state sharded over the ranks (stage 1), gradients too (2),
 //                    parameters too (3, gathered a layer at a time around their use).
 // Checkpoints see every stage alike: the full moments (gathered from the shards), the step
@@ -147,8 +148,8 @@ class OptimizerStage {
   virtual size_t optimizer_state_bytes() const = 0;
   virtual size_t gradient_bytes() const = 0;
   virtual size_t parameter_bytes() const = 0;
-  // " after 15 warmup steps on bf16 gradients": what the start-up line adds about the stage ("" for
-  // none).
+  // What the start-up line adds about the stage, e.g. " after 15 warmup steps on bf16
+  // gradients" ("" for none).
   virtual std::string describe() const { return ""; }
 };
 

@@ -24,6 +24,7 @@ class FullReduction : public BucketReduction {
  public:
   FullReduction(comm::Group& group, bool bf16) : group_(group), bf16_(bf16) {}
   Status reduce(const plan::Bucket& bucket, size_t index, float* grads) override;
+  bool bf16() const { return bf16_; }
 
  private:
   comm::Group& group_;
