@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "ckpt/safetensors.h"
+#include "ckpt/snapshot_writer.h"
 #include "core/fs.h"
 #include "test_util.h"
 
@@ -158,45 +160,127 @@ TEST(CheckpointTest, KeepLastPrunesOldest) {
   EXPECT_EQ(listed(all.path()).size(), 5u);
 }
 
-// Recycling (the in-memory snapshots): the pruned checkpoint's directory becomes the hidden
-// spare and the next write goes into its files, bigger or smaller than before; every
-// checkpoint reads back exactly and nothing else is left behind.
-TEST(CheckpointTest, RecycledWritesReuseTheSpareAndReadBackExactly) {
+// In-memory snapshots: each reads back exactly through read_checkpoint, the newest two stay
+// listed, and from the fourth on every snapshot goes into the files of one dropped before
+// (three directories in turn, whatever the section sizes do).
+TEST(SnapshotWriterTest, SnapshotsReadBackExactlyAndReuseThreeDirectories) {
   TempDir tmp;
-  WriteOptions options;
-  options.keep_last = 2;
-  options.recycle = true;
   const size_t sizes[] = {5000, 5000, 5000, 9000, 300, 300, 7000};
-  ino_t spare_inode = 0;
-  for (int step = 1; step <= 7; ++step) {
-    const Payload p{{{"params", pattern(sizes[step - 1], step)}, {"adam_m", pattern(64, 99)}}};
-    StatusOr<std::string> path = write_checkpoint(tmp.path(), p.to_write(step), options);
-    ASSERT_TRUE(path.ok()) << path.status().message();
-    struct stat st {};
-    if (step >= 4) {
-      // From the fourth write on, a spare was there to take: its data file is reused.
+  std::set<ino_t> inodes;
+  {
+    SnapshotWriter writer(tmp.path(), 2);
+    for (int step = 1; step <= 7; ++step) {
+      const Payload p{{{"params", pattern(sizes[step - 1], step)}, {"adam_m", pattern(64, 99)}}};
+      const std::string meta = "{\"step_log\":\"line " + std::to_string(step) + "\",\"n\":[1,2]}";
+      StatusOr<std::string> path = writer.write(p.to_write(step, meta));
+      ASSERT_TRUE(path.ok()) << path.status().message();
+      EXPECT_EQ(*path, tmp.file("step-0000000" + std::to_string(step)));
+      struct stat st {};
       ASSERT_EQ(::stat((*path + "/data.bin").c_str(), &st), 0);
-      EXPECT_EQ(st.st_ino, spare_inode) << "step " << step;
+      inodes.insert(st.st_ino);
+      StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*path);
+      ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+      EXPECT_EQ(loaded->step, step);
+      EXPECT_EQ(loaded->meta_json, meta);
+      ASSERT_EQ(loaded->sections.size(), 2u);
+      EXPECT_EQ(loaded->find("params")->data, p.sections[0].second) << "step " << step;
+      EXPECT_EQ(loaded->find("adam_m")->data, p.sections[1].second) << "step " << step;
+      EXPECT_LE(hidden_entries(tmp.path()).size(), 1u) << "step " << step;
     }
-    const std::string spare = tmp.file(".spare");
-    if (step >= 3) {
-      ASSERT_EQ(::stat((spare + "/data.bin").c_str(), &st), 0) << "step " << step;
-      spare_inode = st.st_ino;
-    }
-    StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*path);
-    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-    EXPECT_EQ(loaded->find("params")->data, p.sections[0].second) << "step " << step;
   }
+  EXPECT_EQ(inodes.size(), 3u);
   EXPECT_EQ(listed(tmp.path()),
             (std::vector<std::string>{tmp.file("step-00000007"), tmp.file("step-00000006")}));
-  EXPECT_EQ(hidden_entries(tmp.path()), std::vector<std::string>{".spare"});
-  // A writer that died left its spare: the next one takes it over.
-  options.keep_last = 1;
-  StatusOr<std::string> next = write_checkpoint(tmp.path(), small_payload(3).to_write(8), options);
-  ASSERT_TRUE(next.ok()) << next.status().message();
-  StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*next);
+  const nlohmann::json manifest =
+      nlohmann::json::parse(test::read_text(tmp.file("step-00000007/manifest.json")));
+  EXPECT_EQ(manifest.at("memory_snapshot"), true);
+  EXPECT_FALSE(manifest.at("sections").at(0).contains("crc32c"));
+  EXPECT_EQ(manifest.at("sections").at(0).at("wsum64").get<std::string>().size(), 16u);
+}
+
+// A memory snapshot damaged in place (a stray write, a bad page) is DataLoss naming the
+// section, caught by its word sum.
+TEST(SnapshotWriterTest, ADamagedSnapshotIsDataLossNamingTheSection) {
+  TempDir tmp;
+  SnapshotWriter writer(tmp.path(), 2);
+  StatusOr<std::string> path = writer.write(small_payload().to_write(1));
+  ASSERT_TRUE(path.ok()) << path.status().message();
+  patch_file(*path + "/data.bin", 64 + 37, "\x01");
+  expect_error(read_checkpoint(*path).status(), StatusCode::kDataLoss,
+               {"params", "checksum mismatch"});
+}
+
+// A snapshot of a step that is already there (a restored run doing the step again) replaces it.
+TEST(SnapshotWriterTest, SameStepIsReplaced) {
+  TempDir tmp;
+  SnapshotWriter writer(tmp.path(), 2);
+  ASSERT_TRUE(writer.write(small_payload(1).to_write(4)).ok());
+  ASSERT_TRUE(writer.write(small_payload(2).to_write(5)).ok());
+  StatusOr<std::string> again = writer.write(small_payload(3).to_write(5));
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(listed(tmp.path()),
+            (std::vector<std::string>{tmp.file("step-00000005"), tmp.file("step-00000004")}));
+  StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*again);
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_EQ(loaded->find("params")->data, small_payload(3).sections[0].second);
+}
+
+// The directory of a rank whose process was killed: its snapshots, a half-written spare and a
+// temporary. A new writer keeps the published ones (they are what a restore loads), clears the
+// rest, and retires the old ones as it writes.
+TEST(SnapshotWriterTest, ANewWriterAdoptsADeadWritersDirectory) {
+  TempDir tmp;
+  {
+    SnapshotWriter dead(tmp.path(), 2);
+    for (int step = 1; step <= 3; ++step)
+      ASSERT_TRUE(dead.write(small_payload(step).to_write(step)).ok());
+  }
+  ASSERT_EQ(::mkdir(tmp.file(".slot-7").c_str(), 0755), 0);
+  test::write_text(tmp.file(".slot-7/data.bin"), "torn");
+  ASSERT_EQ(::mkdir(tmp.file(".step-00000004.tmp-1").c_str(), 0755), 0);
+  SnapshotWriter writer(tmp.path(), 2);
+  StatusOr<std::string> path = writer.write(small_payload(9).to_write(4));
+  ASSERT_TRUE(path.ok()) << path.status().message();
+  EXPECT_EQ(listed(tmp.path()),
+            (std::vector<std::string>{tmp.file("step-00000004"), tmp.file("step-00000003")}));
+  EXPECT_LE(hidden_entries(tmp.path()).size(), 1u);
+  StatusOr<LoadedCheckpoint> four = read_latest_checkpoint(tmp.path());
+  ASSERT_TRUE(four.ok()) << four.status().message();
+  EXPECT_EQ(four->find("params")->data, small_payload(9).sections[0].second);
+  StatusOr<LoadedCheckpoint> three = read_checkpoint(tmp.file("step-00000003"));
+  ASSERT_TRUE(three.ok()) << three.status().message();
+  EXPECT_EQ(three->find("params")->data, small_payload(3).sections[0].second);
+
+  // Another process puts a snapshot in (a copy received from a peer): after rescan() the
+  // writer counts it among the kept ones.
+  ASSERT_TRUE(write_checkpoint(tmp.path(), small_payload(5).to_write(5), 0).ok());
+  writer.rescan();
+  ASSERT_TRUE(writer.write(small_payload(6).to_write(6)).ok());
+  EXPECT_EQ(listed(tmp.path()),
+            (std::vector<std::string>{tmp.file("step-00000006"), tmp.file("step-00000005")}));
+}
+
+// A CRC-32C may be left out by a memory snapshot only (which carries its word sum instead).
+TEST(SnapshotWriterTest, ADiskManifestWithoutChecksumsIsDataLoss) {
+  TempDir tmp;
+  const std::string path = write_ok(tmp.path(), 1);
+  nlohmann::json manifest = nlohmann::json::parse(test::read_text(path + "/manifest.json"));
+  manifest["sections"][0].erase("crc32c");
+  test::write_text(path + "/manifest.json", manifest.dump());
+  expect_error(read_checkpoint(path).status(), StatusCode::kDataLoss, {"crc32c", "manifest"});
+}
+
+TEST(SnapshotWriterTest, BadArgumentsWriteNothing) {
+  TempDir tmp;
+  SnapshotWriter writer(tmp.file("snap"), 2);
+  expect_error(writer.write(small_payload().to_write(-1)).status(), StatusCode::kInvalidArgument,
+               {"negative"});
+  expect_error(writer.write(small_payload().to_write(1, "[1]")).status(),
+               StatusCode::kInvalidArgument, {"JSON object"});
+  Payload twice{{{"params", pattern(4, 1)}, {"params", pattern(4, 2)}}};
+  expect_error(writer.write(twice.to_write(1)).status(), StatusCode::kInvalidArgument,
+               {"repeated"});
+  EXPECT_FALSE(fs::exists(tmp.file("snap/step-00000001")));
 }
 
 TEST(CheckpointTest, PruneNeverDeletesTheOneJustWritten) {
@@ -453,6 +537,24 @@ TEST_F(CheckpointDiskFullTest, FullDiskIsIoErrorAndKeepsPreviousCheckpoint) {
 
   // The space was given back: a small checkpoint still fits.
   EXPECT_FALSE(write_ok(dir, 3, 0, 7).empty());
+}
+
+// A memory file system that is full: the snapshot that does not fit is an error (allocated
+// before it is mapped, so never a SIGBUS), and the one before it stays readable.
+TEST_F(CheckpointDiskFullTest, FullMemoryIsAnErrorForASnapshotAndKeepsThePreviousOne) {
+  const std::string dir = mount_point_ + "/snap";
+  SnapshotWriter writer(dir, 2);
+  ASSERT_TRUE(writer.write(small_payload(5).to_write(1)).ok());
+  Payload big;
+  big.sections.push_back({"params", pattern(1 << 20, 6)});
+  expect_error(writer.write(big.to_write(2)).status(), StatusCode::kIoError,
+               {"memory file system full", "step 2"});
+  EXPECT_EQ(listed(dir), std::vector<std::string>{dir + "/step-00000001"});
+  StatusOr<LoadedCheckpoint> loaded = read_checkpoint(dir + "/step-00000001");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->find("params")->data, small_payload(5).sections[0].second);
+  // Space comes back with smaller snapshots.
+  ASSERT_TRUE(writer.write(small_payload(7).to_write(3)).ok());
 }
 
 // Gradient dumps (`run --dump-grads`) are safetensors files: every malformed header or

@@ -28,32 +28,22 @@
 #include "core/log.h"
 
 namespace cann::ckpt {
-namespace {
-
-using internal::align_up;
-using internal::FileHandle;
-using internal::kAlign;
-using internal::kDataName;
-using internal::kFormatName;
-using internal::kHeaderBytes;
-using internal::kManifestName;
-using internal::put_u32_le;
-
-// ordered_json keeps the caller's metadata keys in the order they were written.
-using Json = nlohmann::ordered_json;
+namespace internal {
 
 // "step-00000100": eight digits keep `ls` in step order for any realistic run; larger steps
 // simply get more digits, and list_checkpoints orders by the parsed number anyway.
-// The recycled checkpoint directory of WriteOptions::recycle; hidden, so never listed.
-constexpr char kSpareName[] = ".spare";
-
 std::string step_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(step));
   return buf;
 }
 
-// The step number of a name "step-<digits>", or -1 for anything else (temporaries, files).
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 int64_t parse_step_name(const std::string& name) {
   constexpr std::string_view kPrefix = "step-";
   if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
@@ -65,6 +55,24 @@ int64_t parse_step_name(const std::string& name) {
   if (ec != std::errc() || end != last) return -1;
   return step;
 }
+
+}  // namespace internal
+
+namespace {
+
+using internal::align_up;
+using internal::FileHandle;
+using internal::kAlign;
+using internal::kDataName;
+using internal::kFormatName;
+using internal::kHeaderBytes;
+using internal::kManifestName;
+using internal::parse_step_name;
+using internal::put_u32_le;
+using internal::step_name;
+
+// ordered_json keeps the caller's metadata keys in the order they were written.
+using Json = nlohmann::ordered_json;
 
 // Paces writes to an average rate: after each chunk, sleeps until the bytes written so far
 // would have taken that long at the cap. With a 10 MB/s cap, 30 MB take at least 3 s.
@@ -89,13 +97,11 @@ class WritePacer {
 
 constexpr size_t kPacedChunk = size_t{1} << 20;
 
-// Writes `parts` (each a pointer and a size) into a new file, fsyncs and closes it. With
-// `overwrite`, the file may exist (a recycled spare's): its pages are written over in place and
-// whatever lies past the new end is cut off.
+// Writes `parts` (each a pointer and a size) into a new file, fsyncs and closes it.
 Status write_new_file(const std::string& path,
                       const std::vector<std::pair<const void*, size_t>>& parts,
-                      WritePacer* pacer = nullptr, bool overwrite = false) {
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (overwrite ? 0 : O_EXCL);
+                      WritePacer* pacer = nullptr) {
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_EXCL;
   FileHandle f(::open(path.c_str(), flags, 0644));
   if (f.fd() < 0) return IoError(path + ": cannot create: " + errno_text());
   for (const auto& [data, size] : parts) {
@@ -109,12 +115,6 @@ Status write_new_file(const std::string& path,
       CANN_RETURN_IF_ERROR(write_all(f.fd(), p + done, n, path));
       pacer->wrote(n);
     }
-  }
-  if (overwrite) {
-    size_t total = 0;
-    for (const auto& part : parts) total += part.second;
-    if (::ftruncate(f.fd(), static_cast<off_t>(total)) != 0)
-      return IoError(path + ": cannot cut the recycled file to size: " + errno_text());
   }
   if (::fsync(f.fd()) != 0) {
     if (errno == ENOSPC) return IoError(path + ": disk full while syncing; hint: free space");
@@ -143,7 +143,7 @@ class TempDirCleanup {
 
 // data.bin and manifest.json for `w` inside the (empty) directory `tmp`.
 Status write_files(const std::string& tmp, const CheckpointWrite& w, const Json& meta,
-                   double bytes_per_second, bool overwrite) {
+                   double bytes_per_second) {
   // Offsets: the header takes [0, 64); section i starts at align_up(end of section i-1).
   // Sections of 100 and 10 bytes land at 64 and 192 (64 + 100 = 164, rounded up to 192), and
   // data_bytes is 202: there is no padding after the last section.
@@ -167,14 +167,14 @@ Status write_files(const std::string& tmp, const CheckpointWrite& w, const Json&
     end = offset + s.bytes;
   }
   WritePacer pacer(bytes_per_second);
-  CANN_RETURN_IF_ERROR(write_new_file(join_path(tmp, kDataName), parts, &pacer, overwrite));
+  CANN_RETURN_IF_ERROR(write_new_file(join_path(tmp, kDataName), parts, &pacer));
 
   Json manifest = {{"format", kFormatName}, {"version", kFormatVersion}, {"step", w.step},
                    {"meta", meta},          {"data_file", kDataName},    {"data_bytes", end},
                    {"sections", sections}};
   const std::string text = manifest.dump(2) + "\n";
-  CANN_RETURN_IF_ERROR(write_new_file(join_path(tmp, kManifestName), {{text.data(), text.size()}},
-                                      nullptr, overwrite));
+  CANN_RETURN_IF_ERROR(
+      write_new_file(join_path(tmp, kManifestName), {{text.data(), text.size()}}, nullptr));
   // The directory entries of both files must be durable before the rename publishes them.
   return fsync_dir(tmp);
 }
@@ -214,8 +214,7 @@ StatusOr<std::string> publish(const std::string& tmp, const std::string& final_p
 
 // Removes all but the newest `keep_last` checkpoints, never `keep_name`. Each victim is renamed
 // to a hidden name first so a crash mid-removal cannot leave a half-deleted step directory.
-// With `recycle`, the first victim becomes the spare (when none is there) instead of going.
-void prune(const std::string& dir, const std::string& keep_name, int keep_last, bool recycle) {
+void prune(const std::string& dir, const std::string& keep_name, int keep_last) {
   if (keep_last <= 0) return;
   StatusOr<std::vector<std::string>> listed = list_checkpoints(dir);
   if (!listed.ok()) {
@@ -227,13 +226,6 @@ void prune(const std::string& dir, const std::string& keep_name, int keep_last, 
   for (size_t i = static_cast<size_t>(keep_last); i < listed->size(); ++i) {
     const std::string& victim = (*listed)[i];
     if (victim == keep_path) continue;
-    const std::string spare = join_path(dir, kSpareName);
-    if (recycle && !path_exists(spare)) {
-      if (::rename(victim.c_str(), spare.c_str()) == 0) {
-        removed_any = true;
-        continue;
-      }
-    }
     const std::string name = victim.substr(victim.find_last_of('/') + 1);
     const std::string trash = join_path(dir, "." + name + ".trash-" + std::to_string(::getpid()));
     if (::rename(victim.c_str(), trash.c_str()) != 0) {
@@ -299,16 +291,14 @@ StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointW
 
   // A temporary of this exact name is a leftover of an earlier failed attempt of this process.
   CANN_RETURN_IF_ERROR(remove_all(tmp));
-  const std::string spare = join_path(dir, kSpareName);
-  const bool recycled = options.recycle && ::rename(spare.c_str(), tmp.c_str()) == 0;
-  if (!recycled && ::mkdir(tmp.c_str(), 0755) != 0) {
+  if (::mkdir(tmp.c_str(), 0755) != 0) {
     const std::string reason = errno == ENOSPC ? "disk full; hint: free space" : errno_text();
     return IoError(tmp + ": cannot create checkpoint directory: " + reason);
   }
   TempDirCleanup cleanup(tmp);
   const std::string failed = "checkpoint for step " + std::to_string(w.step) +
                              " not written (earlier checkpoints are untouched): ";
-  Status s = write_files(tmp, w, meta, options.bytes_per_second, recycled);
+  Status s = write_files(tmp, w, meta, options.bytes_per_second);
   if (!s.ok()) return Status(s.code(), failed + s.message());
   StatusOr<std::string> replaced = publish(tmp, final_path, trash);
   if (!replaced.ok()) return Status(replaced.status().code(), failed + replaced.status().message());
@@ -320,7 +310,7 @@ StatusOr<std::string> write_checkpoint(const std::string& dir, const CheckpointW
     if (!removed.ok()) log_warning("replaced checkpoint not removed: " + removed.message());
   }
 
-  prune(dir, name, keep_last, options.recycle);
+  prune(dir, name, keep_last);
   return final_path;
 }
 

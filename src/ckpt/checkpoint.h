@@ -6,6 +6,9 @@
 //   <dir>/step-00000100/data.bin        magic "CANNCKPT", u32 version, u32 header size, then the
 //                                       sections back to back, each 64-byte aligned
 //
+// In-memory snapshots (snapshot_writer.h) use the same layout; their manifest says
+// "memory_snapshot": true and their sections carry no crc32c, which every other manifest must.
+//
 // A checkpoint is written into "<dir>/.step-00000100.tmp-<pid>/", both files fsynced, the
 // directory renamed to its final name and the parent fsynced: a reader never sees a partial
 // checkpoint under a final name. After a successful write, all but the newest `keep_last`
@@ -61,12 +64,6 @@ struct WriteOptions {
   // checkpoint does not starve the step's own I/O; sleeping between 1 MiB chunks keeps the
   // average at or under the cap.
   double bytes_per_second = 0.0;
-  // Reuse the files of the checkpoint that pruning drops for the next write (kept under the
-  // hidden name ".spare"): in a memory file system the next write then overwrites pages that
-  // are already there instead of allocating a new file's and freeing an old one's, which costs
-  // more than the copy itself. Only for a directory with one writer (a rank's in-memory
-  // snapshots); a spare left by a killed writer is taken over by the next.
-  bool recycle = false;
 };
 
 // Writes a checkpoint for w.step under dir (created if missing) and prunes old ones.

@@ -18,6 +18,7 @@
 #include "core/crc32c.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/word_sum.h"
 
 namespace cann::ckpt {
 namespace {
@@ -28,6 +29,8 @@ using internal::kAlign;
 using internal::kFormatName;
 using internal::kHeaderFields;
 using internal::kManifestName;
+using internal::kMemorySnapshotKey;
+using internal::kWordSumKey;
 using Json = nlohmann::ordered_json;
 
 constexpr char kCorruptHint[] = "; hint: the checkpoint is corrupt, delete it or load an older one";
@@ -62,6 +65,8 @@ struct ManifestSection {
   uint64_t offset = 0;
   uint64_t bytes = 0;
   uint32_t crc = 0;
+  bool memory = false;  // a memory snapshot's: checked by its word sum instead
+  uint64_t word_sum = 0;
 };
 
 struct Manifest {
@@ -72,15 +77,25 @@ struct Manifest {
   std::vector<ManifestSection> sections;
 };
 
-StatusOr<ManifestSection> parse_section(const Json& entry, uint64_t data_bytes,
+StatusOr<ManifestSection> parse_section(const Json& entry, uint64_t data_bytes, bool memory,
                                         const std::string& path) {
   if (!entry.is_object()) return DataLoss(path + ": a section is not an object" + kCorruptHint);
   ManifestSection s;
   CANN_ASSIGN_OR_RETURN(s.name, get_string(entry, "name", path));
   CANN_ASSIGN_OR_RETURN(s.offset, get_u64(entry, "offset", path));
   CANN_ASSIGN_OR_RETURN(s.bytes, get_u64(entry, "bytes", path));
-  CANN_ASSIGN_OR_RETURN(uint64_t crc, get_u64(entry, "crc32c", path));
+  uint64_t crc = 0;
   const std::string where = path + ": section \"" + s.name + "\"";
+  s.memory = memory;
+  if (memory) {
+    CANN_ASSIGN_OR_RETURN(std::string sum, get_string(entry, kWordSumKey, path));
+    char* end = nullptr;
+    s.word_sum = std::strtoull(sum.c_str(), &end, 16);
+    if (sum.size() != 16 || end != sum.c_str() + sum.size())
+      return DataLoss(where + ": " + kWordSumKey + " is not 16 hex digits" + kCorruptHint);
+  } else {
+    CANN_ASSIGN_OR_RETURN(crc, get_u64(entry, "crc32c", path));
+  }
   if (crc > UINT32_MAX) return DataLoss(where + ": crc32c does not fit 32 bits" + kCorruptHint);
   s.crc = static_cast<uint32_t>(crc);
   // Written as `offset + bytes > data_bytes` this could overflow on a hostile manifest.
@@ -137,9 +152,13 @@ StatusOr<Manifest> parse_manifest(const std::string& path) {
   if (sections == json.end() || !sections->is_array()) {
     return DataLoss(path + ": field \"sections\" is missing or not an array" + kCorruptHint);
   }
+  // A memory snapshot's sections carry a word sum (snapshot_writer.h), every other one's a
+  // CRC-32C.
+  const auto mark = json.find(kMemorySnapshotKey);
+  const bool memory = mark != json.end() && mark->is_boolean() && mark->get<bool>();
   std::set<std::string> names;
   for (const Json& entry : *sections) {
-    CANN_ASSIGN_OR_RETURN(ManifestSection s, parse_section(entry, m.data_bytes, path));
+    CANN_ASSIGN_OR_RETURN(ManifestSection s, parse_section(entry, m.data_bytes, memory, path));
     if (!names.insert(s.name).second) {
       return DataLoss(path + ": section \"" + s.name + "\" appears twice" + kCorruptHint);
     }
@@ -222,6 +241,14 @@ StatusOr<LoadedCheckpoint> read_checkpoint(const std::string& step_dir) {
       return IoError(data_path + ": seek failed: " + errno_text());
     }
     CANN_RETURN_IF_ERROR(read_exact(f.fd(), loaded.data.data(), loaded.data.size(), data_path));
+    if (s.memory) {
+      const uint64_t sum = word_sum(loaded.data.data(), loaded.data.size());
+      if (sum != s.word_sum)
+        return DataLoss(where + ": checksum mismatch (word sum " + internal::hex64(sum) +
+                        ", manifest says " + internal::hex64(s.word_sum) + ")" + kCorruptHint);
+      out.sections.push_back(std::move(loaded));
+      continue;
+    }
     const uint32_t crc = crc32c(loaded.data.data(), loaded.data.size());
     if (crc != s.crc) {
       return DataLoss(where + ": CRC-32C mismatch (computed " + hex32(crc) + ", manifest says " +

@@ -7,12 +7,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace cann::ckpt::internal {
 
 inline constexpr char kFormatName[] = "cann-train-checkpoint";
 inline constexpr char kManifestName[] = "manifest.json";
 inline constexpr char kDataName[] = "data.bin";
+// A manifest field: true for a memory snapshot (snapshot_writer.h), whose sections carry the
+// word sum of core/word_sum.h (16 hex digits) instead of a crc32c.
+inline constexpr char kMemorySnapshotKey[] = "memory_snapshot";
+inline constexpr char kWordSumKey[] = "wsum64";
 // Sections start at multiples of 64 bytes: a cache line, and enough for any SIMD load, so a
 // reader may map the file and use the sections in place.
 inline constexpr uint64_t kAlign = 64;
@@ -20,6 +25,14 @@ inline constexpr uint64_t kAlign = 64;
 inline constexpr size_t kHeaderFields = 16;
 // This writer pads the header to one alignment unit; readers take the size from the file.
 inline constexpr uint64_t kHeaderBytes = kAlign;
+
+// "step-00000100", the name of a published step directory.
+std::string step_name(int64_t step);
+// The step number of a name "step-<digits>", or -1 for anything else (temporaries, files).
+int64_t parse_step_name(const std::string& name);
+
+// 16 lowercase hex digits.
+std::string hex64(uint64_t v);
 
 inline uint64_t align_up(uint64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "ckpt/replicas.h"
+#include "ckpt/snapshot_writer.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/state_keeper.h"
@@ -27,6 +28,9 @@ StatusOr<OptimizerSnapshot> StateKeeper::optimizer_snapshot() {
 }
 
 StatusOr<int> StateKeeper::restore(const ckpt::LoadedCheckpoint& ck) {
+  // A restore follows a failure, after which this rank's snapshot directory may hold what
+  // another process wrote (a replaced rank's, a received copy): look at it again.
+  if (snapshots_) snapshots_->rescan();
   // A rank's own snapshot loads only into the same rank of the same layout (a whole-model
   // checkpoint, unmarked, loads anywhere by slicing).
   if (const auto mark = ckpt::rank_snapshot_mark(ck.meta_json);
@@ -96,8 +100,8 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
   if (!snapshot_due(done)) return OkStatus();
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
   // collective across the mesh, nor over the data-parallel group (ZeRO's shards as they are).
-  StatusOr<OptimizerSnapshot> own = run_.rank_layout.empty() ? run_.optimizer->snapshot()
-                                                             : run_.optimizer->snapshot_own();
+  StatusOr<OptimizerSnapshot> own =
+      run_.rank_layout.empty() ? run_.optimizer->snapshot() : run_.optimizer->snapshot_own();
   if (!own.ok() && run_.world != nullptr) return run_.on_comm_failure(own.status());
   CANN_RETURN_IF_ERROR(own.status());
   OptimizerSnapshot snap = std::move(*own);

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "ckpt/async_writer.h"
+#include "ckpt/snapshot_writer.h"
 #include "comm/store.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -20,7 +21,8 @@
 namespace cann::train {
 namespace {
 
-// Snapshots live in a memory file system: fsync is free there, and the write is a copy.
+// Two snapshots kept: a rank killed while writing step k still holds k - 1, which every
+// other rank holds too (ckpt/replicas.h).
 constexpr int kSnapshotsKept = 2;
 
 std::string fixed(double v, int digits) {
@@ -47,6 +49,7 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
     if (env->elastic() && !env->snapshot_dir.empty()) {
       k->snapshot_dir_ = join_path(env->snapshot_dir, "rank" + std::to_string(env->rank));
       CANN_RETURN_IF_ERROR(make_dirs(k->snapshot_dir_));
+      k->snapshots_ = std::make_unique<ckpt::SnapshotWriter>(k->snapshot_dir_, kSnapshotsKept);
     }
   }
   if (leader && !config.log_json.empty()) {
@@ -96,10 +99,7 @@ bool StateKeeper::snapshot_due(int done) const {
 }
 
 Status StateKeeper::snapshot(const ckpt::CheckpointWrite& w) {
-  ckpt::WriteOptions options;
-  options.keep_last = kSnapshotsKept;
-  options.recycle = true;  // this rank is the directory's only writer
-  StatusOr<std::string> path = ckpt::write_checkpoint(snapshot_dir_, w, options);
+  StatusOr<std::string> path = snapshots_->write(w);
   if (!path.ok())
     return Status(path.status().code(),
                   "rank " + std::to_string(rank_) +

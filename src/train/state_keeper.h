@@ -45,7 +45,8 @@ class Store;
 }
 namespace cann::ckpt {
 class AsyncCheckpointWriter;
-}
+class SnapshotWriter;
+}  // namespace cann::ckpt
 
 namespace cann::train {
 
@@ -87,7 +88,8 @@ class StateKeeper {
     if (heartbeat_) heartbeat_->set_step(done);
   }
   bool snapshot_due(int done) const;
-  // Writes the in-memory snapshot of step w.step (synchronously: it is a memory copy).
+  // Writes the in-memory snapshot of step w.step (synchronously: it is a memory copy into
+  // files kept mapped, ckpt/snapshot_writer.h).
   Status snapshot(const ckpt::CheckpointWrite& w);
   // Queues a disk checkpoint; with `wait`, returns once it is durable (or failed).
   Status checkpoint(const ckpt::CheckpointWrite& w, bool wait);
@@ -148,7 +150,8 @@ class StateKeeper {
   bool leader_ = false;
   int snapshot_every_ = 1;
   int keep_checkpoints_ = 3;
-  std::string snapshot_dir_;  // this rank's directory; empty: no snapshots
+  std::string snapshot_dir_;                         // this rank's directory; empty: no snapshots
+  std::unique_ptr<ckpt::SnapshotWriter> snapshots_;  // writes into snapshot_dir_
   std::string restore_from_;
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;

@@ -1,0 +1,225 @@
+#include "ckpt/snapshot_writer.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "ckpt/format.h"
+#include "core/fs.h"
+#include "core/word_sum.h"
+
+namespace cann::ckpt {
+namespace {
+
+using internal::align_up;
+using internal::FileHandle;
+using internal::kDataName;
+using internal::kHeaderBytes;
+using internal::kManifestName;
+
+std::string disk_full_or(const std::string& what) {
+  return errno == ENOSPC ? "memory file system full; hint: free memory or snapshot less often"
+                         : what + ": " + errno_text();
+}
+
+}  // namespace
+
+SnapshotWriter::SnapshotWriter(std::string dir, int keep)
+    : dir_(std::move(dir)), keep_(std::max(1, keep)) {}
+
+SnapshotWriter::~SnapshotWriter() {
+  for (Slot& s : slots_) drop(s);
+}
+
+void SnapshotWriter::drop(Slot& s) {
+  if (s.map != nullptr) ::munmap(s.map, s.mapped);
+  s.map = nullptr;
+  s.mapped = 0;
+}
+
+// Adopts the published step directories (another process's, or this one's before a restore),
+// and removes every hidden entry: temporaries and spares of writers that died.
+Status SnapshotWriter::scan() {
+  for (Slot& s : slots_) drop(s);
+  slots_.clear();
+  CANN_RETURN_IF_ERROR(make_dirs(dir_));
+  CANN_ASSIGN_OR_RETURN(std::vector<std::string> names, list_dir(dir_));
+  for (const std::string& name : names) {
+    if (!name.empty() && name[0] == '.') CANN_RETURN_IF_ERROR(remove_all(join_path(dir_, name)));
+  }
+  CANN_ASSIGN_OR_RETURN(std::vector<std::string> published, list_checkpoints(dir_));
+  for (std::string& path : published) {
+    Slot s;
+    s.step = internal::parse_step_name(path.substr(path.find_last_of('/') + 1));
+    s.path = std::move(path);
+    slots_.push_back(std::move(s));
+  }
+  scanned_ = true;
+  return OkStatus();
+}
+
+// Takes a published snapshot out of the listing before its files are written over.
+Status SnapshotWriter::hide(Slot& s) {
+  if (s.step < 0) return OkStatus();
+  const std::string hidden = join_path(dir_, ".slot-" + std::to_string(next_id_++));
+  if (::rename(s.path.c_str(), hidden.c_str()) != 0)
+    return IoError(s.path + ": cannot retire the snapshot: " + errno_text());
+  s.path = hidden;
+  s.step = -1;
+  return OkStatus();
+}
+
+Status SnapshotWriter::map_data(Slot& s, size_t bytes) {
+  if (s.map != nullptr && s.mapped == bytes) return OkStatus();
+  drop(s);
+  const std::string path = join_path(s.path, kDataName);
+  FileHandle f(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (f.fd() < 0) return IoError(path + ": cannot open: " + disk_full_or("open failed"));
+  if (::ftruncate(f.fd(), static_cast<off_t>(bytes)) != 0)
+    return IoError(path + ": " + disk_full_or("cannot size the data file"));
+  // Every page is allocated now: a memory file system that is full says so here instead of
+  // killing the process with SIGBUS on the first store into the mapping.
+  if (const int rc = ::posix_fallocate(f.fd(), 0, static_cast<off_t>(bytes)); rc != 0) {
+    errno = rc;
+    return IoError(path + ": " + disk_full_or("cannot allocate the data file"));
+  }
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd(), 0);
+  if (map == MAP_FAILED) return IoError(path + ": cannot map: " + errno_text());
+  s.map = static_cast<char*>(map);
+  s.mapped = bytes;
+  return OkStatus();
+}
+
+StatusOr<std::string> SnapshotWriter::write(const CheckpointWrite& w) {
+  if (w.step < 0)
+    return InvalidArgument("snapshot step " + std::to_string(w.step) + " is negative");
+  const size_t meta_end = w.meta_json.find_last_not_of(" \t\r\n");
+  if (w.meta_json.empty() || w.meta_json.front() != '{' || meta_end == std::string::npos ||
+      w.meta_json[meta_end] != '}')
+    return InvalidArgument("snapshot metadata must be a JSON object");
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    const SectionView& s = w.sections[i];
+    bool repeated = false;
+    for (size_t j = 0; j < i; ++j) repeated = repeated || w.sections[j].name == s.name;
+    if (s.name.empty() || repeated)
+      return InvalidArgument("snapshot section name \"" + s.name + "\" is empty or repeated");
+    if (s.data == nullptr && s.bytes > 0)
+      return InvalidArgument("snapshot section \"" + s.name + "\" has no data pointer");
+  }
+  if (!scanned_) CANN_RETURN_IF_ERROR(scan());
+
+  // The slot to write: the one holding this step already, else the spare, else a new one while
+  // there are fewer than keep + 1, else the oldest.
+  Slot* target = nullptr;
+  for (Slot& s : slots_)
+    if (s.step == w.step) target = &s;
+  for (Slot& s : slots_)
+    if (target == nullptr && s.step < 0) target = &s;
+  if (target == nullptr && static_cast<int>(slots_.size()) <= keep_) {
+    Slot s;
+    s.path = join_path(dir_, ".slot-" + std::to_string(next_id_++));
+    if (::mkdir(s.path.c_str(), 0755) != 0)
+      return IoError(s.path + ": " + disk_full_or("cannot create the snapshot directory"));
+    slots_.push_back(std::move(s));
+    target = &slots_.back();
+  }
+  if (target == nullptr)
+    target = &*std::min_element(slots_.begin(), slots_.end(),
+                                [](const Slot& a, const Slot& b) { return a.step < b.step; });
+  CANN_RETURN_IF_ERROR(hide(*target));
+
+  // data.bin: the header, then each section at the next 64-byte boundary (checkpoint.h).
+  uint64_t end = kHeaderBytes;
+  std::vector<uint64_t> offsets;
+  offsets.reserve(w.sections.size());
+  for (const SectionView& s : w.sections) {
+    offsets.push_back(align_up(end));
+    end = offsets.back() + s.bytes;
+  }
+  const std::string failed = "snapshot of step " + std::to_string(w.step) + " not written: ";
+  if (Status st = map_data(*target, end); !st.ok()) return Status(st.code(), failed + st.message());
+  char* data = target->map;
+  std::memset(data, 0, kHeaderBytes);
+  std::memcpy(data, kDataMagic, sizeof(kDataMagic));
+  internal::put_u32_le(reinterpret_cast<unsigned char*>(data) + 8, kFormatVersion);
+  internal::put_u32_le(reinterpret_cast<unsigned char*>(data) + 12,
+                       static_cast<uint32_t>(kHeaderBytes));
+  // Each section is copied and checksummed in one pass (core/word_sum.h).
+  nlohmann::json sections = nlohmann::json::array();
+  uint64_t at = kHeaderBytes;
+  for (size_t i = 0; i < w.sections.size(); ++i) {
+    const SectionView& s = w.sections[i];
+    std::memset(data + at, 0, offsets[i] - at);
+    const uint64_t sum = copy_word_sum(data + offsets[i], s.data, s.bytes);
+    sections.push_back({{"name", s.name},
+                        {"offset", offsets[i]},
+                        {"bytes", s.bytes},
+                        {internal::kWordSumKey, internal::hex64(sum)}});
+    at = offsets[i] + s.bytes;
+  }
+
+  // The manifest, with the caller's metadata as it came (checkpoint.h's fields).
+  manifest_.assign("{\"format\":\"");
+  manifest_.append(internal::kFormatName).append("\",\"version\":");
+  manifest_.append(std::to_string(kFormatVersion)).append(",\"step\":");
+  manifest_.append(std::to_string(w.step)).append(",\"");
+  manifest_.append(internal::kMemorySnapshotKey).append("\":true,\"meta\":");
+  manifest_.append(w.meta_json).append(",\"data_file\":\"");
+  manifest_.append(kDataName).append("\",\"data_bytes\":");
+  manifest_.append(std::to_string(end)).append(",\"sections\":");
+  manifest_.append(sections.dump()).append("}\n");
+  const std::string manifest_path = join_path(target->path, kManifestName);
+  {
+    FileHandle f(::open(manifest_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (f.fd() < 0) return IoError(failed + manifest_path + ": " + disk_full_or("cannot create"));
+    if (Status st = write_all(f.fd(), manifest_.data(), manifest_.size(), manifest_path); !st.ok())
+      return Status(st.code(), failed + st.message());
+    if (f.close() != 0) return IoError(failed + manifest_path + ": close failed: " + errno_text());
+  }
+
+  // Published under its name only now, complete.
+  const std::string final_path = join_path(dir_, internal::step_name(w.step));
+  if (::rename(target->path.c_str(), final_path.c_str()) != 0) {
+    if (errno != EEXIST && errno != ENOTEMPTY)
+      return IoError(failed + final_path + ": cannot publish: " + errno_text());
+    // Someone else's directory of this step (written while this writer was not looking).
+    CANN_RETURN_IF_ERROR(remove_all(final_path));
+    if (::rename(target->path.c_str(), final_path.c_str()) != 0)
+      return IoError(failed + final_path + ": cannot publish: " + errno_text());
+  }
+  target->path = final_path;
+  target->step = w.step;
+
+  // All but the newest `keep` are retired: the first becomes the spare, the rest go.
+  for (;;) {
+    int published = 0;
+    Slot* oldest = nullptr;
+    for (Slot& s : slots_) {
+      if (s.step < 0) continue;
+      ++published;
+      if (oldest == nullptr || s.step < oldest->step) oldest = &s;
+    }
+    if (published <= keep_) break;
+    const bool have_spare =
+        std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.step < 0; });
+    if (!have_spare) {
+      CANN_RETURN_IF_ERROR(hide(*oldest));
+      continue;
+    }
+    drop(*oldest);
+    CANN_RETURN_IF_ERROR(hide(*oldest));  // out of the listing before it is taken apart
+    CANN_RETURN_IF_ERROR(remove_all(oldest->path));
+    slots_.erase(slots_.begin() + (oldest - slots_.data()));
+  }
+  return final_path;
+}
+
+}  // namespace cann::ckpt

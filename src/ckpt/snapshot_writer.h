@@ -1,0 +1,77 @@
+// A rank's in-memory snapshots at the price of one memory copy.
+//
+// The snapshots of --elastic are checkpoints (the format of checkpoint.h, read back by
+// read_checkpoint) in a memory file system, written every step. write_checkpoint pays there
+// for what a disk needs and memory does not: write() through the page cache, a CRC-32C per
+// section, fsyncs, a fresh directory, and a JSON round trip of the metadata. This writer keeps
+// keep + 1 step directories whose data files stay mapped: a snapshot is a memcpy into the
+// mapping of the spare, a manifest written by hand, and two renames.
+//
+//   <dir>/step-00000007/   published (kept)
+//   <dir>/step-00000008/   published (kept, newest)
+//   <dir>/.slot-2/         the spare: the next snapshot is written here, then renamed to
+//                          step-00000009, and step-00000007 becomes the spare
+//
+// What a memory snapshot promises is the death of its process, not of the machine: a step
+// directory under its final name is complete (it is renamed there after its files are), so a
+// process killed at any point leaves whole snapshots and a hidden spare. There is no fsync
+// (nothing survives the machine in memory anyway). Damage is still caught: each section
+// carries the word sum of core/word_sum.h, computed by the copy itself, in place of the
+// CRC-32C a second pass would cost (the manifest says "memory_snapshot": true). The data file
+// is allocated before it is mapped (fallocate), so a full memory file system is an error, not
+// a SIGBUS.
+//
+// One writer per directory; readers may read published steps while it writes the next one.
+// Not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "core/status.h"
+
+namespace cann::ckpt {
+
+class SnapshotWriter {
+ public:
+  // dir is created on the first write; keep >= 1 published snapshots stay.
+  SnapshotWriter(std::string dir, int keep);
+  ~SnapshotWriter();
+  SnapshotWriter(const SnapshotWriter&) = delete;
+  SnapshotWriter& operator=(const SnapshotWriter&) = delete;
+
+  // Writes w as <dir>/step-<w.step> (replacing a snapshot of the same step) and returns its
+  // path; then all but the newest `keep` are retired. w.meta_json is embedded as it is: it
+  // must be one JSON object (the caller serialized it; only its braces are checked). A failed
+  // write leaves the published snapshots as they were and names the path.
+  StatusOr<std::string> write(const CheckpointWrite& w);
+
+  // The directory changed under the writer (a snapshot received from a peer, a restore): the
+  // next write lists it again and adopts what it finds.
+  void rescan() { scanned_ = false; }
+
+ private:
+  struct Slot {
+    std::string path;     // its current name: a step directory or a hidden spare
+    int64_t step = -1;    // -1: hidden (the spare)
+    char* map = nullptr;  // data.bin mapped writable; nullptr until first written
+    size_t mapped = 0;
+  };
+
+  Status scan();
+  Status hide(Slot& s);
+  Status map_data(Slot& s, size_t bytes);
+  void drop(Slot& s);
+
+  std::string dir_;
+  int keep_;
+  bool scanned_ = false;
+  int next_id_ = 0;
+  std::vector<Slot> slots_;
+  std::string manifest_;  // reused text buffer
+};
+
+}  // namespace cann::ckpt
