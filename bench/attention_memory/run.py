@@ -20,6 +20,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import Verdicts, machine  # noqa: E402
+
 LAYERS, HIDDEN, HEADS = 2, 256, 4
 
 
@@ -61,10 +64,13 @@ def main():
               f"{rss_text} {probs:26.1f}")
     first, last = rows[0], rows[-1]
     growth = (last[1] / last[0]) / (first[1] / first[0])
-    ok = abs(growth - 1) <= 0.10
-    print(f"activations per token, {last[0]} against {first[0]}: {growth:.3f}x "
-          f"(linear: 1.0, within 10%): {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    print(f"machine: {machine()} (memory is deterministic here: one run per length)")
+    v = Verdicts()
+    v.judge(abs(growth - 1) <= 0.10, f"activations per token, {last[0]} against {first[0]}: "
+            f"{growth:.3f}x (linear: 1.0, within 10%)")
+    print("targets:")
+    v.print(sys.stdout)
+    return v.exit_status()
 
 
 if __name__ == "__main__":

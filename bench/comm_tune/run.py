@@ -43,6 +43,9 @@ _spec = importlib.util.spec_from_file_location("dp_vs_ddp", os.path.join(ROOT, "
 dp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dp)
 
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchlib import MIN_REPEATS, LoadLog, Verdicts, machine, spread  # noqa: E402
+
 RANKS, PER_RANK, SKIP = 2, 4, 2
 
 
@@ -91,10 +94,6 @@ def train(link, a, what, extra):
             "load": os.getloadavg()[0]}
 
 
-def spread(xs):
-    return f"{min(xs):8.2f} {statistics.median(xs):8.2f} {max(xs):8.2f}"
-
-
 def bench(a, link):
     link.up()
     link.shape(a.rate_mbit * 1e6)
@@ -125,10 +124,12 @@ def bench(a, link):
     print(f"# tuning took {tune_s:.0f} s on both nodes")
 
     runs = {"default": [], "tuned": []}
+    load = LoadLog()
     for rep in range(a.repeats):
         runs["default"].append(train(link, a, f"default-{rep}", lambda n: []))
         runs["tuned"].append(train(link, a, f"tuned-{rep}",
                                    lambda n: ["--comm-config", files[n]]))
+        load.mark()
 
     failures = []
     ln_vocab = math.log(256)
@@ -142,11 +143,12 @@ def bench(a, link):
         failures.append(f"final loss tuned {t_loss:.4f} against default {d_loss:.4f} (> 0.5%)")
 
     print(f"\n# {a.repeats} runs each of {a.steps} steps, {RANKS} nodes x 1 rank over "
-          f"{a.rate_mbit:g} Mbit/s; min / median / max")
+          f"{a.rate_mbit:g} Mbit/s; median (min..max)")
+    print(f"machine: {machine()}")
     print(f"{'# config':10} {'end to end s':>26} {'step ms':>26} {'final loss':>11} {'load':>6}")
     for name, rs in runs.items():
-        print(f"{name:10} {spread([r['wall_s'] for r in rs])} "
-              f"{spread([r['step_s'] * 1e3 for r in rs])} "
+        print(f"{name:10} {spread([r['wall_s'] for r in rs], '{:.2f}'):>26} "
+              f"{spread([r['step_s'] * 1e3 for r in rs], '{:.2f}'):>26} "
               f"{statistics.median(r['final_loss'] for r in rs):11.4f} "
               f"{max(r['load'] for r in rs):6.2f}")
     wall_ratio = (statistics.median(r["wall_s"] for r in runs["default"]) /
@@ -154,13 +156,16 @@ def bench(a, link):
     step_ratio = (statistics.median(r["step_s"] for r in runs["default"]) /
                   statistics.median(r["step_s"] for r in runs["tuned"]))
     print(f"tuned against default: {wall_ratio:.2f}x end to end, {step_ratio:.2f}x per step")
-    if failures:
-        print("VALIDATION FAILED: " + "; ".join(failures))
-        return 1
-    ok = wall_ratio > 1.0 and step_ratio > 1.0
-    print(f"target tuned faster than the defaults, end to end and per step: "
-          f"{'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    v = Verdicts()
+    if a.repeats < MIN_REPEATS:
+        v.fail(f"only {a.repeats} repeats: the rules ask for at least {MIN_REPEATS}")
+    v.judge(wall_ratio > 1.0 and step_ratio > 1.0, f"tuned faster than the defaults, end to end "
+            f"({wall_ratio:.2f}x) and per step ({step_ratio:.2f}x)")
+    print("validation: " + ("ok" if not failures else "FAILED: " + "; ".join(failures)))
+    print("targets:")
+    v.print(sys.stdout)
+    print(load.line(RANKS))
+    return v.exit_status(not failures)
 
 
 def main():

@@ -15,7 +15,7 @@ each configuration --repeats times. Judged end to end:
                     traffic, counted the same way from /proc/net/dev)
 
 Validation first: both engines learn (AUC > 0.7) and reach the same AUC (within 0.002); then
-the table (min, median, max of each figure, the machine's load) and the targets:
+the table (median with min..max of each figure, the machine and its load) and the targets:
   - cann-train's median samples/s at least 2x PyTorch's, at every P >= 2;
   - equal AUC (within 0.002);
   - in a longer cann-train run (--converge-steps) on the same model the AUC within 0.01 of the
@@ -44,6 +44,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import MIN_REPEATS, LoadLog, Verdicts, machine, spread  # noqa: E402
+
 MODEL = os.path.join(HERE, "two_tower.yaml")
 EVAL_ROWS = 100000
 SEED = 1337  # cann-train run's default --seed: the stream dump_clicks writes
@@ -140,16 +143,12 @@ def link_run(a, link, data, engine, procs, steps, tag):
     return {"wall": wall, "wire": wire, "auc": auc, "log_loss": float("nan")}
 
 
-def spread(xs, fmt="{:.0f}"):
-    return f"{fmt.format(min(xs))} / {fmt.format(statistics.median(xs))} / {fmt.format(max(xs))}"
-
-
-def print_table(a, where, rows, samples):
-    """Prints one table (loopback or the shaped link) and its verdicts; returns whether every
-    check and target held."""
+def print_table(a, where, rows, samples, v):
+    """Prints one table (loopback or the shaped link) and judges its targets into v; returns
+    whether every validation held."""
     ok = True
     print(f"\n{where}")
-    print(f"{'P':>2} {'engine':<22} {'samples/s min/med/max':>26} {'AUC':>8} {'log loss':>9} "
+    print(f"{'P':>2} {'engine':<22} {'samples/s med (min..max)':>26} {'AUC':>8} {'log loss':>9} "
           f"{'KiB/step':>9} {'ratio':>6} {'load':>5}")
     for n, shards, c, t, load in rows:
         cs = [samples / x["wall"] for x in c]
@@ -158,27 +157,23 @@ def print_table(a, where, rows, samples):
         auc_c = statistics.median(x["auc"] for x in c)
         auc_t = statistics.median(x["auc"] for x in t)
         label = f"cann-train {n}w+{shards}ps" if shards else "cann-train 1 process"
-        print(f"{n:>2} {label:<22} {spread(cs):>26} {auc_c:>8.4f} "
+        print(f"{n:>2} {label:<22} {spread(cs, '{:.0f}'):>26} {auc_c:>8.4f} "
               f"{statistics.median(x['log_loss'] for x in c):>9.4f} "
               f"{statistics.median(x['wire'] for x in c) / a.steps / 1024:>9.1f} {ratio:>6.2f} "
               f"{load:>5.2f}")
-        print(f"{'':>2} {'pytorch ddp' if n > 1 else 'pytorch 1 process':<22} {spread(ts):>26} "
+        print(f"{'':>2} {'pytorch ddp' if n > 1 else 'pytorch 1 process':<22} "
+              f"{spread(ts, '{:.0f}'):>26} "
               f"{auc_t:>8.4f} {statistics.median(x['log_loss'] for x in t):>9.4f} "
               f"{statistics.median(x['wire'] for x in t) / a.steps / 1024:>9.1f}")
         for x in c + t:
             if x["auc"] < 0.7:
-                print(f"FAIL validation: {n} processes learned nothing (AUC {x['auc']:.4f})")
+                print(f"validation failed: {n} processes learned nothing (AUC {x['auc']:.4f})")
                 ok = False
-        if abs(auc_c - auc_t) > 0.002:
-            print(f"FAIL target: {n} processes, AUC {auc_c:.4f} against PyTorch's {auc_t:.4f} "
-                  f"(more than 0.002 apart)")
-            ok = False
+        v.judge(abs(auc_c - auc_t) <= 0.002, f"{n} processes ({where}), AUC {auc_c:.4f} against "
+                f"PyTorch's {auc_t:.4f} (within 0.002)")
         if n >= 2:
-            verdict = "PASS" if ratio >= 2.0 else "FAIL"
-            ok &= ratio >= 2.0
-            print(f"{verdict} target: {n} processes ({where}), {ratio:.2f}x PyTorch's samples/s "
-                  f"(>= 2x)")
-
+            v.judge(ratio >= 2.0, f"{n} processes ({where}), {ratio:.2f}x PyTorch's samples/s "
+                    f"(>= 2x)")
     return ok
 
 
@@ -202,6 +197,7 @@ def main():
     subprocess.run([os.path.join(a.build, "bench", "dump_clicks"), MODEL,
                     str(a.steps * a.batch), str(EVAL_ROWS), str(SEED), data], check=True)
     link_rows = []
+    load = LoadLog()
     if a.link == "1gbit":
         if os.geteuid() != 0:
             sys.exit("recsys bench: --link needs root (network namespaces); hint: run with sudo")
@@ -237,25 +233,32 @@ def main():
             c.append(cann_run(a, n, shards, a.steps))
             t.append(torch_run(a, data, n, a.steps))
         rows.append((n, shards, c, t, os.getloadavg()[0]))
+        load.mark()
         print(f"{n} processes done", flush=True)
     os.remove(data)
 
+    conv = cann_run(a, 1, 0, a.converge_steps)
+    load.mark()
     ok = True
+    v = Verdicts()
+    if a.repeats < MIN_REPEATS:
+        v.fail(f"only {a.repeats} repeats: the rules ask for at least {MIN_REPEATS}")
     samples = a.steps * a.batch
     print(f"\nrecsys: two-tower ({MODEL.replace(ROOT + '/', '')}), {a.steps} steps x {a.batch} "
           f"impressions, {EVAL_ROWS} held out, {a.repeats} repeats, {a.cores} cores")
+    print(f"machine: {machine()}")
     for where, table in (("loopback", rows), ("two namespaces, 1 Gbit/s veth", link_rows)):
         if table:
-            ok &= print_table(a, where, table, samples)
-
-    conv = cann_run(a, 1, 0, a.converge_steps)
+            ok &= print_table(a, where, table, samples, v)
     gap = conv["ceiling"] - conv["auc"]
-    verdict = "PASS" if gap <= 0.01 else "FAIL"
-    ok &= gap <= 0.01
-    print(f"{verdict} target: after {a.converge_steps} steps ({a.converge_steps * a.batch} "
-          f"impressions) cann-train's AUC {conv['auc']:.4f} is {gap:.4f} below the planted "
-          f"ceiling {conv['ceiling']:.4f} (<= 0.01)")
-    return 0 if ok else 1
+    v.judge(gap <= 0.01, f"after {a.converge_steps} steps ({a.converge_steps * a.batch} "
+            f"impressions) cann-train's AUC {conv['auc']:.4f} is {gap:.4f} below the planted "
+            f"ceiling {conv['ceiling']:.4f} (<= 0.01)")
+    print("validation: " + ("ok (every run learned: AUC above 0.7)" if ok else "FAILED"))
+    print("targets:")
+    v.print(sys.stdout)
+    print(load.line(max(procs) * 2))
+    return v.exit_status(ok)
 
 
 if __name__ == "__main__":
