@@ -322,6 +322,9 @@ class Bench:
         base = self.name(f"cann-train-{link_name}-{compress.replace(':', '')}")
         outs = [f"{base}-node{n}.log" for n in range(RANKS)]
         logs = [f"{base}-node{n}.jsonl" for n in range(RANKS)]
+        for stale in logs:  # an earlier run's, in a reused log directory
+            if os.path.exists(stale):
+                os.remove(stale)
         extra = [] if compress == "none" else ["--compress", compress]
         t0 = time.monotonic()
         procs = []
