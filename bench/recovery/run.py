@@ -51,6 +51,7 @@ Needs a built tree and, without --layouts, Debian's python3-torch (torchrun). Ex
 validation or a target fails.
 """
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -407,7 +408,14 @@ def layouts_bench(a, rng, tmp):
     return v.exit_status()
 
 
-NODE_NET = "10.233.0"
+def dp_link():
+    """bench/dp_vs_ddp's Link: two network namespaces joined by a veth pair, Redis in the
+    first; close() removes everything it made."""
+    spec = importlib.util.spec_from_file_location(
+        "dp_vs_ddp", os.path.join(ROOT, "bench", "dp_vs_ddp", "run.py"))
+    dp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dp)
+    return dp.Link()
 
 
 def node_loss(a, model, rng, tmp, k):
@@ -415,58 +423,33 @@ def node_loss(a, model, rng, tmp, k):
     namespace) lost without a word: at a random point of a random step the second namespace's
     link goes down and then every process in it is SIGKILLed, so no connection is reset and the
     survivors learn of the loss only from its missing heartbeats (1 s timeout, the default)."""
-    tag = f"{os.getpid() % 10000}{k}"
-    ns = [f"cbn1-{tag}", f"cbn2-{tag}"]
-    veth = [f"cbv1-{tag}", f"cbv2-{tag}"]
-    setup = (f"set -e; ip netns add {ns[0]}; ip netns add {ns[1]}; "
-             f"ip link add {veth[0]} type veth peer name {veth[1]}; "
-             f"ip link set {veth[0]} netns {ns[0]}; ip link set {veth[1]} netns {ns[1]}; "
-             f"ip -n {ns[0]} addr add {NODE_NET}.1/24 dev {veth[0]}; "
-             f"ip -n {ns[1]} addr add {NODE_NET}.2/24 dev {veth[1]}; "
-             f"ip -n {ns[0]} link set {veth[0]} up; ip -n {ns[1]} link set {veth[1]} up; "
-             f"ip -n {ns[0]} link set lo up; ip -n {ns[1]} link set lo up")
     work = os.path.join(tmp, f"node-{k}")
     os.makedirs(work)
     logf = os.path.join(work, "log.jsonl")
-    procs = []
+    link = dp_link()
     try:
-        subprocess.run(["sh", "-c", setup], check=True)
-        password = f"bench-{tag}"
-        procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", ns[0], "redis-server", "--port", "6379", "--bind",
-             f"{NODE_NET}.1", "--requirepass", password, "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.3)
-        rdzv = f"redis://:{password}@{NODE_NET}.1:6379"
-        nodes = []
-        for i in (0, 1):
-            out = open(os.path.join(work, f"node{i}.txt"), "w")
-            nodes.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns[i], a.binary, "run", "--model", model, "--steps",
-                 str(a.steps), "--batch-size", "8", "--seq-len", "32", "--sample-tokens", "0",
-                 "--eval-every", "0", "--eval-batches", "1", "--monitor", "off", "--threads", "1",
-                 "--nproc-per-node", "2", "--elastic", "--nnodes", "1:2", "--rdzv", rdzv,
-                 "--rdzv-id", f"bench-{tag}", "--log-json", logf, "--checkpoint-dir",
-                 os.path.join(work, "ck"), "--checkpoint-every", "100000"],
-                stdout=out, stderr=subprocess.STDOUT))
-        procs += nodes
+        link.up()
+        link.start_redis(os.path.join(work, "redis.txt"))
+        nodes = [link.spawn(i, [
+            a.binary, "run", "--model", model, "--steps", str(a.steps), "--batch-size", "8",
+            "--seq-len", "32", "--sample-tokens", "0", "--eval-every", "0", "--eval-batches", "1",
+            "--monitor", "off", "--threads", "1", "--nproc-per-node", "2", "--elastic",
+            "--nnodes", "1:2", "--rdzv", link.redis_url(), "--rdzv-id", f"bench-node-{k}",
+            "--log-json", logf, "--checkpoint-dir", os.path.join(work, "ck"),
+            "--checkpoint-every", "100000"], os.path.join(work, f"node{i}.txt")) for i in (0, 1)]
         kill_step = rng.randint(int(a.steps * 0.2), int(a.steps * 0.7))
         log(f"node loss {k + 1} of {a.node_kills}: the second node at step {kill_step}")
         wait_for_step(logf, kill_step, nodes[0])
         step_delay(logf, rng.random())
         killed = time.time()
-        subprocess.run(["ip", "-n", ns[1], "link", "set", veth[1], "down"], check=True)
-        subprocess.run(["sh", "-c", f"ip netns pids {ns[1]} | xargs -r kill -9"], check=False)
+        subprocess.run(["ip", "-n", link.ns[1], "link", "set", link.dev[1], "down"], check=True)
+        subprocess.run(["sh", "-c", f"ip netns pids {link.ns[1]} | xargs -r kill -9"],
+                       check=False)
         if nodes[0].wait(timeout=300) != 0:
             raise RuntimeError(f"the surviving node exited with {nodes[0].returncode}; see "
                                f"{work}/node0.txt")
     finally:
-        for pr in procs:
-            if pr.poll() is None:
-                pr.kill()
-                pr.wait()
-        subprocess.run(["sh", "-c", f"for n in {ns[0]} {ns[1]}; do ip netns pids $n | xargs -r "
-                        f"kill -9; ip netns del $n; done 2>/dev/null"], check=False)
+        link.close()
     rows = read_jsonl(logf)
     after = [r for r in rows if r.get("time", 0) >= killed]
     first = {}

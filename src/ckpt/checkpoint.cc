@@ -38,12 +38,6 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-std::string hex64(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 int64_t parse_step_name(const std::string& name) {
   constexpr std::string_view kPrefix = "step-";
   if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;

@@ -18,6 +18,7 @@
 #include "core/crc32c.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/numbers.h"
 #include "core/word_sum.h"
 
 namespace cann::ckpt {
@@ -244,8 +245,8 @@ StatusOr<LoadedCheckpoint> read_checkpoint(const std::string& step_dir) {
     if (s.memory) {
       const uint64_t sum = word_sum(loaded.data.data(), loaded.data.size());
       if (sum != s.word_sum)
-        return DataLoss(where + ": checksum mismatch (word sum " + internal::hex64(sum) +
-                        ", manifest says " + internal::hex64(s.word_sum) + ")" + kCorruptHint);
+        return DataLoss(where + ": checksum mismatch (word sum " + hex64(sum) + ", manifest says " +
+                        hex64(s.word_sum) + ")" + kCorruptHint);
       out.sections.push_back(std::move(loaded));
       continue;
     }

@@ -31,9 +31,6 @@ std::string step_name(int64_t step);
 // The step number of a name "step-<digits>", or -1 for anything else (temporaries, files).
 int64_t parse_step_name(const std::string& name);
 
-// 16 lowercase hex digits.
-std::string hex64(uint64_t v);
-
 inline uint64_t align_up(uint64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }

@@ -14,6 +14,7 @@
 
 #include "ckpt/format.h"
 #include "core/fs.h"
+#include "core/numbers.h"
 #include "core/word_sum.h"
 
 namespace cann::ckpt {
@@ -162,7 +163,7 @@ StatusOr<std::string> SnapshotWriter::write(const CheckpointWrite& w) {
     sections.push_back({{"name", s.name},
                         {"offset", offsets[i]},
                         {"bytes", s.bytes},
-                        {internal::kWordSumKey, internal::hex64(sum)}});
+                        {internal::kWordSumKey, hex64(sum)}});
     at = offsets[i] + s.bytes;
   }
 

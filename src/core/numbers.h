@@ -1,6 +1,9 @@
-// Numbers written for people: thousands separated by commas.
+// Numbers written as text: for people (thousands separated by commas) and for files (64-bit
+// values as fixed-width hex, which JSON numbers cannot carry exactly above 2^53).
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace cann {
@@ -14,6 +17,13 @@ inline std::string with_commas(long long v) {
     out.push_back(digits[i]);
   }
   return out;
+}
+
+// 0x1f -> "000000000000001f": 16 lowercase hex digits.
+inline std::string hex64(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 }  // namespace cann

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/fs.h"
+#include "core/numbers.h"
 #include "model/spec_json.h"
 #include "plan/yaml_read.h"
 
@@ -24,8 +25,8 @@ const std::vector<std::string>& predicted_keys() {
 // Predicted figures a plan carries when its planner priced them (older plans lack them): the
 // efficiency figures a run measures too (core/efficiency.h).
 const std::vector<std::string>& optional_predicted_keys() {
-  static const std::vector<std::string> keys = {
-      "scaling_efficiency", "goodput", "tei", "cost_usd_per_hour", "energy_kwh_per_step"};
+  static const std::vector<std::string> keys = {"scaling_efficiency", "goodput", "tei",
+                                                "cost_usd_per_hour", "energy_kwh_per_step"};
   return keys;
 }
 
@@ -58,9 +59,7 @@ std::string model_fingerprint(const model::ModelSpec& spec) {
   const std::string text = model::spec_to_json(s);
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
-  char buf[20];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return hex64(h);
 }
 
 PlanFile make_plan_file(const PlanInput& in, const Prediction& p, const std::string& model_arg,
@@ -136,8 +135,7 @@ std::string plan_file_text(const PlanFile& f) {
     out << YAML::Key << "loss_first" << YAML::Value << number(m.loss_first);
     out << YAML::Key << "loss_last" << YAML::Value << number(m.loss_last);
     if (m.val_loss >= 0) out << YAML::Key << "val_loss" << YAML::Value << number(m.val_loss);
-    for (const auto& [k, v] : m.efficiency)
-      out << YAML::Key << k << YAML::Value << number(v);
+    for (const auto& [k, v] : m.efficiency) out << YAML::Key << k << YAML::Value << number(v);
     out << YAML::Key << "finished_at" << YAML::Value << m.finished_at;
     out << YAML::EndMap;
   }
@@ -290,7 +288,8 @@ std::string plan_diff(const PlanFile& a, const PlanFile& b, const std::string& a
   };
   std::string out = pad("field", w0) + "  " + pad(a_name, w1) + "  " + pad(b_name, w2) + "  B/A\n";
   for (const Row& r : rows)
-    out += pad(r.key, w0) + "  " + pad(r.left, w1) + "  " + pad(r.right, w2) + "  " + r.ratio + "\n";
+    out +=
+        pad(r.key, w0) + "  " + pad(r.left, w1) + "  " + pad(r.right, w2) + "  " + r.ratio + "\n";
   return out;
 }
 

@@ -47,9 +47,9 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
     k->node_snapshots_ = env->node_snapshots;
     k->snapshot_root_ = env->snapshot_dir;
     if (env->elastic() && !env->snapshot_dir.empty()) {
-      k->snapshot_dir_ = join_path(env->snapshot_dir, "rank" + std::to_string(env->rank));
-      CANN_RETURN_IF_ERROR(make_dirs(k->snapshot_dir_));
-      k->snapshots_ = std::make_unique<ckpt::SnapshotWriter>(k->snapshot_dir_, kSnapshotsKept);
+      const std::string dir = join_path(env->snapshot_dir, "rank" + std::to_string(env->rank));
+      CANN_RETURN_IF_ERROR(make_dirs(dir));
+      k->snapshots_ = std::make_unique<ckpt::SnapshotWriter>(dir, kSnapshotsKept);
     }
   }
   if (leader && !config.log_json.empty()) {
@@ -95,7 +95,7 @@ StateKeeper::~StateKeeper() {
 }
 
 bool StateKeeper::snapshot_due(int done) const {
-  return !snapshot_dir_.empty() && done % snapshot_every_ == 0;
+  return snapshots_ != nullptr && done % snapshot_every_ == 0;
 }
 
 Status StateKeeper::snapshot(const ckpt::CheckpointWrite& w) {

@@ -150,8 +150,8 @@ class StateKeeper {
   bool leader_ = false;
   int snapshot_every_ = 1;
   int keep_checkpoints_ = 3;
-  std::string snapshot_dir_;                         // this rank's directory; empty: no snapshots
-  std::unique_ptr<ckpt::SnapshotWriter> snapshots_;  // writes into snapshot_dir_
+  // This rank's snapshots (its directory under the agent's); null: no snapshots.
+  std::unique_ptr<ckpt::SnapshotWriter> snapshots_;
   std::string restore_from_;
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;

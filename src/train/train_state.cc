@@ -4,21 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <cstring>
 
+#include "core/numbers.h"
 #include "model/spec_json.h"
 
 namespace cann::train {
-namespace {
-
-std::string hex64(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-}  // namespace
 
 ckpt::CheckpointWrite training_checkpoint(const model::Model& model, const OptimizerSnapshot& opt,
                                           const ResumeState& state, const TrainConfig& config) {
@@ -72,8 +63,8 @@ ckpt::CheckpointWrite training_checkpoint(const std::string& model_members,
   w.meta_json = "{" + model_members + "," + meta.dump().substr(1);
   const size_t bytes = param_table.total_floats() * sizeof(float);
   // A rank's own snapshot leaves out what it does not hold whole (OptimizerSnapshot::own_part).
-  for (const auto& [name, data] : {std::pair{"params", opt.params}, std::pair{"adam_m", opt.m},
-                                   std::pair{"adam_v", opt.v}})
+  for (const auto& [name, data] :
+       {std::pair{"params", opt.params}, std::pair{"adam_m", opt.m}, std::pair{"adam_v", opt.v}})
     if (data != nullptr || !opt.own_part) w.sections.push_back({name, data, bytes});
   for (const auto& extra : opt.extra_sections) w.sections.push_back(extra);
   return w;
@@ -126,9 +117,8 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
     const char* name;
     float* dst;
   };
-  for (const Target& t :
-       {Target{"params", params ? model.params() : nullptr}, Target{"adam_m", m},
-        Target{"adam_v", v}}) {
+  for (const Target& t : {Target{"params", params ? model.params() : nullptr}, Target{"adam_m", m},
+                          Target{"adam_v", v}}) {
     if (t.dst == nullptr) continue;
     const ckpt::Section* s = ck.find(t.name);
     if (s == nullptr) return DataLoss(ck.path + ": checkpoint has no '" + t.name + "' section");
@@ -137,8 +127,8 @@ Status restore_training_checkpoint(const ckpt::LoadedCheckpoint& ck, model::Mode
                       std::to_string(s->data.size()) + " bytes, the model needs " +
                       std::to_string(bytes));
     if (shards != nullptr)
-      model::slice_from_full(layout, reinterpret_cast<const float*>(s->data.data()),
-                             model.table(), shards->at, t.dst);
+      model::slice_from_full(layout, reinterpret_cast<const float*>(s->data.data()), model.table(),
+                             shards->at, t.dst);
     else
       std::memcpy(t.dst, s->data.data(), bytes);
   }
