@@ -16,9 +16,9 @@ The rules of docs/benchmarks.md:
   its default 25 and at --ddp-bucket-mb (4), the faster of the two judged.
 - End to end: the run's tokens over the wall time from launching its processes to the last
   one's exit (start-up, rendezvous, warm-ups and the final evaluation included), one formula
-  for both engines. 1-bit Adam and top-k train --steps (300) with their default warmup (15% of
-  the run); the uncompressed rows of both engines, communication-bound at 100 Mbit/s,
-  --timing-steps (20). The 1-bit target credits DDP with its steady rate (tokens per median
+  for both engines. 1-bit Adam and top-k train --slow-steps (100) with their default warmup
+  (15% of the run, at least 20 steps); the uncompressed rows of both engines,
+  communication-bound at 100 Mbit/s, --timing-steps (20). The 1-bit target credits DDP with its steady rate (tokens per median
   step, no start-up), which no run of any length exceeds.
 - Exposed communication, one formula for both engines: (step - compute step) / step, where the
   compute step is the same engine's single-rank step while another single-rank run computes on
@@ -28,8 +28,10 @@ The rules of docs/benchmarks.md:
 - Every configuration runs --repeats (3) times, the repeats taking turns; figures are medians
   with min..max. A failed target or validation makes the driver exit 1.
 
-Validation comes first: every loss starts near ln 256 and falls; every compressed run's final
-validation loss (after --steps) is within 2% of an uncompressed run's of the same length. The
+Validation comes first: every loss starts near ln 256 and falls; the final validation loss of
+1-bit Adam and of top-k after --steps (300) on the fastest link is within 2% of the uncompressed
+run's of the same length (one run each, marked "ref" and "loss": the engine is deterministic,
+so repeats would print the same loss, and these runs' times are not judged). The
 break-even run length of 1-bit Adam (its warmup amortized to 3x DDP, and to DDP's own rate) is
 worked out from the measured warmup, compressed and DDP steps and the start-up.
 
@@ -406,10 +408,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--links", default="1gbit,100mbit", help="comma list of: " + ", ".join(LINKS))
     p.add_argument("--steps", type=int, default=300,
-                   help="steps of the runs whose final loss is compared: 1-bit Adam and top-k on "
-                        "the fastest link, and the uncompressed reference")
+                   help="steps of the runs whose final loss is compared (one each on the "
+                        "fastest link): 1-bit Adam, top-k and the uncompressed reference")
     p.add_argument("--slow-steps", type=int, default=100,
-                   help="steps of 1-bit Adam and top-k on the slower links (shorter runs carry "
+                   help="steps of the timed 1-bit Adam and top-k runs (shorter runs carry "
                         "a larger share of warmup and start-up, so they understate the rate)")
     p.add_argument("--timing-steps", type=int, default=20,
                    help="steps of the uncompressed runs of both engines, and the single-rank runs")
@@ -521,6 +523,7 @@ def bench(a, links, link):
     probes = {}
     ddp_bucket = {}
     reference = None
+    conv = {}  # compression -> its run of --steps on the fastest link, for the final loss
     for ln in links:
         rate = LINKS[ln]
         link.shape(rate)
@@ -532,7 +535,7 @@ def bench(a, links, link):
             failures.append(f"link shaping at {LINK_NAMES[ln]}: measured "
                             f"{probes[ln][0] / 1e6:.1f} / {probes[ln][1] / 1e6:.1f} Mbit/s")
             break  # every timing on a wrongly shaped link would be meaningless
-        two_steps = a.steps if ln == fast else a.slow_steps
+        two_steps = a.slow_steps
         if ln == fast:
             # DDP tuned where its bucket size matters: its default and --ddp-bucket-mb.
             cfgs = [Config("pytorch-ddp", ln, "none", a.timing_steps, DDP_DEFAULT_BUCKET_MB)]
@@ -546,10 +549,14 @@ def bench(a, links, link):
         if a.extras:
             cfgs.append(Config("cann-train", ln, "bf16", a.timing_steps))
         if ln == fast:
-            # The uncompressed loss after --steps, which the compressed runs must reach: one run
-            # (the engine is deterministic; its time is not judged).
+            # The final losses after --steps: the uncompressed one, which the compressed runs
+            # must reach, and theirs. One run each: the engine is deterministic (the same
+            # flags give the same bytes), and these runs' times are not judged.
             reference = Config("cann-train", ln, "none", a.steps)
             run(reference, lambda: b.cann(ln, "none", a.steps))
+            for comp in ("onebit", topk):
+                conv[comp] = Config("cann-train", ln, comp, a.steps)
+                run(conv[comp], lambda: b.cann(ln, comp, a.steps))
         for _ in range(a.repeats):
             for cfg in cfgs:
                 if cfg.engine == "pytorch-ddp":
@@ -580,6 +587,7 @@ def bench(a, links, link):
     # Validation: losses start at the uniform-byte value and fall; compressed runs end where the
     # uncompressed run ends.
     every = list(singles.values()) + [c for cfgs in configs.values() for c in cfgs]
+    every += list(conv.values())
     if reference:
         every.append(reference)
     for c in every:
@@ -593,8 +601,8 @@ def bench(a, links, link):
                 failures.append(f"{c.tag()}: loss did not fall ({loss_str(r['first_loss'])} -> "
                                 f"{loss_str(r['final_loss'])})")
     ref_loss = reference.med("val_loss") if reference and reference.runs else None
-    for c in configs.get(fast, []):
-        if c.engine == "cann-train" and two_stage(c.compress) and c.runs:
+    for c in conv.values():
+        if c.runs:
             if ref_loss is None:
                 failures.append(f"{c.tag()}: no uncompressed reference loss to compare with")
                 continue
@@ -635,9 +643,9 @@ def bench(a, links, link):
           f"{'e2e tokens/s':>25}{'steady ms':>28}{'exposed':>24}{'own':>6}{'final':>7}"
           f"{'vs ref':>8}")
 
-    def row(c, ref=False):
+    def row(c, label=""):
         bucket = "-" if c.bucket_mb is None else f"{c.bucket_mb:g}MB"
-        head = (f"{c.engine:<12}{c.link:<9}{('ref ' if ref else '') + c.compress:<10}{bucket:>7}"
+        head = (f"{c.engine:<12}{c.link:<9}{label + c.compress:<10}{bucket:>7}"
                 f"{c.steps:>6}")
         if not c.runs:
             print(f"{head}  failed (see validation)")
@@ -654,7 +662,9 @@ def bench(a, links, link):
     for c in singles.values():
         row(c)
     if reference:
-        row(reference, ref=True)
+        row(reference, "ref ")
+    for c in conv.values():
+        row(c, "loss ")
     for ln in links:
         for c in configs.get(ln, []):
             row(c)
@@ -731,8 +741,7 @@ def bench(a, links, link):
                            f"{one.med('e2e_tps') / ddp.med('e2e_tps'):.2f}x)")
         else:
             verdicts.fail("100 Mbit/s 1-bit Adam: >= 3x DDP end to end (not measured)")
-    one_fast = find("cann-train", fast, "onebit")
-    vs = getattr(one_fast, "vs_ref", None) if one_fast else None
+    vs = getattr(conv.get("onebit"), "vs_ref", None)
     verdicts.judge(vs is not None and abs(vs) <= 0.02,
                    f"1-bit Adam: final val loss after {a.steps} steps {pct(vs)} from "
                    f"uncompressed (within 2%)")

@@ -16,23 +16,20 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "comm/group.h"
 #include "core/fs.h"
+#include "core/host.h"
 #include "core/json_line.h"
+#include "core/machine_load.h"
 #include "core/timer.h"
 #include "train/distributed.h"
 
 namespace cann::cli {
 namespace {
 
-struct Row {
-  std::string backend, op;
-  int nproc = 0;
-  size_t size_bytes = 0;
-  double time_s = 0;
-  double algbw = 0, busbw = 0;
-};
+using Row = CommRow;
 
 double bus_factor(const std::string& op, int P) {
   if (P <= 1) return 1.0;
@@ -211,30 +208,63 @@ Status parse_size_range(const std::string& text, size_t* min_bytes, size_t* max_
   return OkStatus();
 }
 
-Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv& env) {
+namespace {
+
+// A row from the repeats' times (seconds per call): the median, with the smallest and largest.
+Row timed_row(const std::string& backend, const std::string& op, int P, size_t size_bytes,
+              const std::vector<double>& times) {
+  Row r{backend, op, P, size_bytes};
+  r.time_s = median(times);
+  r.time_min_s = *std::min_element(times.begin(), times.end());
+  r.time_max_s = *std::max_element(times.begin(), times.end());
+  r.algbw = static_cast<double>(size_bytes) / r.time_s / 1e9;
+  r.busbw = r.algbw * bus_factor(op, P);
+  return r;
+}
+
+// Each row's bus bandwidth against raw Gloo's all-reduce of the same size (all-reduce rows).
+void set_raw_ratios(std::vector<Row>& rows) {
+  for (Row& r : rows) {
+    if (r.op != "allreduce" || r.backend == "gloo-raw") continue;
+    for (const Row& raw : rows)
+      if (raw.backend == "gloo-raw" && raw.size_bytes == r.size_bytes && raw.busbw > 0)
+        r.vs_raw = r.busbw / raw.busbw;
+  }
+}
+
+}  // namespace
+
+CommTarget judge_comm_target(const std::vector<CommRow>& rows) {
+  CommTarget t;
+  for (const CommRow& r : rows) {
+    if (r.backend != "shm" || r.op != "allreduce" || r.vs_raw <= 0 ||
+        r.size_bytes < kCommTargetBytes || r.size_bytes < t.size_bytes)
+      continue;
+    t.judged = true;
+    t.size_bytes = r.size_bytes;
+    t.ratio = r.vs_raw;
+  }
+  t.met = t.judged && t.ratio >= kCommTargetRatio;
+  return t;
+}
+
+StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv& env) {
   const bool leader = env.rank == 0;
   const int P = env.world_size;
   const comm::Options opts{std::chrono::milliseconds(static_cast<long>(config.timeout_s * 1000)),
                            "bench"};
+  const LoadReading load_before = read_load();
   std::vector<Row> rows;
   std::vector<float> in, out;
-  auto report = [&](const Row& r) {
-    rows.push_back(r);
-    if (!leader || config.json) return;
-    std::printf("%-13s %-14s %10s %12zu %12.1f %11.3f %11.3f\n", r.backend.c_str(), r.op.c_str(),
-                human_bytes(r.size_bytes).c_str(), r.size_bytes / 4, r.time_s * 1e6, r.algbw,
-                r.busbw);
-    std::fflush(stdout);
+  auto repeats = [&](comm::Group& g,
+                     const std::function<Status()>& call) -> StatusOr<std::vector<double>> {
+    std::vector<double> times;
+    for (int k = 0; k < config.repeat; ++k) {
+      CANN_ASSIGN_OR_RETURN(double t, time_collective(g, call, config.seconds_per_size));
+      times.push_back(t);
+    }
+    return times;
   };
-  if (leader && !config.json) {
-    std::printf(
-        "# cann-train bench comm: %d ranks, fp32, sizes %s..%s x%d, results validated "
-        "before timing\n",
-        P, human_bytes(config.min_bytes).c_str(), human_bytes(config.max_bytes).c_str(),
-        config.factor);
-    std::printf("%-13s %-14s %10s %12s %12s %11s %11s\n", "# backend", "op", "size", "count",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)");
-  }
   for (const std::string& backend : config.backends) {
     train::DistEnv e = env;
     e.job_id = env.job_id + "/bench-" + backend;
@@ -249,14 +279,10 @@ Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv
         in.assign(buffer, 0.0f);
         out.assign(buffer, 0.0f);
         CANN_RETURN_IF_ERROR(validate_collective(*group, op, count, in, out, opts));
-        CANN_ASSIGN_OR_RETURN(
-            double t, time_collective(
-                          *group, [&] { return run_collective(*group, op, count, in, out, opts); },
-                          config.seconds_per_size));
-        Row r{backend, op, P, buffer * 4, t, 0, 0};
-        r.algbw = static_cast<double>(r.size_bytes) / t / 1e9;
-        r.busbw = r.algbw * bus_factor(op, P);
-        report(r);
+        CANN_ASSIGN_OR_RETURN(std::vector<double> times, repeats(*group, [&] {
+                                return run_collective(*group, op, count, in, out, opts);
+                              }));
+        rows.push_back(timed_row(backend, op, P, buffer * 4, times));
         if (bytes > config.max_bytes / config.factor) break;
       }
     }
@@ -278,17 +304,17 @@ Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv
       for (size_t i = 0; i < count; ++i)
         if (in[i] != static_cast<float>(P * (P + 1) / 2 + P * (i % 7)))
           return Internal("raw Gloo all-reduce gave a wrong value at element " + std::to_string(i));
-      CANN_ASSIGN_OR_RETURN(
-          double t, time_collective(
-                        *sync, [&] { return raw->allreduce(in, count); }, config.seconds_per_size));
-      Row r{"gloo-raw", "allreduce", P, count * 4, t, 0, 0};
-      r.algbw = static_cast<double>(r.size_bytes) / t / 1e9;
-      r.busbw = r.algbw * bus_factor("allreduce", P);
-      report(r);
+      CANN_ASSIGN_OR_RETURN(std::vector<double> times,
+                            repeats(*sync, [&] { return raw->allreduce(in, count); }));
+      rows.push_back(timed_row("gloo-raw", "allreduce", P, count * 4, times));
       if (bytes > config.max_bytes / config.factor) break;
     }
   }
-  if (leader && config.json) {
+  set_raw_ratios(rows);
+  const CommTarget target = judge_comm_target(rows);
+  if (!leader) return !target.judged || target.met;
+  const LoadReading load_after = read_load();
+  if (config.json) {
     std::printf("[");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -298,13 +324,49 @@ Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv
           .add("nproc", r.nproc)
           .add("size_bytes", static_cast<int64_t>(r.size_bytes))
           .add("time_s", r.time_s)
+          .add("time_min_s", r.time_min_s)
+          .add("time_max_s", r.time_max_s)
           .add("algbw_GBps", r.algbw)
           .add("busbw_GBps", r.busbw);
+      if (r.vs_raw > 0) j.add("busbw_vs_raw_gloo", r.vs_raw);
       std::printf("%s%s", i ? ",\n " : "", j.str().c_str());
     }
     std::printf("]\n");
+    return !target.judged || target.met;
   }
-  return OkStatus();
+  std::printf(
+      "# cann-train bench comm: %d ranks, fp32, sizes %s..%s x%d, results validated before "
+      "timing; each size timed %d times (each over %.2f s), median and min..max\n",
+      P, human_bytes(config.min_bytes).c_str(), human_bytes(config.max_bytes).c_str(),
+      config.factor, config.repeat, config.seconds_per_size);
+  std::printf("# machine: %s\n", machine_description().c_str());
+  std::printf("%-13s %-14s %10s %12s %12s %21s %11s %11s %7s\n", "# backend", "op", "size", "count",
+              "time(us)", "min..max(us)", "algbw(GB/s)", "busbw(GB/s)", "vs raw");
+  for (const Row& r : rows) {
+    char range[64], ratio[16] = "-";
+    std::snprintf(range, sizeof(range), "%.1f..%.1f", r.time_min_s * 1e6, r.time_max_s * 1e6);
+    if (r.vs_raw > 0) std::snprintf(ratio, sizeof(ratio), "%.2fx", r.vs_raw);
+    const size_t count = r.op == "allreduce" ? r.size_bytes / 4 : r.size_bytes / 4 / P;
+    std::printf("%-13s %-14s %10s %12zu %12.1f %21s %11.3f %11.3f %7s\n", r.backend.c_str(),
+                r.op.c_str(), human_bytes(r.size_bytes).c_str(), count, r.time_s * 1e6, range,
+                r.algbw, r.busbw, ratio);
+  }
+  std::printf("targets:\n");
+  if (target.judged) {
+    std::printf("  %s  shm all-reduce at %s: bus bandwidth %.2fx raw Gloo's (at least %.0fx)\n",
+                target.met ? "PASS" : "FAIL", human_bytes(target.size_bytes).c_str(), target.ratio,
+                kCommTargetRatio);
+  } else {
+    std::printf(
+        "  none judged: the shm all-reduce against raw Gloo at %s or more needs the shm "
+        "backend, allreduce and --sizes reaching %s\n",
+        human_bytes(kCommTargetBytes).c_str(), human_bytes(kCommTargetBytes).c_str());
+  }
+  std::printf("1-minute load average %.2f at the start, %.2f at the end (%d cores, %d ranks)\n",
+              load_before.load1, load_after.load1,
+              static_cast<int>(std::thread::hardware_concurrency()), P);
+  std::fflush(stdout);
+  return !target.judged || target.met;
 }
 
 }  // namespace cann::cli

@@ -18,7 +18,8 @@ struct CommBenchConfig {
   size_t min_bytes = 4 << 10;
   size_t max_bytes = 256 << 20;
   int factor = 4;
-  double seconds_per_size = 0.2;  // timing budget per (backend, op, size)
+  double seconds_per_size = 0.2;  // timing budget per (backend, op, size) and repeat
+  int repeat = 3;                 // timings per (backend, op, size): median, min, max
   bool json = false;
   bool raw_gloo = true;
   double timeout_s = 60.0;
@@ -50,7 +51,32 @@ StatusOr<double> time_collective(comm::Group& g, const std::function<Status()>& 
 // Parses "4K:256M" into bytes; K/M/G are powers of 1024.
 Status parse_size_range(const std::string& text, size_t* min_bytes, size_t* max_bytes);
 
-// The worker side: every rank runs this; rank 0 prints the table (or JSON) to stdout.
-Status run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv& env);
+// One measured (backend, op, size): the median of the repeats' seconds per call, their range,
+// and the bandwidths of the median (nccl-tests' algbw and busbw, GB/s).
+struct CommRow {
+  std::string backend, op;
+  int nproc = 0;
+  size_t size_bytes = 0;
+  double time_s = 0, time_min_s = 0, time_max_s = 0;
+  double algbw = 0, busbw = 0;
+  double vs_raw = 0;  // all-reduce: busbw / raw Gloo's at the same size; 0 when not measured
+};
+
+// The target: the shm all-reduce's bus bandwidth at least 3x raw Gloo's ring all-reduce at
+// 64 MiB or more (the largest such size measured is judged).
+inline constexpr size_t kCommTargetBytes = size_t{64} << 20;
+inline constexpr double kCommTargetRatio = 3.0;
+struct CommTarget {
+  bool judged = false;  // false: no shm and raw Gloo all-reduce of 64 MiB or more measured
+  bool met = false;
+  size_t size_bytes = 0;
+  double ratio = 0;
+};
+CommTarget judge_comm_target(const std::vector<CommRow>& rows);
+
+// The worker side: every rank runs this; rank 0 prints the table (or JSON) to stdout, with the
+// machine, the load and the target's verdict. Returns whether the target was met (true when it
+// was not judged).
+StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train::DistEnv& env);
 
 }  // namespace cann::cli

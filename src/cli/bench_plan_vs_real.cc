@@ -15,6 +15,7 @@
 #include "cli/local_cluster.h"
 #include "cli/validators.h"
 #include "core/fs.h"
+#include "core/host.h"
 #include "core/machine_load.h"
 #include "core/threads.h"
 #include "data/dataset.h"
@@ -332,6 +333,7 @@ int run_plan_vs_real(const Flags& f) {
   std::vector<Row> rows;
   int index = 0;
   Status failed = OkStatus();
+  const LoadReading load_before = read_load();
   for (const auto& [name, spec] : models) {
     for (const plan::BenchStrategy& b : *strategies) {
       // Expert parallelism needs experts: a dense model has no ep rows. Context parallelism
@@ -367,7 +369,12 @@ int run_plan_vs_real(const Flags& f) {
   if (f.json) {
     std::printf("%s\n", to_json(rows, step, memory, rss).c_str());
   } else {
+    std::printf("machine: %s; calibration %s\n", machine_description().c_str(),
+                f.calibrate == "each" ? "measured before every run"
+                                      : "the stored one (measured first where missing)");
     print_table(rows, step, memory, rss);
+    std::printf("1-minute load average %.2f at the start, %.2f at the end (%d cores)\n",
+                load_before.load1, read_load().load1, cores);
     std::printf("commands (LOG.jsonl: the step log each run wrote):\n");
     for (const Row& r : rows)
       if (r.skipped.empty()) std::printf("  %s\n", r.command.c_str());
