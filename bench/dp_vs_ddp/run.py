@@ -639,13 +639,13 @@ def bench(a, links, link):
               f"({grad_bytes / 1e6:.1f} MB) predicted {pred:.2f} s at the nominal rate, "
               f"{wire:.2f} s at the measured one"
               + (f" ({wire / step:.0%} of cann-train's single-rank step)" if step else ""))
-    print(f"{'engine':<12}{'link':<9}{'compress':<10}{'bucket':>7}{'steps':>6}"
+    print(f"{'engine':<12}{'link':<9}{'compress':<15}{'bucket':>7}{'steps':>6}"
           f"{'e2e tokens/s':>25}{'steady ms':>28}{'exposed':>24}{'own':>6}{'final':>7}"
           f"{'vs ref':>8}")
 
     def row(c, label=""):
         bucket = "-" if c.bucket_mb is None else f"{c.bucket_mb:g}MB"
-        head = (f"{c.engine:<12}{c.link:<9}{label + c.compress:<10}{bucket:>7}"
+        head = (f"{c.engine:<12}{c.link:<9}{label + c.compress:<15}{bucket:>7}"
                 f"{c.steps:>6}")
         if not c.runs:
             print(f"{head}  failed (see validation)")
