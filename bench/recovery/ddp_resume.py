@@ -36,13 +36,15 @@ def main():
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--ckpt", required=True)
     p.add_argument("--log", required=True)
+    p.add_argument("--pg-timeout", type=float, default=60.0,
+                   help="seconds a Gloo collective waits for a peer before the worker fails")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     dist.init_process_group("gloo", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=a.pg_timeout))
     out = open(a.log, "a") if rank == 0 else None
 
     def emit(obj):

@@ -41,10 +41,16 @@ the first node's namespace); at a random point of a random step the second node'
 down and its processes are SIGKILLed, so nothing resets a connection and the survivors learn of
 the loss from its missing heartbeats alone (1 s timeout, the default). --node-kills times (5),
 each a new job; detect, restore and first step as above; target: training again within 2.5 s.
+The peer loses the same node at the same step: torchrun's elastic launch of ddp_resume.py on
+both nodes (--nnodes 1:2, c10d rendezvous hosted by the first node's agent, --monitor_interval
+0.1, last_call_timeout 1 s), DDP over Gloo with a --torchrun-pg-timeout (5 s) process group
+timeout, the documented knob for how soon a worker gives up on a peer (30 minutes by default):
+torchrun restarts the survivors' workers when their collective fails, on a new rendezvous of
+the surviving node, from the newest checkpoint. --worlds "" measures the node losses alone.
 
     /usr/bin/python3 bench/recovery/run.py [--worlds 2,4] [--kills 5] [--steps 300] [--seed 7]
-                                           [--node-kills 5] [--overhead-steps 150]
-                                           [--repeats 3] [--build build]
+                                           [--node-kills 5] [--torchrun-pg-timeout 5]
+                                           [--overhead-steps 150] [--repeats 3] [--build build]
     /usr/bin/python3 bench/recovery/run.py --layouts default [--steps 300] [--repeats 3]
 
 Needs a built tree and, without --layouts, Debian's python3-torch (torchrun). Exit status 1 when
@@ -408,17 +414,37 @@ def layouts_bench(a, rng, tmp):
     return v.exit_status()
 
 
-def dp_link():
-    """bench/dp_vs_ddp's Link: two network namespaces joined by a veth pair, Redis in the
-    first; close() removes everything it made."""
+def dp_vs_ddp():
+    """bench/dp_vs_ddp/run.py as a module: its Link (two network namespaces joined by a veth
+    pair, Redis in the first; close() removes everything it made) and clean_env."""
     spec = importlib.util.spec_from_file_location(
         "dp_vs_ddp", os.path.join(ROOT, "bench", "dp_vs_ddp", "run.py"))
     dp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dp)
-    return dp.Link()
+    return dp
 
 
-def node_loss(a, model, rng, tmp, k):
+def dp_link():
+    return dp_vs_ddp().Link()
+
+
+def lose_node(link, logf, survivor, kill_step, frac, what, work, timeout):
+    """Once step kill_step is logged and `frac` of an iteration later, the second namespace is
+    lost without a word: its link down, then every process in it SIGKILLed, so no connection is
+    reset. Waits for the survivor (the first namespace's launcher) to finish the run; returns
+    the time of the loss."""
+    wait_for_step(logf, kill_step, survivor)
+    step_delay(logf, frac)
+    killed = time.time()
+    subprocess.run(["ip", "-n", link.ns[1], "link", "set", link.dev[1], "down"], check=True)
+    subprocess.run(["sh", "-c", f"ip netns pids {link.ns[1]} | xargs -r kill -9"], check=False)
+    if survivor.wait(timeout=timeout) != 0:
+        raise RuntimeError(f"{what} on the surviving node exited with {survivor.returncode}; "
+                           f"see {work}/node0.txt")
+    return killed
+
+
+def node_loss(a, model, tmp, k, kill_step, frac):
     """One node of two (2 workers each, --nnodes 1:2, Redis as the store in the first node's
     namespace) lost without a word: at a random point of a random step the second namespace's
     link goes down and then every process in it is SIGKILLed, so no connection is reset and the
@@ -437,17 +463,8 @@ def node_loss(a, model, rng, tmp, k):
             "--nnodes", "1:2", "--rdzv", link.redis_url(), "--rdzv-id", f"bench-node-{k}",
             "--log-json", logf, "--checkpoint-dir", os.path.join(work, "ck"),
             "--checkpoint-every", "100000"], os.path.join(work, f"node{i}.txt")) for i in (0, 1)]
-        kill_step = rng.randint(int(a.steps * 0.2), int(a.steps * 0.7))
         log(f"node loss {k + 1} of {a.node_kills}: the second node at step {kill_step}")
-        wait_for_step(logf, kill_step, nodes[0])
-        step_delay(logf, rng.random())
-        killed = time.time()
-        subprocess.run(["ip", "-n", link.ns[1], "link", "set", link.dev[1], "down"], check=True)
-        subprocess.run(["sh", "-c", f"ip netns pids {link.ns[1]} | xargs -r kill -9"],
-                       check=False)
-        if nodes[0].wait(timeout=300) != 0:
-            raise RuntimeError(f"the surviving node exited with {nodes[0].returncode}; see "
-                               f"{work}/node0.txt")
+        killed = lose_node(link, logf, nodes[0], kill_step, frac, "cann-train", work, 300)
     finally:
         link.close()
     rows = read_jsonl(logf)
@@ -468,13 +485,73 @@ def node_loss(a, model, rng, tmp, k):
             "scaled": first.get("scaled", {}).get("detail", "")}
 
 
+def torchrun_node_loss(a, tmp, k, kill_step, frac):
+    """The peer of node_loss, the same loss at the same step: torchrun's elastic launch of
+    ddp_resume.py in each namespace (--nnodes 1:2, c10d rendezvous hosted by the first node's
+    agent, --monitor_interval 0.1, last_call_timeout 1 s so a new round of one node does not
+    wait 30 s for a second). torchrun learns of a lost node when its workers fail: their Gloo
+    all-reduce gives up after --torchrun-pg-timeout seconds (DDP's process group timeout, the
+    documented knob; 30 minutes by default). The agent then restarts them on a new rendezvous
+    of the surviving node, and they resume from the newest checkpoint (one every step).
+
+    Each namespace gets its own UTS namespace whose host name is the node's address: torchrun
+    publishes its host name as the workers' MASTER_ADDR, and both namespaces would otherwise
+    share one name that resolves to the loopback of each."""
+    work = os.path.join(tmp, f"torchrun-node-{k}")
+    os.makedirs(work)
+    logf = os.path.join(work, "log.jsonl")
+    dp = dp_vs_ddp()
+    link = dp.Link()
+    try:
+        link.up()
+        nodes = []
+        for i in (0, 1):
+            cmd = [a.torchrun, "--nnodes", "1:2", "--nproc_per_node", "2", "--rdzv_backend",
+                   "c10d", "--rdzv_endpoint", f"{link.ip[0]}:29400", "--rdzv_id",
+                   f"bench-torchrun-node-{k}", "--rdzv_conf", "last_call_timeout=1",
+                   "--monitor_interval", "0.1", "--max_restarts", "3", "--redirects", "2",
+                   "--tee", "2", "--log_dir", os.path.join(work, f"logs{i}"),
+                   os.path.join(HERE, "ddp_resume.py"), "--steps", str(a.steps), "--ckpt",
+                   os.path.join(work, "ck.pt"), "--log", logf, "--pg-timeout",
+                   f"{a.torchrun_pg_timeout:g}"]
+            argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', link.ip[i]]
+            nodes.append(link.spawn(i, argv + cmd, os.path.join(work, f"node{i}.txt"),
+                                    env=dp.clean_env(GLOO_SOCKET_IFNAME=link.dev[i]),
+                                    pin=False))
+        log(f"torchrun node loss {k + 1} of {a.node_kills}: the second node at step {kill_step}")
+        killed = lose_node(link, logf, nodes[0], kill_step, frac, "torchrun", work, 600)
+    finally:
+        link.close()
+    rows = read_jsonl(logf)
+    # The generation that lost the node may still log a step whose all-reduce finished just
+    # before the loss; the recovery is the next generation's.
+    lost_gen = max(r["restart"] for r in rows if r["time"] < killed)
+    after = [r for r in rows if r["restart"] > lost_gen]
+    first = next(r for r in after if "event" not in r)
+    restored = next(r for r in after if r.get("event") == "restored")
+    before = max(r["step"] for r in rows if "event" not in r and r["restart"] == lost_gen)
+    return {"detect": None, "restore": restored["time"] - killed,
+            "first_step": first["time"] - killed,
+            "steps_lost": max(0, before - restored["step"]),
+            "valid": rows[-1].get("step") == a.steps}
+
+
 def node_loss_runs(a, rng, tmp, model):
-    """--node-kills node losses, or the reason none was measured."""
+    """--node-kills node losses of each engine, the same ones ({"cann-train": [...],
+    "torchrun": [...]}), or the reason none was measured."""
     if a.node_kills == 0:
         return "node loss not measured (--node-kills 0)"
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("redis-server"):
-        return "node loss not measured: it needs root (network namespaces), ip and redis-server"
-    return [node_loss(a, model, rng, tmp, k) for k in range(a.node_kills)]
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("redis-server") or \
+            not shutil.which("unshare"):
+        return ("node loss not measured: it needs root (network namespaces), ip, unshare and "
+                "redis-server")
+    runs = {"cann-train": [], "torchrun": []}
+    for k in range(a.node_kills):
+        kill_step = rng.randint(int(a.steps * 0.2), int(a.steps * 0.7))
+        frac = rng.random()
+        runs["cann-train"].append(node_loss(a, model, tmp, k, kill_step, frac))
+        runs["torchrun"].append(torchrun_node_loss(a, tmp, k, kill_step, frac))
+    return runs
 
 
 def node_loss_report(a, runs, v):
@@ -482,25 +559,33 @@ def node_loss_report(a, runs, v):
     if isinstance(runs, str):
         v.fail(runs)
         return True
-    print(f"node loss: 2 nodes x 2 workers in two network namespaces (--nnodes 1:2, Redis store "
-          f"in the first), the second node's link taken down and its processes SIGKILLed at a "
-          f"random point of a random step, {a.node_kills} times; seconds after the loss, median "
-          f"(min..max)")
-    print(f"{'detect':>21}{'restore':>21}{'first step':>21}{'most lost':>10}")
-    print(f"{spread([r['detect'] for r in runs], '{:.3f}'):>21}"
-          f"{spread([r['restore'] for r in runs], '{:.3f}'):>21}"
-          f"{spread([r['first_step'] for r in runs], '{:.3f}'):>21}"
-          f"{max(r['steps_lost'] for r in runs):>10d}")
-    if runs[0]["scaled"]:
-        print(f"  the survivors' new world: {runs[0]['scaled']}")
-    med = statistics.median(r["first_step"] for r in runs)
+    print(f"node loss: 2 nodes x 2 workers in two network namespaces, the second node's link "
+          f"taken down and its processes SIGKILLed at a random point of a random step, "
+          f"{a.node_kills} times, the same losses for both engines; seconds after the loss, "
+          f"median (min..max)")
+    print(f"  cann-train: --elastic --nnodes 1:2, Redis store in the first node, its defaults "
+          f"(1 s heartbeat timeout); torchrun: --nnodes 1:2, c10d rendezvous in the first node, "
+          f"--monitor_interval 0.1, last_call_timeout 1 s, DDP over Gloo with a "
+          f"{a.torchrun_pg_timeout:g} s process group timeout, a checkpoint every step")
+    print(f"{'engine':<11s} {'detect':>22} {'restore':>22} {'first step':>22} {'most lost':>9}")
+    for engine, rows in runs.items():
+        detect = [r["detect"] for r in rows if r["detect"] is not None]
+        print(f"{engine:<11s} {spread(detect, '{:.3f}') if detect else '-':>22} "
+              f"{spread([r['restore'] for r in rows], '{:.3f}'):>22} "
+              f"{spread([r['first_step'] for r in rows], '{:.3f}'):>22} "
+              f"{max(r['steps_lost'] for r in rows):>9d}")
+    cann = runs["cann-train"]
+    if cann[0]["scaled"]:
+        print(f"  cann-train's survivors' new world: {cann[0]['scaled']}")
+    med = statistics.median(r["first_step"] for r in cann)
+    peer = statistics.median(r["first_step"] for r in runs["torchrun"])
     if a.node_kills < MIN_REPEATS:
         v.fail(f"only {a.node_kills} node losses: the rules ask for at least {MIN_REPEATS}")
     v.judge(med < 2.5, f"node loss (1 s heartbeat timeout): training again {med:.3f} s after "
-            f"the loss (median; under 2.5 s)")
-    lost = max(r["steps_lost"] for r in runs)
+            f"the loss (median; under 2.5 s; torchrun {peer:.3f} s, {peer / med:.1f}x)")
+    lost = max(r["steps_lost"] for r in cann)
     v.judge(lost <= 1, f"node loss: at most {lost} step(s) lost (at most 1)")
-    return all(r["valid"] for r in runs)
+    return all(r["valid"] for rows in runs.values() for r in rows)
 
 
 def fmt(v):
@@ -521,6 +606,9 @@ def main():
                    "layout)")
     p.add_argument("--node-kills", type=int, default=5,
                    help="node losses across network namespaces (needs root; 0: not measured)")
+    p.add_argument("--torchrun-pg-timeout", type=float, default=5.0,
+                   help="torchrun's workers' Gloo timeout in the node losses: how soon they "
+                        "learn that a node is gone (DDP's default is 30 minutes)")
     p.add_argument("--layouts", default="",
                    help="model-parallel refill instead: 'default' or STRATEGY@WORLD;...")
     a = p.parse_args()
@@ -547,7 +635,7 @@ def main():
     with open(model, "w") as f:
         f.write(SMALL)
     results = []  # one per kill and engine
-    worlds = [int(w) for w in a.worlds.split(",")]
+    worlds = [int(w) for w in a.worlds.split(",") if w]
     try:
         for world in worlds:
             ref = os.path.join(tmp, f"cann-ref-{world}")
@@ -629,7 +717,7 @@ def main():
                 f"the step time (at most 2%)")
     print("targets:")
     v.print(sys.stdout)
-    print(load.line(max(worlds)))
+    print(load.line(max(worlds + [4])))  # the node losses run 4 workers
     return v.exit_status(ok)
 
 
