@@ -160,6 +160,23 @@ TEST_F(Bf16Test, VaryingRowCountsShareAFewPrimitives) {
   EXPECT_LE(kernels::bf16_primitives() - before, 4u);
 }
 
+// Releasing the bf16 state (what bench calibrate does before it reads a worker's resident
+// floor) drops every primitive, and the next bf16 GEMM makes its own again with the same result.
+TEST_F(Bf16Test, ReleasedStateIsRebuiltWithTheSameResult) {
+  const int M = 48, N = 40, K = 72;
+  Fv A(static_cast<size_t>(M) * K), B(static_cast<size_t>(K) * N), first(M * N), again(M * N);
+  for (float& v : A) v = static_cast<float>(rng_.normal());
+  for (float& v : B) v = static_cast<float>(rng_.normal());
+  PrecisionScope bf16(GemmPrecision::kBf16);
+  kernels::gemm(false, false, M, N, K, A.data(), K, B.data(), N, 0.0f, first.data(), N);
+  EXPECT_GE(kernels::bf16_primitives(), 1u);
+  kernels::release_bf16_gemm_state();
+  EXPECT_EQ(kernels::bf16_primitives(), 0u);
+  kernels::gemm(false, false, M, N, K, A.data(), K, B.data(), N, 0.0f, again.data(), N);
+  EXPECT_EQ(kernels::bf16_primitives(), 1u);
+  EXPECT_EQ(first, again);
+}
+
 TEST_F(Bf16Test, GemmRoundsWhereFp32DoesNot) {
   const int M = 16, N = 16, K = 64;
   Fv A(M * K), B(K * N), c32(M * N), c16(M * N);

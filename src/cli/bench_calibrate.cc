@@ -173,6 +173,9 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
       gemm_bf16.push_back(static_cast<float>(judge(reps, static_cast<int>(i))));
     }
     kernels::set_gemm_precision(kernels::GemmPrecision::kFp32);
+    // The resident floor below is an fp32 worker's: the bf16 primitives made here (about
+    // 8 MiB) would otherwise stay in it, and fp32 runs never make them.
+    kernels::release_bf16_gemm_state();
   }
   std::vector<double> copies;
   for (int r = 0; r < kRepeats; ++r) copies.push_back(copy_GBps());

@@ -158,6 +158,18 @@ void set_gemm_precision(GemmPrecision p) {
 size_t bf16_primitives() {
   return bf16_engine().cache.size();
 }
+
+void release_bf16_gemm_state() {
+  Bf16Engine& e = bf16_engine();
+  e.cache.clear();
+  std::vector<uint16_t>().swap(e.a);
+  std::vector<uint16_t>().swap(e.b);
+  std::vector<float>().swap(e.c);
+  // The library keeps every primitive made through its API in a cache of its own as well.
+  const int capacity = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(0);
+  dnnl::set_primitive_cache_capacity(capacity);
+}
 GemmPrecision gemm_precision() {
   return g_precision.load();
 }

@@ -26,6 +26,10 @@ void set_gemm_precision(GemmPrecision p);
 GemmPrecision gemm_precision();
 // bf16 matmul primitives this thread has made (one per padded shape; gemm.cc).
 size_t bf16_primitives();
+// Drops this thread's bf16 primitives and staging buffers and empties oneDNN's primitive
+// cache, so a process that only measured bf16 GEMMs holds no more than an fp32 one (the next
+// bf16 GEMM makes its primitive again).
+void release_bf16_gemm_state();
 
 // lda, ldb, ldc: floats between rows of A, B, C as stored (A is (K,M) when ta).
 void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
