@@ -535,7 +535,6 @@ def bench(a, links, link):
             failures.append(f"link shaping at {LINK_NAMES[ln]}: measured "
                             f"{probes[ln][0] / 1e6:.1f} / {probes[ln][1] / 1e6:.1f} Mbit/s")
             break  # every timing on a wrongly shaped link would be meaningless
-        two_steps = a.slow_steps
         if ln == fast:
             # DDP tuned where its bucket size matters: its default and --ddp-bucket-mb.
             cfgs = [Config("pytorch-ddp", ln, "none", a.timing_steps, DDP_DEFAULT_BUCKET_MB)]
@@ -544,8 +543,8 @@ def bench(a, links, link):
         else:
             cfgs = [Config("pytorch-ddp", ln, "none", a.timing_steps, ddp_bucket.get(fast, a.ddp_bucket_mb))]
         cfgs += [Config("cann-train", ln, "none", a.timing_steps),
-                 Config("cann-train", ln, "onebit", two_steps),
-                 Config("cann-train", ln, topk, two_steps)]
+                 Config("cann-train", ln, "onebit", a.slow_steps),
+                 Config("cann-train", ln, topk, a.slow_steps)]
         if a.extras:
             cfgs.append(Config("cann-train", ln, "bf16", a.timing_steps))
         if ln == fast:

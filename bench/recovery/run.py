@@ -57,6 +57,7 @@ Needs a built tree and, without --layouts, Debian's python3-torch (torchrun). Ex
 validation or a target fails.
 """
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -414,8 +415,9 @@ def layouts_bench(a, rng, tmp):
     return v.exit_status()
 
 
+@functools.lru_cache(maxsize=None)
 def dp_vs_ddp():
-    """bench/dp_vs_ddp/run.py as a module: its Link (two network namespaces joined by a veth
+    """bench/dp_vs_ddp/run.py as a module (loaded once): its Link (two network namespaces joined by a veth
     pair, Redis in the first; close() removes everything it made) and clean_env."""
     spec = importlib.util.spec_from_file_location(
         "dp_vs_ddp", os.path.join(ROOT, "bench", "dp_vs_ddp", "run.py"))

@@ -16,13 +16,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "comm/group.h"
 #include "core/fs.h"
 #include "core/host.h"
 #include "core/json_line.h"
 #include "core/machine_load.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "train/distributed.h"
 
@@ -346,7 +346,7 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
     char range[64], ratio[16] = "-";
     std::snprintf(range, sizeof(range), "%.1f..%.1f", r.time_min_s * 1e6, r.time_max_s * 1e6);
     if (r.vs_raw > 0) std::snprintf(ratio, sizeof(ratio), "%.2fx", r.vs_raw);
-    const size_t count = r.op == "allreduce" ? r.size_bytes / 4 : r.size_bytes / 4 / P;
+    const size_t count = per_rank_count(r.op, r.size_bytes, P);
     std::printf("%-13s %-14s %10s %12zu %12.1f %21s %11.3f %11.3f %7s\n", r.backend.c_str(),
                 r.op.c_str(), human_bytes(r.size_bytes).c_str(), count, r.time_s * 1e6, range,
                 r.algbw, r.busbw, ratio);
@@ -363,8 +363,7 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
         human_bytes(kCommTargetBytes).c_str(), human_bytes(kCommTargetBytes).c_str());
   }
   std::printf("1-minute load average %.2f at the start, %.2f at the end (%d cores, %d ranks)\n",
-              load_before.load1, load_after.load1,
-              static_cast<int>(std::thread::hardware_concurrency()), P);
+              load_before.load1, load_after.load1, hardware_threads(), P);
   std::fflush(stdout);
   return !target.judged || target.met;
 }
