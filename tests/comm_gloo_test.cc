@@ -18,6 +18,7 @@
 #include <latch>
 
 #include "collective_checks.h"
+#include "comm/gloo_channel.h"
 #include "comm/gloo_group.h"
 #include "comm_test_util.h"
 #include "test_util.h"
@@ -367,6 +368,84 @@ TEST_P(GlooTunedRules, EverySizeReducesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooTunedRules, ::testing::Values(2, 3, 7));
 
+// Small all-reduces and all-gathers go over connections of their own with buffers registered
+// once (GlooChannel::exchange_small); from one byte over their capacity they take the other
+// paths. Every type and op, on both sides of that bound, at every world size 2..8 and the
+// awkward ones among them, must give the reference bit for bit.
+class GlooSmallMessages : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooSmallMessages, EveryTypeAndOpOnBothSidesOfTheCapacity) {
+  const int world = GetParam();
+  run_gloo(world, [&](int rank, Group& g) {
+    int salt = 0;
+    for (DataType t : kTypes) {
+      const size_t fit = GlooChannel::kSmallCapacity / dtype_size(t);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax})
+        for (size_t n : {size_t{1}, size_t{7}, fit - 1, fit, fit + 1}) {
+          const std::string what = label(rank, t, n, reduce_op_name(op).data());
+          Bytes d = pattern(t, n, rank, ++salt);
+          expect_ok(g.allreduce(d.data(), n, t, op), what);
+          expect_same(t, d, reference_reduce(t, n, world, salt, 0, op), "allreduce " + what);
+        }
+      for (size_t n : {size_t{1}, fit, fit + 1}) {
+        Bytes in = pattern(t, n, rank, ++salt), out(world * n * dtype_size(t)), want;
+        expect_ok(g.allgather(out.data(), in.data(), n, t), label(rank, t, n, "allgather"));
+        for (int j = 0; j < world; ++j) {
+          Bytes part = pattern(t, n, j, salt);
+          want.insert(want.end(), part.begin(), part.end());
+        }
+        expect_same(t, out, want, label(rank, t, n, "allgather"));
+      }
+    }
+  });
+}
+
+// Two receive buffers per peer serve any number of back-to-back small collectives: ranks that
+// run ahead (here, every rank but one sleeps now and then, a different one each round) must
+// never overwrite data a slower rank has not read. Each call has its own values, and large
+// collectives and point-to-point messages run in between.
+TEST_P(GlooSmallMessages, BackToBackCallsWithRanksRunningAheadStayExact) {
+  const int world = GetParam();
+  run_gloo(world, [&](int rank, Group& g) {
+    const DataType t = DataType::kFloat32;
+    for (int k = 0; k < 300; ++k) {
+      if (k % 7 == rank % 7 && k % 3 != 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      const size_t n = 1 + (k * 37) % 900;
+      const std::string what = label(rank, t, n, "allreduce") + " call " + std::to_string(k);
+      Bytes d = pattern(t, n, rank, k);
+      expect_ok(g.allreduce(d.data(), n, t, ReduceOp::kSum), what);
+      expect_same(t, d, reference_reduce(t, n, world, k, 0, ReduceOp::kSum), what);
+      if (k % 5 == 0) {
+        Bytes in = pattern(t, n, rank, k + 7), out(world * n * 4), want;
+        expect_ok(g.allgather(out.data(), in.data(), n, t), what + " allgather");
+        for (int j = 0; j < world; ++j) {
+          Bytes part = pattern(t, n, j, k + 7);
+          want.insert(want.end(), part.begin(), part.end());
+        }
+        expect_same(t, out, want, what + " allgather");
+      }
+      if (k % 50 == 0) {
+        const size_t big = (size_t{1} << 18) + 3;
+        Bytes b = pattern(t, big, rank, k + 11);
+        expect_ok(g.allreduce(b.data(), big, t, ReduceOp::kSum), what + " large");
+        expect_same(t, b, reference_reduce(t, big, world, k + 11, 0, ReduceOp::kSum),
+                    what + " large");
+        if (world > 1) {
+          Bytes out = pattern(t, 100, rank, k + 13), in(out.size());
+          auto sent = g.send(out.data(), 100, t, (rank + 1) % world, 9);
+          auto got = g.recv(in.data(), 100, t, (rank + world - 1) % world, 9);
+          expect_ok(sent, what + " send");
+          expect_ok(got, what + " recv");
+          expect_same(t, in, pattern(t, 100, (rank + world - 1) % world, k + 13), what + " recv");
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooSmallMessages, ::testing::Values(1, 2, 3, 5, 8));
+
 // Rank 2 is alive but never joins the call: the others fail within their timeout and name it.
 TEST(GlooFailures, TimeoutNamesTheSilentRank) {
   std::latch done(2);
@@ -529,9 +608,9 @@ TEST(MultiProcGloo, ForkedRanksOverAFileStore) {
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(wait_exit(pids[r], deadline), 0) << "rank " << r;
 }
 
-// Four ranks loop over allreduce; once all have completed one, rank 2 gets SIGKILL. Every
-// survivor must fail within the group timeout with an error naming rank 2.
-TEST(MultiProcGloo, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
+// Four ranks loop over allreduces of `floats` each; once all have completed one, rank 2 gets
+// SIGKILL. Every survivor must fail within the group timeout with an error naming rank 2.
+void killed_rank_is_named_within_the_timeout(size_t floats) {
   ASSERT_EQ(thread_count(), 1) << "run this test in a process of its own (ctest does)";
   test::TempDir dir("gloo-kill");
   constexpr int kWorld = 4, kVictim = 2;
@@ -545,7 +624,7 @@ TEST(MultiProcGloo, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
       write_text_file(dir.file("result." + std::to_string(rank)), g.status().message());
       return 2;
     }
-    std::vector<float> buf(1 << 16);
+    std::vector<float> buf(floats);
     bool announced = false;
     const auto give_up = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < give_up) {
@@ -581,6 +660,14 @@ TEST(MultiProcGloo, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
         static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()),
         message.c_str());
   }
+}
+
+TEST(MultiProcGloo, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
+  killed_rank_is_named_within_the_timeout(size_t{1} << 16);  // 256 KiB: Gloo's ring
+}
+
+TEST(MultiProcGloo, KilledRankIsNamedBySurvivorsOfSmallAllreduces) {
+  killed_rank_is_named_within_the_timeout(16);  // 64 bytes: the small-message connections
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "comm/store.h"
 #include "comm/types.h"
@@ -33,7 +34,10 @@
 
 namespace gloo {
 class Context;
+namespace transport {
+class Buffer;
 }
+}  // namespace gloo
 
 namespace cann::comm {
 
@@ -66,10 +70,12 @@ class GlooChannel {
  public:
   // Creates a device and connects a full mesh, rendezvousing through `store` (a prefix no other
   // channel uses). A collective over all `size` ranks.
+  // small_messages (TCP with unbound buffers, 2..kSmallMaxRanks ranks): also register the
+  // buffers of exchange_small.
   static StatusOr<std::unique_ptr<GlooChannel>> connect(const TransportConfig& transport,
                                                         std::shared_ptr<Store> store, int rank,
-                                                        int size,
-                                                        std::chrono::milliseconds timeout);
+                                                        int size, std::chrono::milliseconds timeout,
+                                                        bool small_messages = false);
   ~GlooChannel();
 
   int rank() const { return rank_; }
@@ -81,6 +87,22 @@ class GlooChannel {
   // names the peers whose transfers did not complete.
   Status exchange(std::span<const PeerTransfer> sends, std::span<const PeerTransfer> recvs,
                   Deadline deadline, Traffic& traffic);
+
+  // Small messages on a channel connected with small_messages: sends `bytes` (1 to
+  // small_capacity()) from `in` to every other rank and receives as many from each, in one
+  // round over connections set up once (a receive buffer per peer registered at connect), so
+  // a message costs its bytes and one wake-up instead of the ready-to-send/ready-to-receive
+  // handshake every unbound transfer pays first. On return blocks[j] points at rank j's bytes
+  // (blocks[rank()] at `in`), valid until this rank's next exchange_small. Every rank calls it
+  // with the same byte count. Waits use the channel's timeout (the one connect() was given).
+  //   Why two receive buffers per peer are enough: exchange k uses buffer k % 2, and a peer
+  //   sends its exchange k + 2 only after it received this rank's exchange k + 1, which this
+  //   rank sends after its caller is done with the blocks of exchange k.
+  static constexpr int kSmallMaxRanks = 16;
+  static constexpr size_t kSmallCapacity = 60 * 1024;
+  size_t small_capacity() const { return small_recv_.empty() ? 0 : kSmallCapacity; }
+  Status exchange_small(const void* in, size_t bytes, std::vector<const char*>& blocks,
+                        Traffic& traffic);
 
   // Gloo's own ring allreduce, in place (unbound buffers only). `op` is sum or max.
   // ring: 2(P-1) alpha + 2 (P-1)/P n beta (2(P-1) steps, 2(P-1)/P * n bytes sent per rank).
@@ -108,11 +130,15 @@ class GlooChannel {
   void abort();
 
  private:
-  GlooChannel(int rank, int size, bool bound) : rank_(rank), size_(size), bound_(bound) {}
+  GlooChannel(int rank, int size, bool bound);
   Status exchange_unbound(std::span<const PeerTransfer> sends, std::span<const PeerTransfer> recvs,
                           Deadline deadline);
   Status exchange_bound(std::span<const PeerTransfer> sends, std::span<const PeerTransfer> recvs);
   int p2p_bound_slot(uint32_t tag, int peer, bool sending);
+  // Registers the small-message buffers (connect(), every rank in the same order). Gloo sets a
+  // connection's SO_SNDBUF at its first registered-buffer send, so these connections should
+  // carry nothing large.
+  void set_up_small();
 
   const int rank_;
   const int size_;
@@ -128,6 +154,14 @@ class GlooChannel {
   // p2p_mutex_, since the send and receive lanes use it concurrently.
   std::mutex p2p_mutex_;
   std::map<std::tuple<int, uint32_t, bool>, uint32_t> p2p_counts_;
+  // Small messages (exchange_small): per parity, a staging area the sends read and one
+  // receive area per rank; Gloo's buffers over them, [parity][peer] (null at this rank).
+  // Declared after context_, so they go before the connections they are registered on.
+  std::unique_ptr<char[]> small_memory_;
+  char* small_send_[2] = {nullptr, nullptr};
+  char* small_recv_area_[2] = {nullptr, nullptr};
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> small_recv_, small_send_buffers_;
+  uint64_t small_count_ = 0;
 };
 
 // The address a TCP device binds when the configuration names none: loopback when every rank

@@ -37,6 +37,31 @@ void reduce_in_rank_order(GlooChannel& ch, void* out, const std::vector<const vo
 
 }  // namespace
 
+Status allreduce_small(GlooChannel& ch, void* data, size_t count, DataType type, ReduceOp op,
+                       Traffic& traffic) {
+  const size_t bytes = count * dtype_size(type);
+  std::vector<const char*> blocks;
+  CANN_RETURN_IF_ERROR(ch.exchange_small(data, bytes, blocks, traffic));
+  // The own block is `data`, which the reduction writes: it reads a copy.
+  char* own = ch.scratch(0, bytes);
+  std::memcpy(own, data, bytes);
+  std::vector<const void*> srcs(blocks.begin(), blocks.end());
+  srcs[ch.rank()] = own;
+  reduce_in_rank_order(ch, data, srcs, count, type, op);
+  return OkStatus();
+}
+
+Status allgather_small(GlooChannel& ch, void* out, const void* in, size_t stride_bytes,
+                       size_t bytes, Traffic& traffic) {
+  std::vector<const char*> blocks;
+  CANN_RETURN_IF_ERROR(ch.exchange_small(in, bytes, blocks, traffic));
+  for (int j = 0; j < ch.size(); ++j) {
+    char* dst = at(out, static_cast<size_t>(j) * stride_bytes);
+    if (dst != blocks[j]) std::memmove(dst, blocks[j], bytes);
+  }
+  return OkStatus();
+}
+
 // direct: alpha + (P-1) n beta.
 Status allgather_direct(GlooChannel& ch, void* out, const void* in, size_t stride_bytes,
                         size_t bytes, Deadline deadline, Traffic& traffic) {

@@ -10,6 +10,7 @@
 //   allgather (n per block)       direct: alpha + (P-1) n beta
 //   reduce_scatter (n per block)  direct: alpha + (P-1) n beta, then (P-1) n local adds
 //   allreduce                     direct: 2 alpha + 2 (P-1)/P n beta (reduce-scatter, allgather)
+//   allreduce, allgather (small)  alpha + (P-1) n beta, over buffers registered once
 //   alltoall(v)                   direct: alpha + (bytes addressed to others) beta
 //   broadcast                     binomial tree: ceil(log2 P) (alpha + n beta)
 //   barrier                       dissemination: ceil(log2 P) alpha
@@ -36,6 +37,17 @@ Status reduce_scatter_direct(GlooChannel& ch, void* out, const void* in, size_t 
 // data (count) in place; any type and op (bf16 accumulates in fp32 and rounds once).
 Status allreduce_direct(GlooChannel& ch, void* data, size_t count, DataType type, ReduceOp op,
                         Deadline deadline, Traffic& traffic);
+
+// data (count) in place, for messages of at most ch.small_capacity() bytes: every rank's whole
+// buffer to every other in one round (GlooChannel::exchange_small), then each rank reduces the
+// P buffers in rank order, as the direct algorithms do (bitwise the same on every rank).
+//   small: alpha + (P-1) n beta
+Status allreduce_small(GlooChannel& ch, void* data, size_t count, DataType type, ReduceOp op,
+                       Traffic& traffic);
+// Block j of `out` (at j * stride_bytes) receives rank j's `in` (bytes, at most
+// ch.small_capacity()) in one round over the small-message buffers.
+Status allgather_small(GlooChannel& ch, void* out, const void* in, size_t stride_bytes,
+                       size_t bytes, Traffic& traffic);
 
 // Byte counts and offsets per peer; own block copied locally.
 Status alltoallv_direct(GlooChannel& ch, void* out, std::span<const size_t> out_bytes,

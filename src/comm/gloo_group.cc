@@ -79,6 +79,13 @@ class GlooGroup final : public AsyncGroup {
     const auto t = opts.timeout == kDefaultTimeout ? config_.timeout : opts.timeout;
     return std::chrono::steady_clock::now() + t;
   }
+  // Whether a collective of `bytes` per rank goes over the small-message channel: there is one,
+  // it fits its buffers, and the call waits as long as the group's timeout (that channel's
+  // waits cannot be shorter).
+  bool small(const Options& opts, size_t bytes) const {
+    return small_ != nullptr && bytes > 0 && bytes <= small_->small_capacity() &&
+           (opts.timeout == kDefaultTimeout || opts.timeout >= config_.timeout);
+  }
   // Runs fn over [0, n) elements: one call on channel 0, or, when `bytes` reaches the split
   // threshold, one slice per channel on threads of its own.
   Status run_sliced(size_t n, size_t bytes, const SliceFn& fn);
@@ -89,10 +96,17 @@ class GlooGroup final : public AsyncGroup {
   const GroupConfig config_;
   const GlooOptions options_;
   const std::shared_ptr<Store> store_;  // config.store under config.prefix
-  // Collective channels ([0] also carries every small message) and the point-to-point one.
+  // Collective channels ([0] also carries the small messages that small_ does not) and the
+  // point-to-point one.
   // Built by connect() before any call; read-only afterwards.
   std::vector<std::unique_ptr<GlooChannel>> channels_;
   std::unique_ptr<GlooChannel> p2p_;
+  // Small all-reduces and all-gathers (GlooChannel::exchange_small), on connections of their
+  // own: Gloo fixes a connection's send buffer at the size of the first registered-buffer
+  // message it sends (it sets SO_SNDBUF, which ends the kernel's autotuning), which would
+  // throttle large transfers sharing the connection about 15x. Null on ibverbs, with bound
+  // buffers forced, and above GlooChannel::kSmallMaxRanks ranks.
+  std::unique_ptr<GlooChannel> small_;
   GlooFailureReport failures_;
   std::mutex subgroup_mutex_;  // guards subgroup_names_
   std::set<std::string> subgroup_names_;
@@ -154,6 +168,11 @@ Status GlooGroup::connect() {
   }
   CANN_ASSIGN_OR_RETURN(
       p2p_, GlooChannel::connect(t, prefix_store(store_, "p2p"), rank(), size(), config_.timeout));
+  if (t.transport == "tcp" && !t.bound_buffers && size() <= GlooChannel::kSmallMaxRanks) {
+    CANN_ASSIGN_OR_RETURN(small_, GlooChannel::connect(t, prefix_store(store_, "small"), rank(),
+                                                       size(), config_.timeout,
+                                                       /*small_messages=*/true));
+  }
   return OkStatus();
 }
 
@@ -183,6 +202,7 @@ Status GlooGroup::finish(const char* op, const Options& opts, const Traffic& tra
   std::vector<GlooChannel*> all;
   for (auto& ch : channels_) all.push_back(ch.get());
   all.push_back(p2p_.get());
+  if (small_) all.push_back(small_.get());
   return failures_.report(what, s, all);
 }
 
@@ -198,9 +218,13 @@ Status GlooGroup::run_allreduce(void* data, size_t count, DataType type, ReduceO
   if (size() == 1 || count == 0) return OkStatus();  // the reduction of one contribution
   const Deadline deadline = deadline_for(opts);
   const size_t es = dtype_size(type);
+  Traffic traffic;
+  if (small(opts, count * es)) {
+    Status s = allreduce_small(*small_, data, count, type, op, traffic);
+    return finish("allreduce", opts, traffic, std::move(s));
+  }
   const bool direct =
       allreduce_algorithm_for(config_.allreduce_rules, count * es) == AllreduceAlgorithm::kDirect;
-  Traffic traffic;
   Status s = run_sliced(count, count * es, [&](GlooChannel& ch, size_t begin, size_t len) {
     void* d = at(data, begin * es);
     if (direct || type == DataType::kBFloat16 || !ch.unbound())
@@ -236,8 +260,12 @@ Status GlooGroup::run_allgather(void* out, const void* in, size_t count, DataTyp
     if (count > 0 && out != in) std::memmove(out, in, count * es);
     return OkStatus();
   }
-  const Deadline deadline = deadline_for(opts);
   Traffic traffic;
+  if (small(opts, count * es)) {
+    Status s = allgather_small(*small_, out, in, count * es, count * es, traffic);
+    return finish("allgather", opts, traffic, std::move(s));
+  }
+  const Deadline deadline = deadline_for(opts);
   Status s = run_sliced(count, count * es * size(), [&](GlooChannel& ch, size_t begin, size_t len) {
     return allgather_direct(ch, at(out, begin * es), at(in, begin * es), count * es, len * es,
                             deadline, traffic);
