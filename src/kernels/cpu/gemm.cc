@@ -1,6 +1,7 @@
-// gemm(): oneDNN's sgemm for fp32; for bf16 the operands are rounded into per-thread scratch
-// buffers, packed (row strides dropped), and oneDNN's matmul multiplies them with fp32
-// accumulation, adding beta * C through its sum post-op. Primitives are cached per shape: a
+// gemm(): oneDNN's sgemm for fp32; for bf16 A is rounded into a per-thread scratch buffer,
+// packed (row strides dropped), B is rounded by a oneDNN reorder straight into the blocked
+// layout the matmul reads, and oneDNN's matmul multiplies them with fp32 accumulation, adding
+// beta * C through its sum post-op. Primitives are cached per shape: a
 // model runs a handful of shapes, step after step.
 //
 // Why oneDNN's sgemm and not OpenBLAS's for fp32: measured on the models' shapes with two
@@ -45,11 +46,20 @@ void pack_bf16(uint16_t* dst, int dst_ld, const float* src, int rows, int cols, 
     to_bf16(dst + static_cast<size_t>(r) * dst_ld, src + static_cast<size_t>(r) * ld, cols);
 }
 
+// A matmul and, when K needs no padding, the reorder that rounds fp32 B straight into the
+// blocked bf16 layout the matmul reads (one pass over B instead of two: packing into a plain
+// bf16 copy, which the matmul then copied into its blocks on every call).
+struct Bf16Primitive {
+  dnnl::matmul matmul;
+  dnnl::reorder reorder_b;  // empty: B is packed plain by pack_bf16
+  dnnl::memory::desc b_from, b_to;
+};
+
 struct Bf16Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  // (M, N, K, ta, tb, ldc, beta) -> primitive
-  std::map<std::tuple<int, int, int, bool, bool, int, float>, dnnl::matmul> cache;
+  // (M, N, K, ta, tb, ldb, ldc, beta) -> primitives
+  std::map<std::tuple<int, int, int, bool, bool, int, int, float>, Bf16Primitive> cache;
   std::vector<uint16_t> a, b;
   std::vector<float> c;  // the rows of a padded C
 };
@@ -83,17 +93,7 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const float* A, int lda, c
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   const int Mp = bucket(M), Kp = bucket(K);
-  const bool padded = Mp != M || Kp != K;
-  e.a.resize(static_cast<size_t>(Mp) * Kp);
-  e.b.resize(static_cast<size_t>(Kp) * N);
-  if (padded) {
-    std::fill(e.a.begin(), e.a.end(), uint16_t{0});
-    std::fill(e.b.begin(), e.b.end(), uint16_t{0});
-  }
-  // Packed as stored, each stored row at the padded row length: A is (Mp,Kp), or (Kp,Mp) when
-  // ta; B is (Kp,N), or (N,Kp) when tb.
-  pack_bf16(e.a.data(), ta ? Mp : Kp, A, ta ? K : M, ta ? M : K, lda);
-  pack_bf16(e.b.data(), tb ? Kp : N, B, tb ? N : K, tb ? K : N, ldb);
+  const bool direct_b = Kp == K;
   // Rows past M are computed into a scratch C and dropped.
   float* out = C;
   int ldo = ldc;
@@ -104,25 +104,48 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const float* A, int lda, c
     if (beta != 0.0f) copy_rows(out, N, C, ldc, M, N);
   }
   const dnnl::memory::desc a_md({Mp, Kp}, dt::bf16, ta ? dims{1, Mp} : dims{Kp, 1});
-  const dnnl::memory::desc b_md({Kp, N}, dt::bf16, tb ? dims{1, Kp} : dims{N, 1});
   const dnnl::memory::desc c_md({Mp, N}, dt::f32, dims{ldo, 1});
-  const auto key = std::make_tuple(Mp, N, Kp, ta, tb, ldo, beta);
+  const auto key = std::make_tuple(Mp, N, Kp, ta, tb, direct_b ? ldb : 0, ldo, beta);
   auto it = e.cache.find(key);
   if (it == e.cache.end()) {
+    Bf16Primitive p;
+    p.b_to = direct_b ? dnnl::memory::desc({Kp, N}, dt::bf16, dnnl::memory::format_tag::any)
+                      : dnnl::memory::desc({Kp, N}, dt::bf16, tb ? dims{1, Kp} : dims{N, 1});
     dnnl::primitive_attr attr;
     if (beta != 0.0f) {
       dnnl::post_ops ops;
       ops.append_sum(beta);
       attr.set_post_ops(ops);
     }
-    it = e.cache
-             .emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(
-                               dnnl::matmul::desc(a_md, b_md, c_md), attr, e.engine)))
-             .first;
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, p.b_to, c_md), attr, e.engine);
+    p.matmul = dnnl::matmul(pd);
+    if (direct_b) {
+      p.b_to = pd.weights_desc();
+      // B as stored: (K, N) rows ldb apart, or (N, K) rows ldb apart when tb.
+      p.b_from = dnnl::memory::desc({K, N}, dt::f32, tb ? dims{1, ldb} : dims{ldb, 1});
+      p.reorder_b =
+          dnnl::reorder(dnnl::reorder::primitive_desc(e.engine, p.b_from, e.engine, p.b_to));
+    }
+    it = e.cache.emplace(key, std::move(p)).first;
   }
-  dnnl::memory am(a_md, e.engine, e.a.data()), bm(b_md, e.engine, e.b.data()),
+  const Bf16Primitive& p = it->second;
+  // A (Mp,Kp), or (Kp,Mp) when ta, as stored, each stored row at the padded row length; the
+  // padding zeros.
+  e.a.resize(static_cast<size_t>(Mp) * Kp);
+  if (Mp != M || Kp != K) std::fill(e.a.begin(), e.a.end(), uint16_t{0});
+  pack_bf16(e.a.data(), ta ? Mp : Kp, A, ta ? K : M, ta ? M : K, lda);
+  if (direct_b) {
+    e.b.resize((p.b_to.get_size() + 1) / 2);
+    dnnl::memory from(p.b_from, e.engine, const_cast<float*>(B)), to(p.b_to, e.engine, e.b.data());
+    p.reorder_b.execute(e.stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  } else {
+    // B (Kp,N), or (N,Kp) when tb, as stored; the padding zeros.
+    e.b.assign(static_cast<size_t>(Kp) * N, uint16_t{0});
+    pack_bf16(e.b.data(), tb ? Kp : N, B, tb ? N : K, tb ? K : N, ldb);
+  }
+  dnnl::memory am(a_md, e.engine, e.a.data()), bm(p.b_to, e.engine, e.b.data()),
       cm(c_md, e.engine, out);
-  it->second.execute(e.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  p.matmul.execute(e.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   e.stream.wait();
   if (out != C) copy_rows(C, ldc, out, N, M, N);
 }
