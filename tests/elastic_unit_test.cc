@@ -67,6 +67,46 @@ TEST(AsyncCheckpointWriterTest, WritesTheStateAsItWasAtSubmit) {
   }
 }
 
+// The writer copies into buffers it made ahead (prepare) or kept from the previous write:
+// sections that grow, shrink, appear or go between checkpoints, larger or smaller than the
+// prepared ones, must still come back exactly as submitted.
+TEST(AsyncCheckpointWriterTest, ReusedBuffersFollowChangingSections) {
+  TempDir dir;
+  ckpt::AsyncCheckpointWriter writer(dir.file("ck"), ckpt::WriteOptions{8, 0.0},
+                                     [](const ckpt::AsyncWriteResult&) {});
+  writer.prepare({6000, 100, 5 << 20});
+  const std::vector<std::vector<size_t>> layouts = {{5000, 70}, {200, 9000, 3}, {0, 4}, {6000}};
+  std::vector<std::vector<std::vector<char>>> submitted;
+  for (size_t k = 0; k < layouts.size(); ++k) {
+    std::vector<std::vector<char>> data;
+    ckpt::CheckpointWrite w;
+    w.step = static_cast<int64_t>(k + 1);
+    w.meta_json = "{}";
+    for (size_t i = 0; i < layouts[k].size(); ++i)
+      data.emplace_back(layouts[k][i], static_cast<char>('a' + 3 * k + i));
+    for (size_t i = 0; i < data.size(); ++i)
+      w.sections.push_back({"s" + std::to_string(i), data[i].data(), data[i].size()});
+    writer.submit(w);
+    for (auto& d : data) std::fill(d.begin(), d.end(), 'z');  // the next step's changes
+    for (size_t i = 0; i < data.size(); ++i)
+      std::fill(data[i].begin(), data[i].end(), static_cast<char>('a' + 3 * k + i));
+    submitted.push_back(std::move(data));
+  }
+  ASSERT_TRUE(writer.wait().ok());
+  auto listed = ckpt::list_checkpoints(dir.file("ck"));
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), layouts.size());
+  for (const std::string& path : *listed) {
+    auto ck = ckpt::read_checkpoint(path);
+    ASSERT_TRUE(ck.ok()) << ck.status().message();
+    const size_t k = static_cast<size_t>(ck->step - 1);
+    ASSERT_LT(k, submitted.size());
+    ASSERT_EQ(ck->sections.size(), submitted[k].size()) << path;
+    for (size_t i = 0; i < submitted[k].size(); ++i)
+      EXPECT_EQ(ck->find("s" + std::to_string(i))->data, submitted[k][i]) << path << " s" << i;
+  }
+}
+
 TEST(AsyncCheckpointWriterTest, BandwidthCapPacesTheWrite) {
   // 3 MB at 20 MB/s: at least 0.15 s, whatever the disk's speed.
   TempDir dir;
@@ -122,8 +162,7 @@ TEST(ReplicaPlanTest, CommittedStepIsTheNewestAndNeighboursBackUp) {
   ASSERT_TRUE(ckpt::write_checkpoint(dir.file("rank1"), one_section(8, data), 2).ok());
   plan = ckpt::plan_replica_restore(dir.path(), 3);
   EXPECT_EQ(plan.step, 8);
-  EXPECT_EQ(plan.candidates[1],
-            dir.file("rank1/step-00000008") + ";" + r2 + ";" + r0);
+  EXPECT_EQ(plan.candidates[1], dir.file("rank1/step-00000008") + ";" + r2 + ";" + r0);
 
   // Rank 1 lost its copies: it takes its neighbour's first.
   ASSERT_TRUE(remove_all(dir.file("rank1")).ok());
@@ -325,10 +364,10 @@ TEST(ElasticFlagsTest, BadCombinationsAreUsageErrors) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("1 <= MIN <= MAX"), std::string::npos) << r.output;
   // 2 or 3 nodes of 2 workers: neither 4 nor 6 divides a global batch of 5.
-  r = test::run_cann({"run", "--elastic", "--nnodes", "2:3", "--nproc-per-node", "2",
-                      "--batch-size", "5", "--rdzv", "redis://127.0.0.1:1", "--rdzv-id", "x",
-                      "--steps", "1"},
-                     60);
+  r = test::run_cann(
+      {"run", "--elastic", "--nnodes", "2:3", "--nproc-per-node", "2", "--batch-size", "5",
+       "--rdzv", "redis://127.0.0.1:1", "--rdzv-id", "x", "--steps", "1"},
+      60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("divides the global batch 5"), std::string::npos) << r.output;
   r = test::run_cann({"run", "--elastic", "--heartbeat-interval", "0.5", "--heartbeat-timeout",

@@ -5,6 +5,7 @@
 // the rank's own part instead, marked with its layout and rank.
 #include <cstdio>
 
+#include "ckpt/async_writer.h"
 #include "ckpt/replicas.h"
 #include "ckpt/snapshot_writer.h"
 #include "core/log.h"
@@ -97,6 +98,15 @@ StatusOr<int> StateKeeper::restore_after_rejoin() {
 
 Status StateKeeper::keep(int done, const std::string& step_log) {
   set_step(done);
+  if (writer_ && !writer_prepared_) {
+    // The checkpoint writer's buffers for parameters and both moments (the whole model's,
+    // as a checkpoint holds it), made on its own thread while training goes on.
+    writer_prepared_ = true;
+    ModelParts& parts = *run_.model;
+    const size_t n = parts.model_parallel() != nullptr ? parts.full_table().total_floats()
+                                                       : parts.model().table().total_floats();
+    writer_->prepare(std::vector<size_t>(3, n * sizeof(float)));
+  }
   if (!snapshot_due(done)) return OkStatus();
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
   // collective across the mesh, nor over the data-parallel group (ZeRO's shards as they are).

@@ -155,6 +155,7 @@ class StateKeeper {
   std::string restore_from_;
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;
+  bool writer_prepared_ = false;  // writer_->prepare asked for (after the first step)
   std::shared_ptr<comm::Store> store_;
   std::string membership_key_;
   std::unique_ptr<Heartbeat> heartbeat_;  // under an elastic agent
