@@ -139,6 +139,36 @@ TEST(PlanSearchTest, ParetoFrontIsTheNonDominatedSet) {
   }
 }
 
+// An engine-only search with the world free to change (EngineShape::elastic_nodes, --elastic
+// across nodes): the workers train only data-parallel layouts there, so nothing else may be a
+// candidate, even where a model-parallel one is faster (here over a slow link between the
+// nodes, where splitting the model pays).
+TEST(PlanSearchTest, ElasticNodesAdmitOnlyDataParallelLayouts) {
+  ClusterSpec c = small_cluster();
+  c.device.memory_gb = 80;
+  c.inter_node.bandwidth_GBps = 0.1;
+  model::ModelSpec m = small_gpt();
+  m.num_hidden_layers = 4;
+  auto in = make_plan_input(m, c, 0);
+  ASSERT_TRUE(in.ok());
+  SearchOptions opt;
+  opt.global_batch = 64;
+  opt.engine_only = true;
+  opt.engine.world = c.num_devices();
+  auto fixed = search(*in, opt);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().message();
+  ASSERT_FALSE(fixed->top.empty());
+  EXPECT_TRUE(fixed->top[0].strategy.model_parallel())
+      << "the test needs a case where a model-parallel layout wins; got "
+      << strategy_string(fixed->top[0].strategy);
+  opt.engine.elastic_nodes = true;
+  auto elastic = search(*in, opt);
+  ASSERT_TRUE(elastic.ok()) << elastic.status().message();
+  ASSERT_FALSE(elastic->feasible.empty());
+  for (const Candidate& cand : elastic->feasible)
+    EXPECT_FALSE(cand.strategy.model_parallel()) << strategy_string(cand.strategy);
+}
+
 TEST(PlanSearchTest, DefaultGlobalBatchIsAboutFourMillionTokens) {
   model::ModelSpec m = small_gpt();
   for (auto [seq, gbs] : {std::pair{2048, 2048}, {512, 8192}, {8192, 512}, {257, 16384}}) {
