@@ -21,6 +21,7 @@ char* at(const void* base, size_t offset) {
 void reduce_in_rank_order(GlooChannel& ch, void* out, const std::vector<const void*>& srcs,
                           size_t len, DataType type, ReduceOp op) {
   const int p = static_cast<int>(srcs.size());
+  if (len == 0) return;  // an empty block (count < ranks): its pointers may be null
   if (type == DataType::kBFloat16) {
     float* acc = reinterpret_cast<float*>(ch.scratch(1, len * sizeof(float)));
     bf16_widen(acc, static_cast<const uint16_t*>(srcs[0]), len);
