@@ -144,7 +144,19 @@ TEST(MultiProcCommTuneTest, TuneWritesAFileRunTrainsWith) {
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ(t->nproc_per_node, 3);
   EXPECT_EQ(t->nnodes, 1);
-  EXPECT_TRUE(t->bucket_size_mb == 1 || t->bucket_size_mb == 25) << t->bucket_size_mb;
+  // The bucket rows: the engine's own rule first, then the sizes asked for; the file holds the
+  // chosen one (no bucket_size_mb at all when the default stays).
+  const size_t rows = r.output.find("# bucket sizes: gpt_tiny");
+  ASSERT_NE(rows, std::string::npos);
+  const size_t mark = r.output.find("<- chosen", rows);
+  ASSERT_NE(mark, std::string::npos) << r.output;
+  const size_t line_start = r.output.rfind('\n', mark) + 1;
+  const std::string chosen_row = r.output.substr(line_start, mark - line_start);
+  EXPECT_NE(r.output.find("#   default (", rows), std::string::npos) << r.output;
+  if (chosen_row.find("default (") != std::string::npos)
+    EXPECT_EQ(t->bucket_size_mb, 0) << chosen_row;
+  else
+    EXPECT_TRUE(t->bucket_size_mb == 1 || t->bucket_size_mb == 25) << t->bucket_size_mb;
   ASSERT_TRUE(t->intra_node.has_value());
   EXPECT_GT(t->intra_node->bandwidth_GBps, 0);
   EXPECT_FALSE(t->allreduce.empty());

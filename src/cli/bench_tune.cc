@@ -13,6 +13,7 @@
 #include "comm/group.h"
 #include "core/machine_load.h"
 #include "core/timer.h"
+#include "plan/buckets.h"
 #include "train/comm_config.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
@@ -381,8 +382,11 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
         tc.threads = std::atoi(threads);
     const int skip = tc.steps > 3 ? 2 : 0;
     double grad_bytes = 0;
-    std::vector<double> candidates;          // MiB, up to the first that holds the gradient
-    std::vector<std::vector<double>> timed;  // per candidate: its timed steps, both rounds
+    // MiB, up to the first that holds the gradient; 0 first: the engine's own rule (a
+    // sixteenth of the gradient within 1-25 MiB), what a run without comm.yaml uses.
+    std::vector<double> candidates;
+    std::vector<std::vector<double>> timed;      // per candidate: its timed steps, both rounds
+    std::vector<std::vector<double>> per_round;  // per candidate: the median of each round
     auto trial = [&](size_t k, int round) -> Status {
       tc.bucket_mb = candidates[k];
       train::DistEnv e = env;
@@ -392,39 +396,68 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
       train::RunSummary summary;
       CANN_RETURN_IF_ERROR(trainer->run(&summary));
       const auto& st = summary.step_times_s;
-      timed[k].insert(timed[k].end(), st.begin() + std::min<size_t>(skip, st.size()), st.end());
+      const std::vector<double> steps(st.begin() + std::min<size_t>(skip, st.size()), st.end());
+      timed[k].insert(timed[k].end(), steps.begin(), steps.end());
+      per_round[k].push_back(median(steps));
       return OkStatus();
     };
     // Two rounds, ascending then descending, so a drift over the trials (caches warming, the
     // machine's other load) weighs on every size alike.
+    candidates.push_back(0.0);
+    timed.emplace_back();
+    per_round.emplace_back();
+    CANN_RETURN_IF_ERROR(trial(0, 0));
     for (double mb : config.buckets_mb) {
       // Past the model's gradient every size is the same single bucket after the first.
-      if (!candidates.empty() && candidates.back() * 1048576.0 >= grad_bytes - 1048576.0) break;
+      if (candidates.size() > 1 && candidates.back() * 1048576.0 >= grad_bytes - 1048576.0) break;
       candidates.push_back(mb);
       timed.emplace_back();
+      per_round.emplace_back();
       CANN_RETURN_IF_ERROR(trial(candidates.size() - 1, 0));
     }
     for (size_t k = candidates.size(); k-- > 0;) CANN_RETURN_IF_ERROR(trial(k, 1));
-    std::vector<float> medians;
-    for (const auto& steps : timed) medians.push_back(static_cast<float>(median(steps)));
-    CANN_RETURN_IF_ERROR(sync->allreduce(medians.data(), medians.size(), comm::DataType::kFloat32,
+    // Every rank's figures, the slowest rank's kept: the median, and each round's.
+    const size_t K = candidates.size();
+    std::vector<float> figures(3 * K);
+    for (size_t k = 0; k < K; ++k) {
+      figures[k] = static_cast<float>(median(timed[k]));
+      figures[K + k] = static_cast<float>(per_round[k][0]);
+      figures[2 * K + k] = static_cast<float>(per_round[k][1]);
+    }
+    CANN_RETURN_IF_ERROR(sync->allreduce(figures.data(), figures.size(), comm::DataType::kFloat32,
                                          comm::ReduceOp::kMax)
                              ->wait());
-    std::vector<std::pair<double, double>> trials;  // bucket MiB, median step seconds
-    for (size_t k = 0; k < candidates.size(); ++k) trials.emplace_back(candidates[k], medians[k]);
+    auto spread = [&](size_t k) { return std::fabs(figures[K + k] - figures[2 * K + k]); };
     size_t pick = 0;
-    for (size_t k = 1; k < trials.size(); ++k)
-      if (trials[k].second < trials[pick].second) pick = k;
-    t.bucket_size_mb = trials[pick].first;
+    for (size_t k = 1; k < K; ++k)
+      if (figures[k] < figures[pick]) pick = k;
+    // Another size replaces the engine's rule only when it is faster by more than either
+    // one's difference between its two rounds: a tuning must not make the run slower on noise.
+    const bool within_noise =
+        pick != 0 && figures[0] - figures[pick] <= std::max(spread(0), spread(pick));
+    if (within_noise) pick = 0;
+    t.bucket_size_mb = candidates[pick];  // 0: not written, the engine's rule stays
     t.model = tc.model;
     if (leader) {
+      const plan::EngineBuckets rule;
       std::printf(
           "# bucket sizes: %s, batch %d, data-parallel over %d ranks, median of steps "
-          "%d..%d of two rounds (%.1f MB of gradients)\n",
+          "%d..%d of two rounds (%.1f MB of gradients; the two rounds' medians beside)\n",
           tc.model.c_str(), tc.batch_size, P, skip + 1, tc.steps, grad_bytes / 1e6);
-      for (size_t k = 0; k < trials.size(); ++k)
-        std::printf("#   %6g MiB  %9.2f ms%s\n", trials[k].first, trials[k].second * 1e3,
-                    k == pick ? "  <- chosen" : "");
+      for (size_t k = 0; k < K; ++k) {
+        char name[48];
+        if (candidates[k] == 0)
+          std::snprintf(name, sizeof(name), "default (%.2g MiB)",
+                        rule.size_bytes(grad_bytes / 4.0) / 1048576.0);
+        else
+          std::snprintf(name, sizeof(name), "%g MiB", candidates[k]);
+        std::printf("#   %-20s %9.2f ms  (%.2f, %.2f)%s\n", name, figures[k] * 1e3,
+                    figures[K + k] * 1e3, figures[2 * K + k] * 1e3, k == pick ? "  <- chosen" : "");
+      }
+      if (within_noise)
+        std::printf(
+            "#   (the fastest size beat the default by no more than the rounds differ: "
+            "the default stays)\n");
     }
   }
 
