@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 namespace cann::ckpt {
 namespace {
@@ -12,6 +13,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
+
+// Buffers for the first copy, every page written once here so the training thread finds them
+// in place.
+std::vector<AsyncCheckpointWriter::Buffer> AsyncCheckpointWriter::touched_buffers(
+    const std::vector<size_t>& sizes) {
+  std::vector<Buffer> made(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    made[i].storage.resize(sizes[i]);
+    if (sizes[i] > 0) std::memset(made[i].storage.data(), 0, sizes[i]);
+  }
+  return made;
+}
 
 AsyncCheckpointWriter::AsyncCheckpointWriter(std::string dir, WriteOptions options,
                                              Callback on_done)
@@ -92,17 +105,10 @@ void AsyncCheckpointWriter::loop() {
       cv_.wait(lock, [this] { return stop_ || pending_.has_value() || !prepare_.empty(); });
       if (!pending_ && prepare_.empty()) return;  // stop_ and nothing queued
       if (!pending_) {
-        // Buffers for the first copy, touched here (every page written once) so the training
-        // thread finds them in place.
-        std::vector<size_t> sizes = std::move(prepare_);
-        prepare_.clear();
+        const std::vector<size_t> sizes = std::exchange(prepare_, {});
         busy_ = true;
         lock.unlock();
-        std::vector<Buffer> made(sizes.size());
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          made[i].storage.resize(sizes[i]);
-          if (sizes[i] > 0) std::memset(made[i].storage.data(), 0, sizes[i]);
-        }
+        std::vector<Buffer> made = touched_buffers(sizes);
         lock.lock();
         spare_ = std::move(made);
         busy_ = false;

@@ -69,6 +69,7 @@ class AsyncCheckpointWriter {
     double copy_s = 0.0;
   };
   void loop();
+  static std::vector<Buffer> touched_buffers(const std::vector<size_t>& sizes);
 
   const std::string dir_;
   const WriteOptions options_;

@@ -152,7 +152,7 @@ StatusOr<std::unique_ptr<GlooChannel>> GlooChannel::connect(const TransportConfi
   }
   channel->context_ = std::move(context);
   if (small_messages) {
-    if (bound || size < 2 || size > kSmallMaxRanks)
+    if (!small_messages_fit(transport, size))
       return Internal("small-message buffers need TCP with unbound buffers and 2 to " +
                       std::to_string(kSmallMaxRanks) + " ranks");
     try {

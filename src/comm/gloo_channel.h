@@ -70,8 +70,7 @@ class GlooChannel {
  public:
   // Creates a device and connects a full mesh, rendezvousing through `store` (a prefix no other
   // channel uses). A collective over all `size` ranks.
-  // small_messages (TCP with unbound buffers, 2..kSmallMaxRanks ranks): also register the
-  // buffers of exchange_small.
+  // small_messages (where small_messages_fit): also register the buffers of exchange_small.
   static StatusOr<std::unique_ptr<GlooChannel>> connect(const TransportConfig& transport,
                                                         std::shared_ptr<Store> store, int rank,
                                                         int size, std::chrono::milliseconds timeout,
@@ -100,6 +99,12 @@ class GlooChannel {
   //   rank sends after its caller is done with the blocks of exchange k.
   static constexpr int kSmallMaxRanks = 16;
   static constexpr size_t kSmallCapacity = 60 * 1024;
+  // Whether a channel over `transport` and `size` ranks can carry them (connect's
+  // small_messages): TCP with unbound buffers, 2..kSmallMaxRanks ranks.
+  static bool small_messages_fit(const TransportConfig& transport, int size) {
+    return transport.transport == "tcp" && !transport.bound_buffers && size >= 2 &&
+           size <= kSmallMaxRanks;
+  }
   size_t small_capacity() const { return small_recv_.empty() ? 0 : kSmallCapacity; }
   Status exchange_small(const void* in, size_t bytes, std::vector<const char*>& blocks,
                         Traffic& traffic);

@@ -168,7 +168,7 @@ Status GlooGroup::connect() {
   }
   CANN_ASSIGN_OR_RETURN(
       p2p_, GlooChannel::connect(t, prefix_store(store_, "p2p"), rank(), size(), config_.timeout));
-  if (t.transport == "tcp" && !t.bound_buffers && size() <= GlooChannel::kSmallMaxRanks) {
+  if (GlooChannel::small_messages_fit(t, size())) {
     CANN_ASSIGN_OR_RETURN(small_, GlooChannel::connect(t, prefix_store(store_, "small"), rank(),
                                                        size(), config_.timeout,
                                                        /*small_messages=*/true));
