@@ -4,13 +4,17 @@
 // read_checkpoint) in a memory file system, written every step. write_checkpoint pays there
 // for what a disk needs and memory does not: write() through the page cache, a CRC-32C per
 // section, fsyncs, a fresh directory, and a JSON round trip of the metadata. This writer keeps
-// keep + 1 step directories whose data files stay mapped: a snapshot is a memcpy into the
-// mapping of the spare, a manifest written by hand, and two renames.
+// `keep` step directories whose data files stay mapped: a snapshot is a memcpy into the
+// mapping of the oldest, a manifest written by hand, and two renames.
 //
-//   <dir>/step-00000007/   published (kept)
-//   <dir>/step-00000008/   published (kept, newest)
-//   <dir>/.slot-2/         the spare: the next snapshot is written here, then renamed to
-//                          step-00000009, and step-00000007 becomes the spare
+//   <dir>/step-00000007/   published (the oldest)
+//   <dir>/step-00000008/   published (the newest)
+// The next snapshot first renames step-00000007 to a hidden <dir>/.slot-<n>, is written into
+// its files, and is renamed to step-00000009: while it is written, keep - 1 snapshots stay
+// published. A spare directory beside the kept ones would keep all of them published
+// throughout, at the price of one more copy of the state in memory (and, where fresh pages
+// are dear, of touching it); a rank's recovery needs only the newest one it finished
+// (train/state_keeper.cc), so the writer does without.
 //
 // What a memory snapshot promises is the death of its process, not of the machine: a step
 // directory under its final name is complete (it is renamed there after its files are), so a
@@ -37,7 +41,8 @@ namespace cann::ckpt {
 
 class SnapshotWriter {
  public:
-  // dir is created on the first write; keep >= 1 published snapshots stay.
+  // dir is created on the first write; keep >= 1 published snapshots stay after each write
+  // (keep - 1 while one is written).
   SnapshotWriter(std::string dir, int keep);
   ~SnapshotWriter();
   SnapshotWriter(const SnapshotWriter&) = delete;
