@@ -38,6 +38,7 @@ from reference_gpt import GPT, fortunes_bytes, lr_at  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--layers", type=int, default=6, help="transformer blocks (hidden 384 each)")
     p.add_argument("--batch-per-rank", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -63,7 +64,7 @@ def main():
 
     torch.manual_seed(a.seed)
     data = fortunes_bytes()
-    model = GPT(6, 384, 6, a.seq_len, 256)
+    model = GPT(a.layers, 384, 6, a.seq_len, 256)
     # The same parameter groups as reference_gpt.py: decay on matrices except the positions.
     decay = [q for q in model.parameters() if q.dim() >= 2 and q is not model.wpe.weight]
     no_decay = [q for q in model.parameters() if q.dim() < 2 or q is model.wpe.weight]

@@ -6,7 +6,9 @@ Two "nodes" are two network namespaces joined by a veth pair; both ends are shap
 token bucket (tbf), so each direction carries at most the link rate. The driver measures the
 link first (a timed TCP transfer each way), starts a password-protected redis-server in the
 first namespace for cann-train's rendezvous, and then, for each link speed, trains the GPT of
-bench/train_vs_pytorch (6 layers, hidden 384, 6 heads, sequence 256, byte vocabulary) with
+bench/train_vs_pytorch (6 layers, or --layers, of hidden 384, 6 heads, sequence 256, byte
+vocabulary; fewer layers shorten every run alike, the gradient and the compute per step both
+in proportion to them, so the judged ratios stay those of the 6-layer model) with
 2 ranks x 1 thread x 4 sequences (global batch 8): PyTorch DDP over Gloo (ddp_reference.py),
 and cann-train uncompressed, with 1-bit Adam and with top-k 1% (--extras adds bf16).
 
@@ -47,6 +49,7 @@ import argparse
 import json
 import math
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -273,7 +276,7 @@ class Bench:
         self.count = 0
 
     def cann_common(self, steps):
-        return ["--model", MODEL_YAML, "--data", "fortunes", "--seq-len", str(SEQ), "--lr", str(LR),
+        return ["--model", self.a.model_yaml, "--data", "fortunes", "--seq-len", str(SEQ), "--lr", str(LR),
                 "--warmup", str(WARMUP), "--seed", str(SEED), "--threads", "1", "--steps",
                 str(steps), "--eval-every", "0", "--eval-batches", "8", "--sample-tokens", "0",
                 "--quiet"]
@@ -284,7 +287,7 @@ class Bench:
 
     def ddp_argv(self, steps, bucket_mb):
         return [sys.executable, os.path.join(HERE, "ddp_reference.py"), "--steps", str(steps),
-                "--bucket-cap-mb", f"{bucket_mb:g}"]
+                "--layers", str(self.a.layers), "--bucket-cap-mb", f"{bucket_mb:g}"]
 
     def single(self, engine, steps, pair):
         """One single-rank run of `engine` on the first core; with `pair`, another on the
@@ -416,6 +419,9 @@ def main():
     p.add_argument("--timing-steps", type=int, default=20,
                    help="steps of the uncompressed runs of both engines, and the single-rank runs")
     p.add_argument("--repeats", type=int, default=MIN_REPEATS)
+    p.add_argument("--layers", type=int, default=6,
+                   help="blocks of the benchmark GPT (hidden 384); fewer make every run shorter "
+                        "in proportion, communication and compute per step alike")
     p.add_argument("--topk", type=float, default=0.01, help="top-k's share of each bucket")
     p.add_argument("--ddp-bucket-mb", type=float, default=4.0,
                    help="DDP's tuned bucket_cap_mb, run beside its default 25 on the fastest link")
@@ -438,6 +444,8 @@ def main():
             p.error(f"--{name.replace('_', '-')} leaves too few steps after 1-bit Adam's warmup")
     if a.repeats < 1:
         p.error("--repeats must be at least 1")
+    if a.layers < 1:
+        p.error("--layers must be at least 1")
     if os.geteuid() != 0:
         print("dp_vs_ddp: needs root (network namespaces, veth, tc); hint: run it with sudo",
               file=sys.stderr)
@@ -457,6 +465,16 @@ def main():
     a.binary = os.path.join(a.log_dir, "cann-train")
     shutil.copy2(binary, a.binary + ".tmp")
     os.replace(a.binary + ".tmp", a.binary)
+    # The model file of bench/train_vs_pytorch, with --layers blocks.
+    a.model_yaml = os.path.join(a.log_dir, "model.yaml")
+    with open(MODEL_YAML) as f:
+        text = f.read()
+    if not re.search(r"^num_hidden_layers: 6$", text, re.M):
+        print(f"dp_vs_ddp: {MODEL_YAML} no longer says num_hidden_layers: 6", file=sys.stderr)
+        return 2
+    with open(a.model_yaml, "w") as f:
+        f.write(re.sub(r"^num_hidden_layers: 6$", f"num_hidden_layers: {a.layers}", text,
+                       flags=re.M))
 
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)
@@ -495,7 +513,7 @@ def bench(a, links, link):
 
     sys.path.insert(0, os.path.join(ROOT, "bench", "train_vs_pytorch"))
     from reference_gpt import GPT
-    n_params = sum(q.numel() for q in GPT(6, 384, 6, SEQ, 256).parameters())
+    n_params = sum(q.numel() for q in GPT(a.layers, 384, 6, SEQ, 256).parameters())
     grad_bytes = 4 * n_params
 
     def run(cfg, launch):
@@ -612,7 +630,7 @@ def bench(a, links, link):
 
     # Report.
     out = sys.stdout
-    print(f"dp_vs_ddp: GPT 6x384, 6 heads, seq {SEQ}, vocab 256 ({n_params / 1e6:.2f}M "
+    print(f"dp_vs_ddp: GPT {a.layers}x384, 6 heads, seq {SEQ}, vocab 256 ({n_params / 1e6:.2f}M "
           f"parameters); {RANKS} ranks x 1 thread x {PER_RANK} sequences (global batch "
           f"{RANKS * PER_RANK}), one network namespace per rank, veth shaped by tc tbf both ways")
     print(f"machine: {machine()}")
@@ -620,7 +638,9 @@ def bench(a, links, link):
           else "ranks not pinned: the scheduler places them on any core")
     if a.cann_args:
         print(f"cann-train with {a.cann_args!r} on every multi-rank run: NOT its defaults")
-    print(f"cann-train at its defaults (buckets a sixteenth of the gradient: 2.6 MiB here; 1-bit Adam and top-k warmup 15% of the run "
+    bucket_mib = min(25.0, max(1.0, grad_bytes / 16 / 2**20))  # plan/buckets.h
+    print(f"cann-train at its defaults (buckets a sixteenth of the gradient within 1-25 MiB: "
+          f"{bucket_mib:.1f} MiB here; 1-bit Adam and top-k warmup 15% of the run "
           f"on bf16 gradients); DDP with gradient_as_bucket_view, bucket_cap_mb 25 and "
           f"{a.ddp_bucket_mb:g} on {LINK_NAMES[fast]}, the faster of them on slower links")
     print(f"{a.repeats} runs of each configuration taking turns; median (min..max). e2e: the run's "
