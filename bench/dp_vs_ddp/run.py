@@ -7,8 +7,9 @@ token bucket (tbf), so each direction carries at most the link rate. The driver 
 link first (a timed TCP transfer each way), starts a password-protected redis-server in the
 first namespace for cann-train's rendezvous, and then, for each link speed, trains the GPT of
 bench/train_vs_pytorch (6 layers, or --layers, of hidden 384, 6 heads, sequence 256, byte
-vocabulary; fewer layers shorten every run alike, the gradient and the compute per step both
-in proportion to them, so the judged ratios stay those of the 6-layer model) with
+vocabulary; fewer layers shorten every run but do not keep its ratios: at 2 layers the gradient
+was 35% of the 6-layer one and the single-rank step 30%, and the exposed shares of both engines
+grew, DDP's at 1 Gbit/s from 5% to 23%, so only 6-layer figures are comparable) with
 2 ranks x 1 thread x 4 sequences (global batch 8): PyTorch DDP over Gloo (ddp_reference.py),
 and cann-train uncompressed, with 1-bit Adam and with top-k 1% (--extras adds bf16).
 
@@ -420,8 +421,8 @@ def main():
                    help="steps of the uncompressed runs of both engines, and the single-rank runs")
     p.add_argument("--repeats", type=int, default=MIN_REPEATS)
     p.add_argument("--layers", type=int, default=6,
-                   help="blocks of the benchmark GPT (hidden 384); fewer make every run shorter "
-                        "in proportion, communication and compute per step alike")
+                   help="blocks of the benchmark GPT (hidden 384); fewer make every run shorter, "
+                        "but change its ratios (see above): quick checks only")
     p.add_argument("--topk", type=float, default=0.01, help="top-k's share of each bucket")
     p.add_argument("--ddp-bucket-mb", type=float, default=4.0,
                    help="DDP's tuned bucket_cap_mb, run beside its default 25 on the fastest link")
