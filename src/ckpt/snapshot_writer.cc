@@ -47,7 +47,7 @@ void SnapshotWriter::drop(Slot& s) {
 }
 
 // Adopts the published step directories (another process's, or this one's before a restore),
-// and removes every hidden entry: temporaries and spares of writers that died.
+// and removes every hidden entry: temporaries and half-written slots of writers that died.
 Status SnapshotWriter::scan() {
   for (Slot& s : slots_) drop(s);
   slots_.clear();

@@ -18,7 +18,7 @@
 //
 // What a memory snapshot promises is the death of its process, not of the machine: a step
 // directory under its final name is complete (it is renamed there after its files are), so a
-// process killed at any point leaves whole snapshots and a hidden spare. There is no fsync
+// process killed at any point leaves whole snapshots and at most one hidden slot. There is no fsync
 // (nothing survives the machine in memory anyway). Damage is still caught: each section
 // carries the word sum of core/word_sum.h, computed by the copy itself, in place of the
 // CRC-32C a second pass would cost (the manifest says "memory_snapshot": true). The data file
@@ -60,8 +60,8 @@ class SnapshotWriter {
 
  private:
   struct Slot {
-    std::string path;     // its current name: a step directory or a hidden spare
-    int64_t step = -1;    // -1: hidden (the spare)
+    std::string path;     // its current name: a step directory or a hidden .slot-<n>
+    int64_t step = -1;    // -1: hidden (being written, or a write failed)
     char* map = nullptr;  // data.bin mapped writable; nullptr until first written
     size_t mapped = 0;
   };
