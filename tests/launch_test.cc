@@ -211,22 +211,25 @@ TEST_F(MultiProcNetnsTest, TwoNodesTimesTwoProcessesTrain) {
 
 // The cluster user's path across nodes: `bench tune` on both nodes measures the link between
 // them into comm.yaml, and `run --strategy auto --comm-config` plans the layout on node 0 with
-// it; both nodes train what node 0 chose.
+// it; both nodes train what node 0 chose. Then the same as an elastic job (--nnodes 1:2): the
+// node that joins first plans among the layouts such a job trains, and both train that.
 TEST_F(MultiProcNetnsTest, TuneThenAutoPlansAcrossTheNodes) {
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), kModel);
   const std::string rdzv = start_redis(280);
   const std::vector<std::string> env = {"CANN_TRAIN_HOME=" + dir.file("home")};
   auto on_both = [&](const std::string& id,
-                     const std::function<std::vector<std::string>(int)>& args) {
+                     const std::function<std::vector<std::string>(int)>& args,
+                     const std::vector<std::string>& nodes_args = {"--nnodes", "2"}) {
     std::vector<std::future<test::CommandResult>> nodes;
     int n = 0;
     for (const std::string& ns : {ns1_, ns2_}) {
       std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", ns, CANN_TRAIN_BINARY};
       auto a = args(n++);
       argv.insert(argv.end(), a.begin(), a.end());
-      argv.insert(argv.end(), {"--nnodes", "2", "--nproc-per-node", "2", "--rdzv", rdzv,
-                               "--rdzv-id", id + suffix_, "--rdzv-timeout", "60"});
+      argv.insert(argv.end(), nodes_args.begin(), nodes_args.end());
+      argv.insert(argv.end(), {"--nproc-per-node", "2", "--rdzv", rdzv, "--rdzv-id", id + suffix_,
+                               "--rdzv-timeout", "60"});
       nodes.push_back(std::async(std::launch::async,
                                  [argv, env] { return test::run_command(argv, 200, env); }));
     }
@@ -262,6 +265,15 @@ TEST_F(MultiProcNetnsTest, TuneThenAutoPlansAcrossTheNodes) {
                        dir.file("comm" + std::to_string(n) + ".yaml")});
     return a;
   });
+  const auto elastic =
+      on_both("auto-elastic-",
+              [&](int n) {
+                auto a = train_args(dir.file("m.yaml"), 3);
+                a.insert(a.end(), {"--strategy", "auto", "--comm-config",
+                                   dir.file("comm" + std::to_string(n) + ".yaml"), "--elastic"});
+                return a;
+              },
+              {"--nnodes", "1:2"});
   std::system(("ip netns pids " + ns1_ + " | xargs -r kill 2>/dev/null").c_str());
   redis_.get();
   for (const auto& r : runs) EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -271,6 +283,22 @@ TEST_F(MultiProcNetnsTest, TuneThenAutoPlansAcrossTheNodes) {
   EXPECT_NE(both.find("between nodes"), std::string::npos) << both;
   EXPECT_NE(both.find("comm config "), std::string::npos) << both;
   EXPECT_NE(both.find("done: steps 1..3"), std::string::npos) << both;
+
+  for (const auto& r : elastic) EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string twice = elastic[0].output + elastic[1].output;
+  // One plan, printed by the node that made it; both agents launch its processes per node.
+  const size_t planned = twice.find("auto: planned");
+  ASSERT_NE(planned, std::string::npos) << twice;
+  EXPECT_EQ(twice.find("auto: planned", planned + 1), std::string::npos) << twice;
+  EXPECT_NE(twice.find("for 2 nodes x 2 cores"), std::string::npos) << twice;
+  const size_t chose = twice.find("chose ");
+  ASSERT_NE(chose, std::string::npos) << twice;
+  const int per_node = twice.compare(chose, 15, "chose 1 process") == 0 ? 1 : 2;
+  const std::string joined = "(" + std::to_string(per_node) + " workers per node";
+  const size_t first = twice.find(joined);
+  ASSERT_NE(first, std::string::npos) << twice;
+  EXPECT_NE(twice.find(joined, first + 1), std::string::npos) << twice;
+  EXPECT_NE(twice.find("done: steps 1..3"), std::string::npos) << twice;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "core/fs.h"
 #include "elastic/heartbeat_monitor.h"
 #include "elastic/node_membership.h"
+#include "elastic/rendezvous.h"
 #include "elastic/scale_policy.h"
 #include "test_util.h"
 
@@ -20,6 +21,47 @@ NodeBounds bounds(int min_nodes, int max_nodes) {
   b.min_nodes = min_nodes;
   b.max_nodes = max_nodes;
   return b;
+}
+
+// Node 0 decides once what every node launches: the others take its record, an agent of node
+// 0 started again takes the record instead of deciding again, and node 0's error reaches the
+// others as its message (node 0 itself gets its own error back).
+TEST(LaunchAgreementTest, NodeZeroDecidesOnceAndEveryNodeLaunchesThat) {
+  auto store = comm::open_store("memory://launch-agreement");
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  int decided = 0;
+  auto decide = [&]() -> StatusOr<AgentConfig::NodeLaunch> {
+    ++decided;
+    return AgentConfig::NodeLaunch{2, {"run", "--strategy", "gbs=8,zero=1", "--seq-len", ""}, 8};
+  };
+  auto other = agree_on_launch(**store, "job/launch", false, decide, 0.0);
+  EXPECT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("node 0 did not say what to launch within 0 s"),
+            std::string::npos)
+      << other.status().message();
+  auto first = agree_on_launch(**store, "job/launch", true, decide, 5.0);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  for (bool decides : {false, true}) {
+    auto got = agree_on_launch(**store, "job/launch", decides, decide, 5.0);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(got->nproc_per_node, 2);
+    EXPECT_EQ(got->global_batch, 8);
+    EXPECT_EQ(got->worker_args, first->worker_args);
+  }
+  EXPECT_EQ(decided, 1);
+  EXPECT_EQ(first->worker_args.back(), "");
+
+  auto refuse = []() -> StatusOr<AgentConfig::NodeLaunch> {
+    return InvalidArgument("no layout fits");
+  };
+  auto mine = agree_on_launch(**store, "job2/launch", true, refuse, 5.0);
+  EXPECT_EQ(mine.status().code(), StatusCode::kInvalidArgument);
+  auto theirs = agree_on_launch(**store, "job2/launch", false, refuse, 5.0);
+  EXPECT_EQ(theirs.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(
+      theirs.status().message().find("node 0 could not choose what to launch: no layout fits"),
+      std::string::npos)
+      << theirs.status().message();
 }
 
 TEST(NodeMembershipTest, RecordRoundTripsAndListsRanksPerNode) {
@@ -97,7 +139,8 @@ TEST(NodeMembershipTest, SetBoundsNeedsARunningJob) {
   EXPECT_EQ(now->version, 1);
   r.state = JobState::kFinished;
   ASSERT_TRUE((*store)->set("cann/j/membership", node_record_json(r)).ok());
-  EXPECT_EQ(set_node_bounds(**store, "j", 1, 1, "test").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(set_node_bounds(**store, "j", 1, 1, "test").status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST(ScalePolicyTest, WindowsIncludingOneAcrossMidnight) {

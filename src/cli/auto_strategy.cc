@@ -48,7 +48,7 @@ std::string describe(const Priced& p, int processes, int threads, int nodes) {
 }  // namespace
 
 StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores, int nodes,
-                                          const plan::LinkSpec* inter_node) {
+                                          const plan::LinkSpec* inter_node, bool elastic_nodes) {
   if (nodes > 1 && inter_node == nullptr)
     return InvalidArgument("--strategy auto across nodes needs the measured link between them");
   CANN_ASSIGN_OR_RETURN(model::ModelSpec spec, model::load_model_spec(config.model));
@@ -105,6 +105,7 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
     opt.engine.world = c.num_devices();
     opt.engine.seq_len = seq;
     opt.engine.compress = config.compress;
+    opt.engine.elastic_nodes = elastic_nodes;
     if (auto found = plan::search(in, opt); found.ok()) {
       planned += found->feasible.size();
       for (const plan::Prediction& p : found->top)

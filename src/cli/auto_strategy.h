@@ -33,8 +33,10 @@ struct AutoChoice {
 // this one, `inter_node` is the link between them as `bench tune` measured it (comm.yaml's
 // links.inter_node): the candidates are then one process per node using every core, and one
 // single-threaded process per core, each split over all nodes by the same engine-only search.
+// With elastic_nodes (`--elastic` across nodes), only the layouts such a job trains: data
+// parallelism and ZeRO (plan::EngineShape::elastic_nodes).
 StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores,
-                                          int nodes = 1,
-                                          const plan::LinkSpec* inter_node = nullptr);
+                                          int nodes = 1, const plan::LinkSpec* inter_node = nullptr,
+                                          bool elastic_nodes = false);
 
 }  // namespace cann::cli

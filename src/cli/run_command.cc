@@ -74,7 +74,7 @@ std::vector<std::string> with_chosen_layout(const std::vector<std::string>& work
     if (a.rfind("--strategy=", 0) == 0 || a.rfind("--nproc-per-node=", 0) == 0) continue;
     args.push_back(a);
   }
-  args.insert(args.end(), {"--strategy", plan::strategy_string(choice.strategy), "--nproc-per-node",
+  args.insert(args.end(), {"--strategy", plan::strategy_brief(choice.strategy), "--nproc-per-node",
                            std::to_string(choice.processes)});
   return args;
 }
@@ -405,10 +405,6 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
     // --strategy auto across nodes: node 0's agent plans after the rendezvous (below).
     bool auto_nodes = false;
     if (*strategy_text == "auto" && launch->nnodes > 1 && !env->has_value()) {
-      if (resilience->elastic)
-        return report(InvalidArgument(
-            "--strategy auto with --elastic across nodes: a changed world is not re-planned "
-            "yet; hint: give an explicit --strategy, or drop --elastic"));
       if (!tuning || !tuning->inter_node)
         return report(InvalidArgument(
             "--strategy auto across nodes plans with the measured link between them; hint: run "
@@ -462,20 +458,37 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
         inter.latency_us = tuning->inter_node->latency_us;
         inter.efficiency = 1.0;  // a measured bus bandwidth, as bench calibrate's links
         inter.interconnect = "measured by bench tune (" + launch->comm_config + ")";
-        ac.node0_decides = [cfg = *config, cores, nodes = launch->nnodes, inter,
-                            worker_args]() -> StatusOr<elastic::AgentConfig::NodeLaunch> {
-          CANN_ASSIGN_OR_RETURN(AutoChoice choice, choose_auto_strategy(cfg, cores, nodes, &inter));
+        const bool elastic_nodes = resilience->elastic;
+        ac.node0_decides = [cfg = *config, cores, nodes = launch->nnodes,
+                            min_nodes = launch->min_nodes, inter, worker_args,
+                            elastic_nodes]() -> StatusOr<elastic::AgentConfig::NodeLaunch> {
+          // Elastic: planned for the most nodes the job may have, among the layouts a changed
+          // world keeps (data parallelism, ZeRO); dp and the micro-batch then follow each
+          // generation's world (the agent's rule), so the same choice serves every generation.
+          CANN_ASSIGN_OR_RETURN(AutoChoice choice,
+                                choose_auto_strategy(cfg, cores, nodes, &inter, elastic_nodes));
+          if (elastic_nodes) {
+            choice.strategy.dp = 0;
+            choice.strategy.mbs = 0;
+          }
           if (!cfg.quiet) std::printf("%s\n", choice.report.c_str());
           std::fflush(stdout);
           if (auto spec = model::load_model_spec(cfg.model); spec.ok())
-            CANN_RETURN_IF_ERROR(train::check_launch(cfg, *spec, choice.processes * nodes, false));
-          return elastic::AgentConfig::NodeLaunch{choice.processes,
+            CANN_RETURN_IF_ERROR(
+                train::check_launch(cfg, *spec, choice.processes * nodes, elastic_nodes));
+          elastic::AgentConfig::NodeLaunch launch{choice.processes,
                                                   with_chosen_layout(worker_args, choice)};
+          if (elastic_nodes) {
+            const std::string bad =
+                check_elastic_nodes(cfg, min_nodes, nodes, choice.processes, &launch.global_batch);
+            if (!bad.empty()) return InvalidArgument(bad);
+          }
+          return launch;
         };
       }
       ac.min_nodes = launch->min_nodes;
       ac.max_nodes = launch->nnodes;
-      if (resilience->elastic && launch->nnodes > 1) {
+      if (resilience->elastic && launch->nnodes > 1 && !auto_nodes) {
         if (const std::string bad = check_elastic_nodes(*config, launch->min_nodes, launch->nnodes,
                                                         launch->nproc_per_node, &ac.global_batch);
             !bad.empty()) {

@@ -69,10 +69,13 @@ struct AgentConfig {
   // What every node launches, chosen by node 0's agent after the rendezvous and before any
   // worker starts, and taken from the store by the other nodes' agents (`run --strategy auto`
   // across nodes: node 0 plans, so every node runs the same layout). Unset: nproc_per_node
-  // workers of worker_args on every node. Fixed nodes only (not the multi-node elastic agent).
+  // workers of worker_args on every node. The multi-node elastic agent asks the node with id 0
+  // (the first to join) once, before the first generation; every generation and every node that
+  // joins later launches the same.
   struct NodeLaunch {
     int nproc_per_node = 1;
     std::vector<std::string> worker_args;
+    int global_batch = 0;  // multi-node elastic: as global_batch below
   };
   std::function<StatusOr<NodeLaunch>()> node0_decides;
   // Elastic on one node: called on the agent's thread each time it replaces failed workers,

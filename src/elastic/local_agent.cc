@@ -85,46 +85,12 @@ Status LocalAgent::rendezvous() {
 }
 
 Status LocalAgent::agree_on_launch(comm::Store& store) {
-  // "ok" or "error", then the processes per node and the arguments, or the message.
-  constexpr char kSep = '\x1f';
-  const std::string key = "cann/" + node_.job_prefix + "/launch";
-  if (node_.node_rank == 0) {
-    StatusOr<AgentConfig::NodeLaunch> launch = config_.node0_decides();
-    std::string value;
-    if (launch.ok()) {
-      value = "ok" + std::string(1, kSep) + std::to_string(launch->nproc_per_node);
-      for (const std::string& a : launch->worker_args) value += kSep + a;
-    } else {
-      value = "error" + std::string(1, kSep) + launch.status().message();
-    }
-    CANN_RETURN_IF_ERROR(store.set(key, value));
-    if (!launch.ok()) return launch.status();
-    P_ = launch->nproc_per_node;
-    config_.worker_args = launch->worker_args;
-    return OkStatus();
-  }
-  const auto timeout = std::chrono::milliseconds(static_cast<long>(config_.rdzv_timeout_s * 1000));
-  StatusOr<std::string> value = store.get(key, timeout);
-  if (!value.ok())
-    return IoError("node " + std::to_string(node_.node_rank) +
-                   ": node 0 did not say what to launch within " +
-                   std::to_string(static_cast<int>(config_.rdzv_timeout_s)) +
-                   " s; hint: check node 0's output (it plans the layout)");
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t sep = value->find(kSep, start);
-    parts.push_back(
-        value->substr(start, sep == std::string::npos ? std::string::npos : sep - start));
-    if (sep == std::string::npos) break;
-    start = sep + 1;
-  }
-  if (parts[0] == "error" && parts.size() == 2)
-    return FailedPrecondition("node 0 could not choose what to launch: " + parts[1]);
-  if (parts[0] != "ok" || parts.size() < 2 || std::atoi(parts[1].c_str()) < 1)
-    return Internal("node 0's launch record under " + key + " is malformed");
-  P_ = std::atoi(parts[1].c_str());
-  config_.worker_args.assign(parts.begin() + 2, parts.end());
+  CANN_ASSIGN_OR_RETURN(
+      AgentConfig::NodeLaunch launch,
+      elastic::agree_on_launch(store, "cann/" + node_.job_prefix + "/launch", node_.node_rank == 0,
+                               config_.node0_decides, config_.rdzv_timeout_s));
+  P_ = launch.nproc_per_node;
+  config_.worker_args = std::move(launch.worker_args);
   return OkStatus();
 }
 

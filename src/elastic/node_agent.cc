@@ -56,6 +56,16 @@ Status NodeAgent::setup() {
   CANN_ASSIGN_OR_RETURN(store_, comm::open_store(url_, op_timeout));
   CANN_ASSIGN_OR_RETURN(int64_t ticket, store_->add(keys_ + "/agent_ids", 1));
   node_id_ = static_cast<int>(ticket - 1);
+  if (config_.node0_decides) {
+    // `run --strategy auto`: the first node to join plans once; every node, now or joining
+    // later, launches what it chose.
+    CANN_ASSIGN_OR_RETURN(AgentConfig::NodeLaunch launch,
+                          agree_on_launch(*store_, keys_ + "/launch", node_id_ == 0,
+                                          config_.node0_decides, config_.rdzv_timeout_s));
+    P_ = launch.nproc_per_node;
+    config_.worker_args = std::move(launch.worker_args);
+    config_.global_batch = launch.global_batch;
+  }
   comm_addr_ = !config_.comm_addr.empty() ? config_.comm_addr : local_address_towards(url_);
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -88,9 +98,9 @@ Status NodeAgent::setup() {
     }
   });
   // `cann-train scale` and `debug hang` on this machine find the job without being told.
-  registered_ = debug::register_job({job_, url_, job_, config_.max_nodes * P_,
-                                     static_cast<int>(getpid())})
-                    .ok();
+  registered_ =
+      debug::register_job({job_, url_, job_, config_.max_nodes * P_, static_cast<int>(getpid())})
+          .ok();
   say("joined job '" + job_ + "' at " + store_->address() + " (" + std::to_string(P_) +
       " workers per node, " + std::to_string(bounds_.min_nodes) + " to " +
       std::to_string(bounds_.max_nodes) + " nodes)");

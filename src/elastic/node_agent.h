@@ -16,8 +16,9 @@
 // On a new generation each member agent stops its workers and starts fresh ones with the new
 // rank, world size and generation; they load the committed step from the in-memory snapshots of
 // this node or, when this node lacks it (it just joined), receive it from a node that holds it
-// over the new group (train/peer_restore.cc). A member dropped by a scale-down exits 0; a node not admitted waits.
-// Failure generations count against max_restarts; the next one ends the job (exit 1).
+// over the new group (train/peer_restore.cc). A member dropped by a scale-down exits 0; a node not
+// admitted waits. Failure generations count against max_restarts; the next one ends the job (exit
+// 1).
 //
 // Store outages: every store operation of the loop may fail; while the store is unreachable no
 // beat is judged stale and no decision is made, and a record that the restarted store lost is
@@ -84,7 +85,7 @@ class NodeAgent {
   void say(const std::string& line);
 
   AgentConfig config_;
-  const int P_;
+  int P_;  // workers per node (node 0 may choose it: agree_on_launch)
   std::string job_, keys_, url_, comm_addr_, host_;
   bool registered_ = false;  // in the machine's job registry (debug/job_registry.h)
   std::shared_ptr<comm::Store> store_;

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace cann::elastic {
@@ -71,6 +73,73 @@ std::string local_address_towards(const std::string& store_url) {
   if (fd >= 0) close(fd);
   freeaddrinfo(res);
   return result;
+}
+
+namespace {
+
+// "ok", the processes per node, the global batch, then the arguments; or "error" and the
+// message. Fields are separated by the unit separator, which no argument holds.
+constexpr char kSep = '\x1f';
+
+std::string launch_record(const StatusOr<AgentConfig::NodeLaunch>& launch) {
+  if (!launch.ok()) return "error" + std::string(1, kSep) + launch.status().message();
+  std::string value = "ok" + std::string(1, kSep) + std::to_string(launch->nproc_per_node) + kSep +
+                      std::to_string(launch->global_batch);
+  for (const std::string& a : launch->worker_args) value += kSep + a;
+  return value;
+}
+
+StatusOr<AgentConfig::NodeLaunch> parse_launch_record(const std::string& value,
+                                                      const std::string& key) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t sep = value.find(kSep, start);
+    parts.push_back(
+        value.substr(start, sep == std::string::npos ? std::string::npos : sep - start));
+    if (sep == std::string::npos) break;
+    start = sep + 1;
+  }
+  if (parts[0] == "error" && parts.size() == 2)
+    return FailedPrecondition("node 0 could not choose what to launch: " + parts[1]);
+  AgentConfig::NodeLaunch launch;
+  if (parts[0] != "ok" || parts.size() < 3 ||
+      (launch.nproc_per_node = std::atoi(parts[1].c_str())) < 1)
+    return Internal("node 0's launch record under " + key + " is malformed");
+  launch.global_batch = std::atoi(parts[2].c_str());
+  launch.worker_args.assign(parts.begin() + 3, parts.end());
+  return launch;
+}
+
+}  // namespace
+
+StatusOr<AgentConfig::NodeLaunch> agree_on_launch(
+    comm::Store& store, const std::string& key, bool decides,
+    const std::function<StatusOr<AgentConfig::NodeLaunch>()>& decide, double timeout_s) {
+  if (decides) {
+    // An agent started again (the same node id) takes the record it wrote before.
+    CANN_ASSIGN_OR_RETURN(std::optional<std::string> have, store.try_get(key));
+    if (!have) {
+      StatusOr<AgentConfig::NodeLaunch> mine = decide();
+      const std::string record = launch_record(mine);
+      CANN_ASSIGN_OR_RETURN(std::string stored, store.compare_set(key, std::nullopt, record));
+      if (stored == record) return mine;  // this node's own error, as it met it
+      have = std::move(stored);
+    }
+    return parse_launch_record(*have, key);
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<long>(std::max(0.0, timeout_s) * 1000));
+  while (true) {
+    StatusOr<std::optional<std::string>> value = store.try_get(key);
+    if (value.ok() && value->has_value()) return parse_launch_record(**value, key);
+    if (std::chrono::steady_clock::now() >= deadline)
+      return IoError("node 0 did not say what to launch within " +
+                     std::to_string(static_cast<int>(timeout_s)) +
+                     " s; hint: check node 0's output (it plans the layout)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace cann::elastic
