@@ -258,6 +258,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
                        {"runtime_reserve_GB", number(&d.runtime_reserve_gb, source, true)},
+                       {"overlap_slowdown", fraction(&d.overlap_slowdown, source)},
                        {"fused_attention_kernel", text(&d.fused_kernel)},
                        {"fused_attention_tflops",
                         [&](const YAML::Node& t, const std::string& k) -> Status {

@@ -73,7 +73,7 @@ struct AttentionSpeed {
 
 struct DeviceSpec {
   std::string name;
-  double peak_tflops = 0;  // dense bf16/fp16 matrix peak
+  double peak_tflops = 0;      // dense bf16/fp16 matrix peak
   double fp8_peak_tflops = 0;  // dense fp8 matrix peak; 0: no fp8 units
   // fp32 devices: the GEMM rate of bf16 inputs with fp32 accumulation (0: not measured), and
   // whether the planned run uses it (`--precision bf16` on the CPU engine: weights, gradients,
@@ -83,7 +83,7 @@ struct DeviceSpec {
   // The peak MFU divides by: the bf16 GEMM rate when the planned run multiplies in bf16 (the
   // precision's own ceiling, as an fp32 peak would let MFU pass 1), else peak_tflops.
   double mfu_peak_tflops() const { return bf16_gemms ? bf16_gemm_tflops : peak_tflops; }
-  double memory_gb = 0;    // HBM capacity, binary GB (2^30 bytes)
+  double memory_gb = 0;  // HBM capacity, binary GB (2^30 bytes)
   double memory_bandwidth_GBps = 0;
   double tdp_watts = 0;
   double hourly_cost_usd = 0;
@@ -94,6 +94,10 @@ struct DeviceSpec {
   // context, libraries, communicator buffers, allocator slack), binary GB; < 0: the default of
   // the precision (predict.h, reserved_bytes). `bench calibrate` measures it for CPU workers.
   double runtime_reserve_gb = -1;
+  // Compute slowed by a collective running beside it: the seconds added per second of compute
+  // that overlaps one (communication kernels take SMs, memory bandwidth and caches from the
+  // GEMMs); < 0: the precision's default (predict.h, overlap_slowdown).
+  double overlap_slowdown = -1;
   Precision precision = Precision::kBf16;
   AttentionKernel attention = AttentionKernel::kFused;  // see the file comment for the default
   // Fused kernels measured on this device (device.fused_attention_tflops) and the one a fused

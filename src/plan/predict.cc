@@ -28,13 +28,15 @@ double sequence(const PlanInput& in) {
 //          gradients reduce-scattered after it (Rajbhandari et al. 2020: 1.5x ZeRO-0 volume per
 //          micro-batch).
 // A collective overlapped with a window W exposes max(t - W, t_last_bucket): the last bucket
-// is only ready when the window ends.
+// is only ready when the window ends. The compute it runs beside, min(t, C) of the window's C
+// seconds of compute, is slowed by the device's overlap_slowdown; that time is counted here.
 // Each collective issued pays its latency (collective_latency_seconds) however small it is:
 // gradients go out in buckets of grad_bucket_bytes(dp), one collective each; ZeRO-3 gathers and
 // reduces one unit at a time, a unit being a transformer layer (PyTorch FSDP and
 // Megatron-Core wrap each block) or the stage's embedding and head, `units` in all.
 double dp_exposed(const PlanInput& in, const Strategy& s, double params, double expert_params,
-                  double units, double fwd_window, double bwd_window) {
+                  double units, double fwd_window, double bwd_window, double fwd_compute,
+                  double bwd_compute) {
   const ClusterSpec& c = in.cluster;
   const int D = s.dp * s.cp;
   if (D <= 1) return 0;
@@ -62,8 +64,11 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
     const double e = k == Collective::kAllGather ? sb.weights : sb.grads;
     return collective_seconds(c, k, std::min(bucket, e * (params + expert_params)), dense_group);
   };
-  auto overlapped = [&](double t, double window, Collective k) {
-    return std::max(t - window, std::min(t, tail(k)));
+  const double slowdown = overlap_slowdown(c.device);
+  auto hidden_by = [&](double t, bool forward, Collective k) {
+    const double window = forward ? fwd_window : bwd_window;
+    const double compute = forward ? fwd_compute : bwd_compute;
+    return std::max(t - window, std::min(t, tail(k))) + slowdown * std::min(t, compute);
   };
   const double m = s.micro_batches();
   const double per_unit = s.zero >= 3 ? std::max(1.0, units) : buckets;
@@ -71,18 +76,18 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
   const double ag = coll(Collective::kAllGather, params, expert_params, per_unit);
   switch (s.zero) {
     case 0:
-      return overlapped(coll(Collective::kAllReduce, params, expert_params, buckets), bwd_window,
-                        Collective::kAllReduce);
+      return hidden_by(coll(Collective::kAllReduce, params, expert_params, buckets), false,
+                       Collective::kAllReduce);
     case 1:
-      return overlapped(rs, bwd_window, Collective::kReduceScatter) +
-             overlapped(ag, fwd_window, Collective::kAllGather);
+      return hidden_by(rs, false, Collective::kReduceScatter) +
+             hidden_by(ag, true, Collective::kAllGather);
     case 2:
-      return m * overlapped(rs, bwd_window, Collective::kReduceScatter) +
-             overlapped(ag, fwd_window, Collective::kAllGather);
+      return m * hidden_by(rs, false, Collective::kReduceScatter) +
+             hidden_by(ag, true, Collective::kAllGather);
     default: {
       const double regather = s.recompute == Recompute::kFull ? 2 : 1;
-      return m * (overlapped(ag, fwd_window, Collective::kAllGather) +
-                  overlapped(regather * ag + rs, bwd_window, Collective::kReduceScatter));
+      return m * (hidden_by(ag, true, Collective::kAllGather) +
+                  hidden_by(regather * ag + rs, false, Collective::kReduceScatter));
     }
   }
 }
@@ -99,6 +104,11 @@ double zero3_tensors_per_unit(const model::ModelSpec& m, int tp) {
 }
 
 }  // namespace
+
+double overlap_slowdown(const DeviceSpec& d) {
+  if (d.overlap_slowdown >= 0) return d.overlap_slowdown;
+  return d.precision == Precision::kFp32 ? 0.0 : kOverlapSlowdown;
+}
 
 double reserved_bytes(const DeviceSpec& d) {
   if (d.runtime_reserve_gb >= 0) return d.runtime_reserve_gb * 1073741824.0;
@@ -416,7 +426,9 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     double units = st.embedding + st.head;
     for (const auto& [first, last] : st.layers) units += last - first + 1;
     if (s.zero >= 3 && in.zero3_per_tensor) units *= zero3_tensors_per_unit(m, s.tp);
-    st.dp_comm_s = dp_exposed(in, s, P, Pe, units, st.fwd_s, st.bwd_s);
+    st.dp_comm_s =
+        dp_exposed(in, s, P, Pe, units, st.fwd_s, st.bwd_s, std::max(0.0, st.fwd_s - st.fwd_comm_s),
+                   std::max(0.0, st.bwd_s - st.bwd_comm_s));
     // Tied embedding and head on different stages: their gradients are summed between the
     // first and the last stage after the backward pass (Megatron), exposed.
     if (p > 1 && tied_across_stages(m) && (i == 0 || i == p - 1))

@@ -48,6 +48,14 @@ inline constexpr double kReservedBytes = 2.0 * 1073741824.0;
 // else by precision: kReservedBytes for bf16 and fp8 devices, none for fp32, whose figures are
 // then cann-train's own buffers alone.
 double reserved_bytes(const DeviceSpec& d);
+// Compute time added per second of compute that overlaps a collective (DeviceSpec's
+// overlap_slowdown where given): on bf16 and fp8 devices kOverlapSlowdown, the mean slowdown of
+// GPT and Llama training kernels while a collective ran beside them, measured on A100, H100,
+// MI250 and MI210 (Lee et al. 2025, "Characterizing Compute-Communication Overlap in
+// GPU-Accelerated Distributed Deep Learning", abstract: 18.9% on average, 40.0% at most); on
+// fp32 (CPU) devices none, not measured.
+inline constexpr double kOverlapSlowdown = 0.189;
+double overlap_slowdown(const DeviceSpec& d);
 // Data-parallel gradient bucket: Megatron-LM's default of 40M parameters, fp32 gradients.
 inline constexpr double kGradBucketParams = 40e6;
 inline constexpr double kGradBucketBytes = kGradBucketParams * 4;
