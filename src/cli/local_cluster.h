@@ -33,8 +33,9 @@ StatusOr<plan::ClusterSpec> local_cluster_measured_now(int processes, int cores,
 std::string local_cluster_name(int processes, int cores);
 
 // How much faster `threads` threads run the model's MLP GEMM (N tokens, hidden C, feed-forward
-// F, capped so a large model costs no more than a second) than one thread, at least 1. Leaves
-// the process with `restore_threads` threads.
+// F, capped so a large model costs no more than about a second and a half: three rounds, the
+// best of each side) than one thread, at least 1. Leaves the process with `restore_threads`
+// threads.
 double thread_speedup(int threads, int N, int C, int F, int restore_threads);
 
 // One process using every core as threads: a single device whose GEMM rate is the per-core rate
