@@ -18,8 +18,8 @@
 //
 // What a memory snapshot promises is the death of its process, not of the machine: a step
 // directory under its final name is complete (it is renamed there after its files are), so a
-// process killed at any point leaves whole snapshots and at most one hidden slot. There is no fsync
-// (nothing survives the machine in memory anyway). Damage is still caught: each section
+// process killed at any point leaves whole snapshots and at most one hidden slot. There is no
+// fsync (nothing survives the machine in memory anyway). Damage is still caught: each section
 // carries the word sum of core/word_sum.h, computed by the copy itself, in place of the
 // CRC-32C a second pass would cost (the manifest says "memory_snapshot": true). The data file
 // is allocated before it is mapped (fallocate), so a full memory file system is an error, not

@@ -34,9 +34,10 @@ double sequence(const PlanInput& in) {
 // gradients go out in buckets of grad_bucket_bytes(dp), one collective each; ZeRO-3 gathers and
 // reduces one unit at a time, a unit being a transformer layer (PyTorch FSDP and
 // Megatron-Core wrap each block) or the stage's embedding and head, `units` in all.
+// The windows are the stage's per-micro-batch forward and backward (`st`), their compute the
+// window less the collectives exposed inside it.
 double dp_exposed(const PlanInput& in, const Strategy& s, double params, double expert_params,
-                  double units, double fwd_window, double bwd_window, double fwd_compute,
-                  double bwd_compute) {
+                  double units, const StageReport& st) {
   const ClusterSpec& c = in.cluster;
   const int D = s.dp * s.cp;
   if (D <= 1) return 0;
@@ -66,8 +67,8 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
   };
   const double slowdown = overlap_slowdown(c.device);
   auto hidden_by = [&](double t, bool forward, Collective k) {
-    const double window = forward ? fwd_window : bwd_window;
-    const double compute = forward ? fwd_compute : bwd_compute;
+    const double window = forward ? st.fwd_s : st.bwd_s;
+    const double compute = std::max(0.0, window - (forward ? st.fwd_comm_s : st.bwd_comm_s));
     return std::max(t - window, std::min(t, tail(k))) + slowdown * std::min(t, compute);
   };
   const double m = s.micro_batches();
@@ -426,9 +427,7 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     double units = st.embedding + st.head;
     for (const auto& [first, last] : st.layers) units += last - first + 1;
     if (s.zero >= 3 && in.zero3_per_tensor) units *= zero3_tensors_per_unit(m, s.tp);
-    st.dp_comm_s =
-        dp_exposed(in, s, P, Pe, units, st.fwd_s, st.bwd_s, std::max(0.0, st.fwd_s - st.fwd_comm_s),
-                   std::max(0.0, st.bwd_s - st.bwd_comm_s));
+    st.dp_comm_s = dp_exposed(in, s, P, Pe, units, st);
     // Tied embedding and head on different stages: their gradients are summed between the
     // first and the last stage after the backward pass (Megatron), exposed.
     if (p > 1 && tied_across_stages(m) && (i == 0 || i == p - 1))
