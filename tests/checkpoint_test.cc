@@ -21,6 +21,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/snapshot_writer.h"
 #include "core/fs.h"
+#include "core/word_sum.h"
 #include "test_util.h"
 
 namespace cann::ckpt {
@@ -196,6 +197,63 @@ TEST(SnapshotWriterTest, SnapshotsReadBackExactlyAndReuseTwoDirectories) {
   EXPECT_EQ(manifest.at("memory_snapshot"), true);
   EXPECT_FALSE(manifest.at("sections").at(0).contains("crc32c"));
   EXPECT_EQ(manifest.at("sections").at(0).at("wsum64").get<std::string>().size(), 16u);
+}
+
+// State that lives in a snapshot: written where lend() put it, published by write() in place
+// (with the word sums its writer took, or without), read back exactly; the next slot lent
+// is never the one holding the newest snapshot, so that one stays published throughout.
+TEST(SnapshotWriterTest, LentSlotsArePublishedInPlaceAndAlternate) {
+  TempDir tmp;
+  SnapshotWriter writer(tmp.path(), 2);
+  const std::vector<uint64_t> bytes = {4000, 256};
+  const char* live = nullptr;
+  std::set<const char*> slots;
+  for (int step = 1; step <= 5; ++step) {
+    StatusOr<std::vector<char*>> at = writer.lend(bytes, live);
+    ASSERT_TRUE(at.ok()) << at.status().message();
+    ASSERT_EQ(at->size(), 2u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>((*at)[0]) % 64, 0u);
+    if (live != nullptr) {
+      EXPECT_NE((*at)[0], live) << "step " << step;
+      // The newest snapshot is still listed while the next is written.
+      EXPECT_EQ(listed(tmp.path()).front(), tmp.file("step-0000000" + std::to_string(step - 1)));
+    }
+    slots.insert((*at)[0]);
+    const std::vector<char> p = pattern(4000, step), m = pattern(256, 50 + step);
+    std::memcpy((*at)[0], p.data(), p.size());
+    std::memcpy((*at)[1], m.data(), m.size());
+    CheckpointWrite w;
+    w.step = step;
+    w.meta_json = "{}";
+    w.sections = {{"params", (*at)[0], 4000}, {"adam_m", (*at)[1], 256}};
+    if (step % 2 == 0) {  // the writer of the data summed it on the way
+      w.sections[0].has_word_sum = true;
+      w.sections[0].word_sum = word_sum(p.data(), p.size());
+    }
+    StatusOr<std::string> path = writer.write(w);
+    ASSERT_TRUE(path.ok()) << path.status().message();
+    StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    EXPECT_EQ(loaded->find("params")->data, p) << "step " << step;
+    EXPECT_EQ(loaded->find("adam_m")->data, m) << "step " << step;
+    live = (*at)[0];
+  }
+  EXPECT_EQ(slots.size(), 2u);
+  EXPECT_EQ(listed(tmp.path()),
+            (std::vector<std::string>{tmp.file("step-00000005"), tmp.file("step-00000004")}));
+
+  // A sum that does not match what lies there is caught on reading, as damage is.
+  StatusOr<std::vector<char*>> at = writer.lend(bytes, live);
+  ASSERT_TRUE(at.ok()) << at.status().message();
+  CheckpointWrite w;
+  w.step = 6;
+  w.meta_json = "{}";
+  w.sections = {{"params", (*at)[0], 4000}, {"adam_m", (*at)[1], 256}};
+  w.sections[0].has_word_sum = true;
+  w.sections[0].word_sum = 12345;
+  StatusOr<std::string> path = writer.write(w);
+  ASSERT_TRUE(path.ok()) << path.status().message();
+  expect_error(read_checkpoint(*path).status(), StatusCode::kDataLoss, {"params", "checksum"});
 }
 
 // A memory snapshot damaged in place (a stray write, a bad page) is DataLoss naming the

@@ -126,6 +126,28 @@ TEST(WordSumTest, MatchesTheDefinitionAndCopiesExactly) {
   }
 }
 
+// Summed in pieces (added in order, or summed apart and joined left to right), the sum is the
+// one of the whole, whatever the cut points on 64-byte boundaries and the last piece's length.
+TEST(WordSumTest, PiecesAddedOrJoinedEqualTheWhole) {
+  std::mt19937 rng(11);
+  for (size_t n : {0, 64, 100, 4096, 65537}) {
+    std::vector<uint8_t> data(n);
+    for (auto& c : data) c = static_cast<uint8_t>(rng());
+    const uint64_t want = word_sum(data.data(), n);
+    for (size_t cut : {size_t{0}, size_t{64}, size_t{640}, n / 64 * 64}) {
+      if (cut > n) continue;
+      WordSumParts added;
+      word_sum_add(&added, data.data(), cut);
+      word_sum_add(&added, data.data() + cut, n - cut);
+      EXPECT_EQ(word_sum_finish(added), want) << n << " cut at " << cut;
+      WordSumParts left, right;
+      word_sum_add(&right, data.data() + cut, n - cut);  // the right part first
+      word_sum_add(&left, data.data(), cut);
+      EXPECT_EQ(word_sum_finish(word_sum_join(left, right)), want) << n << " cut at " << cut;
+    }
+  }
+}
+
 // Any one changed byte, two words swapped between blocks, or one byte more changes the sum.
 TEST(WordSumTest, SeesOneChangedByteAMovedWordAndTheLength) {
   std::vector<uint8_t> data(4096);

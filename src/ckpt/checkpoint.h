@@ -34,6 +34,10 @@ struct SectionView {
   std::string name;  // "params", "adam_m", "adam_v", ...
   const void* data = nullptr;
   size_t bytes = 0;
+  // The section's word sum (core/word_sum.h), when whoever wrote the data took it on the way:
+  // a memory snapshot written in place (ckpt/snapshot_writer.h) does not read it again.
+  bool has_word_sum = false;
+  uint64_t word_sum = 0;
 };
 
 struct CheckpointWrite {

@@ -44,6 +44,9 @@ void SnapshotWriter::drop(Slot& s) {
   if (s.map != nullptr) ::munmap(s.map, s.mapped);
   s.map = nullptr;
   s.mapped = 0;
+  if (s.manifest_fd >= 0) ::close(s.manifest_fd);
+  s.manifest_fd = -1;
+  s.manifest_bytes = 0;
 }
 
 // Adopts the published step directories (another process's, or this one's before a restore),
@@ -96,9 +99,73 @@ Status SnapshotWriter::map_data(Slot& s, size_t bytes) {
   // here instead of 55 (one fault per page otherwise).
   void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f.fd(), 0);
   if (map == MAP_FAILED) return IoError(path + ": cannot map: " + errno_text());
+  // State may live here (lend()): huge pages where the system gives them to shared memory
+  // (transparent_hugepage/shmem_enabled "advise"), as the engine's own buffers have them.
+  ::madvise(map, bytes, MADV_HUGEPAGE);
   s.map = static_cast<char*>(map);
   s.mapped = bytes;
   return OkStatus();
+}
+
+// A hidden slot, else a new one while there are fewer than keep, else the oldest published;
+// never `kept`.
+StatusOr<SnapshotWriter::Slot*> SnapshotWriter::free_slot(const Slot* kept) {
+  Slot* target = nullptr;
+  for (Slot& s : slots_)
+    if (target == nullptr && &s != kept && s.step < 0) target = &s;
+  if (target == nullptr && static_cast<int>(slots_.size()) < keep_) {
+    Slot s;
+    s.path = join_path(dir_, ".slot-" + std::to_string(next_id_++));
+    if (::mkdir(s.path.c_str(), 0755) != 0)
+      return IoError(s.path + ": " + disk_full_or("cannot create the snapshot directory"));
+    slots_.push_back(std::move(s));
+    target = &slots_.back();
+  }
+  if (target == nullptr)
+    for (Slot& s : slots_)
+      if (&s != kept && s.step >= 0 && (target == nullptr || s.step < target->step)) target = &s;
+  if (target == nullptr) return FailedPrecondition(dir_ + ": no free snapshot slot");
+  return target;
+}
+
+SnapshotWriter::Slot* SnapshotWriter::slot_holding(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  if (c == nullptr) return nullptr;
+  for (Slot& s : slots_)
+    if (s.map != nullptr && c >= s.map && c < s.map + s.mapped) return &s;
+  return nullptr;
+}
+
+namespace {
+
+// data.bin: the header, then each section at the next 64-byte boundary (checkpoint.h).
+// Returns the offsets; *end is the file's length.
+std::vector<uint64_t> section_offsets(const std::vector<uint64_t>& bytes, uint64_t* end) {
+  std::vector<uint64_t> offsets;
+  offsets.reserve(bytes.size());
+  uint64_t at = kHeaderBytes;
+  for (const uint64_t b : bytes) {
+    offsets.push_back(align_up(at));
+    at = offsets.back() + b;
+  }
+  *end = at;
+  return offsets;
+}
+
+}  // namespace
+
+StatusOr<std::vector<char*>> SnapshotWriter::lend(const std::vector<uint64_t>& section_bytes,
+                                                  const void* besides) {
+  if (!scanned_) CANN_RETURN_IF_ERROR(scan());
+  const Slot* kept = slot_holding(besides);
+  CANN_ASSIGN_OR_RETURN(Slot* target, free_slot(kept));
+  CANN_RETURN_IF_ERROR(hide(*target));
+  uint64_t end = 0;
+  const std::vector<uint64_t> offsets = section_offsets(section_bytes, &end);
+  CANN_RETURN_IF_ERROR(map_data(*target, end));
+  std::vector<char*> out;
+  for (const uint64_t at : offsets) out.push_back(target->map + at);
+  return out;
 }
 
 StatusOr<std::string> SnapshotWriter::write(const CheckpointWrite& w) {
@@ -119,35 +186,25 @@ StatusOr<std::string> SnapshotWriter::write(const CheckpointWrite& w) {
   }
   if (!scanned_) CANN_RETURN_IF_ERROR(scan());
 
-  // The slot to write: the one holding this step already, else a hidden one, else a new one
-  // while there are fewer than keep, else the oldest.
-  Slot* target = nullptr;
+  // The slot to write: the lent one the sections lie in, else the one holding this step
+  // already, else a hidden one, else a new one while there are fewer than keep, else the
+  // oldest.
+  Slot* target = w.sections.empty() ? nullptr : slot_holding(w.sections[0].data);
+  const bool lent = target != nullptr;
   for (Slot& s : slots_)
-    if (s.step == w.step) target = &s;
-  for (Slot& s : slots_)
-    if (target == nullptr && s.step < 0) target = &s;
-  if (target == nullptr && static_cast<int>(slots_.size()) < keep_) {
-    Slot s;
-    s.path = join_path(dir_, ".slot-" + std::to_string(next_id_++));
-    if (::mkdir(s.path.c_str(), 0755) != 0)
-      return IoError(s.path + ": " + disk_full_or("cannot create the snapshot directory"));
-    slots_.push_back(std::move(s));
-    target = &slots_.back();
+    if (target == nullptr && s.step == w.step) target = &s;
+  if (target == nullptr) {
+    CANN_ASSIGN_OR_RETURN(target, free_slot(nullptr));
   }
-  if (target == nullptr)
-    target = &*std::min_element(slots_.begin(), slots_.end(),
-                                [](const Slot& a, const Slot& b) { return a.step < b.step; });
   CANN_RETURN_IF_ERROR(hide(*target));
 
-  // data.bin: the header, then each section at the next 64-byte boundary (checkpoint.h).
-  uint64_t end = kHeaderBytes;
-  std::vector<uint64_t> offsets;
-  offsets.reserve(w.sections.size());
-  for (const SectionView& s : w.sections) {
-    offsets.push_back(align_up(end));
-    end = offsets.back() + s.bytes;
-  }
+  std::vector<uint64_t> bytes;
+  for (const SectionView& s : w.sections) bytes.push_back(s.bytes);
+  uint64_t end = 0;
+  const std::vector<uint64_t> offsets = section_offsets(bytes, &end);
   const std::string failed = "snapshot of step " + std::to_string(w.step) + " not written: ";
+  if (lent && target->mapped != end)
+    return InvalidArgument(failed + "its sections do not fit the slot they were lent");
   if (Status st = map_data(*target, end); !st.ok()) return Status(st.code(), failed + st.message());
   char* data = target->map;
   std::memset(data, 0, kHeaderBytes);
@@ -155,13 +212,17 @@ StatusOr<std::string> SnapshotWriter::write(const CheckpointWrite& w) {
   internal::put_u32_le(reinterpret_cast<unsigned char*>(data) + 8, kFormatVersion);
   internal::put_u32_le(reinterpret_cast<unsigned char*>(data) + 12,
                        static_cast<uint32_t>(kHeaderBytes));
-  // Each section is copied and checksummed in one pass (core/word_sum.h).
+  // Each section is copied and checksummed in one pass (core/word_sum.h); one that lies in
+  // place already is not copied, and its sum is read only when its writer did not take it.
   nlohmann::json sections = nlohmann::json::array();
   uint64_t at = kHeaderBytes;
   for (size_t i = 0; i < w.sections.size(); ++i) {
     const SectionView& s = w.sections[i];
     std::memset(data + at, 0, offsets[i] - at);
-    const uint64_t sum = copy_word_sum(data + offsets[i], s.data, s.bytes);
+    const bool in_place = s.data == data + offsets[i];
+    const uint64_t sum = !in_place        ? copy_word_sum(data + offsets[i], s.data, s.bytes)
+                         : s.has_word_sum ? s.word_sum
+                                          : word_sum(data + offsets[i], s.bytes);
     sections.push_back({{"name", s.name},
                         {"offset", offsets[i]},
                         {"bytes", s.bytes},
@@ -179,14 +240,27 @@ StatusOr<std::string> SnapshotWriter::write(const CheckpointWrite& w) {
   manifest_.append(kDataName).append("\",\"data_bytes\":");
   manifest_.append(std::to_string(end)).append(",\"sections\":");
   manifest_.append(sections.dump()).append("}\n");
+  // Written over the slot's previous manifest through a descriptor kept open (opening,
+  // truncating and closing it each time cost more than the rest of a snapshot written in place).
   const std::string manifest_path = join_path(target->path, kManifestName);
-  {
-    FileHandle f(::open(manifest_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (f.fd() < 0) return IoError(failed + manifest_path + ": " + disk_full_or("cannot create"));
-    if (Status st = write_all(f.fd(), manifest_.data(), manifest_.size(), manifest_path); !st.ok())
-      return Status(st.code(), failed + st.message());
-    if (f.close() != 0) return IoError(failed + manifest_path + ": close failed: " + errno_text());
+  if (target->manifest_fd < 0) {
+    target->manifest_fd =
+        ::open(manifest_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    target->manifest_bytes = 0;
+    if (target->manifest_fd < 0)
+      return IoError(failed + manifest_path + ": " + disk_full_or("cannot create"));
   }
+  for (size_t done = 0; done < manifest_.size();) {
+    const ssize_t n = ::pwrite(target->manifest_fd, manifest_.data() + done,
+                               manifest_.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError(failed + manifest_path + ": " + disk_full_or("write failed"));
+    done += static_cast<size_t>(n);
+  }
+  if (manifest_.size() < target->manifest_bytes &&
+      ::ftruncate(target->manifest_fd, static_cast<off_t>(manifest_.size())) != 0)
+    return IoError(failed + manifest_path + ": " + disk_full_or("cannot size"));
+  target->manifest_bytes = manifest_.size();
 
   // Published under its name only now, complete.
   const std::string final_path = join_path(dir_, internal::step_name(w.step));

@@ -4,8 +4,9 @@
 // read_checkpoint) in a memory file system, written every step. write_checkpoint pays there
 // for what a disk needs and memory does not: write() through the page cache, a CRC-32C per
 // section, fsyncs, a fresh directory, and a JSON round trip of the metadata. This writer keeps
-// `keep` step directories whose data files stay mapped: a snapshot is a memcpy into the
-// mapping of the oldest, a manifest written by hand, and two renames.
+// `keep` step directories whose data files stay mapped and whose manifests stay open: a
+// snapshot is a memcpy into the mapping of the oldest, a manifest written by hand over the old
+// one, and two renames.
 //
 //   <dir>/step-00000007/   published (the oldest)
 //   <dir>/step-00000008/   published (the newest)
@@ -24,6 +25,12 @@
 // CRC-32C a second pass would cost (the manifest says "memory_snapshot": true). The data file
 // is allocated before it is mapped (fallocate), so a full memory file system is an error, not
 // a SIGBUS.
+//
+// State that lives in a snapshot (lend()): an optimizer that writes its output straight into
+// the mapped data file of a hidden slot, and a write() whose sections already lie there,
+// publish a snapshot without copying anything: only the header, the manifest and the renames
+// are written. The live state then moves between two slots, each step writing its output into
+// the one that does not hold the newest published snapshot.
 //
 // One writer per directory; readers may read published steps while it writes the next one.
 // Not thread-safe.
@@ -54,8 +61,16 @@ class SnapshotWriter {
   // write leaves the published snapshots as they were and names the path.
   StatusOr<std::string> write(const CheckpointWrite& w);
 
+  // A hidden slot laid out for sections of these sizes (in this order, as write() lays them
+  // out), mapped for state to live in; returns each section's address. The slot whose mapping
+  // holds `besides` (an address lent before, or null) is not chosen. Lent addresses stay valid
+  // until rescan() or the writer's end; a write() whose sections lie at them publishes that
+  // slot in place.
+  StatusOr<std::vector<char*>> lend(const std::vector<uint64_t>& section_bytes,
+                                    const void* besides);
+
   // The directory changed under the writer (a snapshot received from a peer, a restore): the
-  // next write lists it again and adopts what it finds.
+  // next write lists it again and adopts what it finds. Every lent address becomes invalid.
   void rescan() { scanned_ = false; }
 
  private:
@@ -64,9 +79,13 @@ class SnapshotWriter {
     int64_t step = -1;    // -1: hidden (being written, or a write failed)
     char* map = nullptr;  // data.bin mapped writable; nullptr until first written
     size_t mapped = 0;
+    int manifest_fd = -1;  // manifest.json kept open once written
+    size_t manifest_bytes = 0;
   };
 
   Status scan();
+  Slot* slot_holding(const void* p);
+  StatusOr<Slot*> free_slot(const Slot* kept);
   Status hide(Slot& s);
   Status map_data(Slot& s, size_t bytes);
   void drop(Slot& s);

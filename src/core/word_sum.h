@@ -23,4 +23,21 @@ inline uint64_t word_sum(const void* data, size_t n) {
   return copy_word_sum(nullptr, data, n);
 }
 
+// The same checksum gathered piece by piece, for data written in parts (an optimizer that
+// writes its output straight into a snapshot sums each part while it is in cache). Every piece
+// but the last is a multiple of 64 bytes long; pieces summed apart, in any order, are joined
+// left to right.
+struct WordSumParts {
+  uint64_t a[16] = {};
+  uint64_t b[16] = {};
+  uint64_t bytes = 0;
+};
+
+// Adds the next n bytes at data (after those already in `s`).
+void word_sum_add(WordSumParts* s, const void* data, size_t n);
+// The sums of `left` followed by `right` (left.bytes a multiple of 64).
+WordSumParts word_sum_join(const WordSumParts& left, const WordSumParts& right);
+// The checksum of everything added: word_sum() of the whole.
+uint64_t word_sum_finish(const WordSumParts& s);
+
 }  // namespace cann

@@ -71,7 +71,7 @@ void Model::select_rows(int* local, const int* global, int B, int T) const {
 void Model::cp_embedding_forward(int B) {
   const int C = spec_.hidden_size, Tc = seq_ / (2 * cp_.size), Tl = 2 * Tc;
   const bool tp = tp_.size > 1;
-  const float* P = params_.data();
+  const float* P = params_at_;
   // Under tp each rank looks up its vocabulary slice and one rank adds the positions; the
   // partial sums are reduced (scattered by rows under sp), as Model::forward does.
   float* out = tp && tp_.sequence_parallel ? tp_full_ : encoded_;

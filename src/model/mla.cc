@@ -35,7 +35,7 @@ void Model::mla_forward(const LayerActs& a, const LayerOffsets& o, const float* 
   const int R = m.qk_rope_head_dim, NOPE = m.qk_nope_head_dim, VD = m.v_head_dim;
   const int KVA = KR + R, KVB = nh_ * (NOPE + VD), QK = qk_hs_;
   const float eps = static_cast<float>(spec_.norm_eps);
-  const float* P = params_.data();
+  const float* P = params_at_;
   if (QR > 0) {
     linear_forward(a.q_lat, x, P + o.q_a, opt(P, o.q_a_b), N, C, QR);
     rmsnorm_forward(a.q_lat_n, a.q_lat_rstd, a.q_lat, P + o.q_a_norm, N, QR, eps);
@@ -70,7 +70,7 @@ void Model::mla_backward(const LayerActs& a, const LayerOffsets& o, const float*
   const int C = spec_.hidden_size, QR = m.q_lora_rank, KR = m.kv_lora_rank;
   const int R = m.qk_rope_head_dim, NOPE = m.qk_nope_head_dim, VD = m.v_head_dim;
   const int KVA = KR + R, KVB = nh_ * (NOPE + VD), QK = qk_hs_;
-  const float* P = params_.data();
+  const float* P = params_at_;
   float* G = grads_.data();
   const bool tp = tp_.size > 1;
   // The replicated tensors' gradients: rank 0 keeps what they hold, the others add to zero.

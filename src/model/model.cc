@@ -226,6 +226,22 @@ size_t Model::activation_bytes() const {
 
 // Under tp the full model is initialized exactly as on one process and each tensor's shard is
 // copied out, so every split of the model starts from the same numbers.
+void Model::place_params(float* at, bool copy) {
+  const size_t n = num_floats();
+  if (at == params_at_) return;
+  if (at == nullptr) {
+    if (own_params_.data() == params_at_) return;  // its own already
+    AlignedBuffer<float> own(n);
+    std::memcpy(own.data(), params_at_, n * sizeof(float));
+    own_params_ = std::move(own);
+    params_at_ = own_params_.data();
+    return;
+  }
+  if (copy) std::memcpy(at, params_at_, n * sizeof(float));
+  params_at_ = at;
+  own_params_ = AlignedBuffer<float>();
+}
+
 void Model::init_params(uint64_t seed) {
   Rng rng(seed);
   const float residual_scale = 1.0f / std::sqrt(2.0f * spec_.num_hidden_layers);
@@ -234,8 +250,8 @@ void Model::init_params(uint64_t seed) {
   const ParamTable& table = part ? full_table : table_;
   AlignedBuffer<float> full_params;
   if (part) full_params.resize(table.total_floats());
-  float* const base = part ? full_params.data() : params_.data();
-  params_.zero();
+  float* const base = part ? full_params.data() : params_at_;
+  std::memset(params_at_, 0, num_floats() * sizeof(float));
   if (part) full_params.zero();
   for (const TensorInfo& t : table.tensors()) {
     float* p = base + t.offset;
@@ -254,7 +270,7 @@ void Model::init_params(uint64_t seed) {
     // Biases and norm shifts stay zero.
   }
   if (!part) return;
-  slice_from_full(table, base, table_, {tp_.rank, tp_.size, ep_.rank, ep_.size}, params_.data());
+  slice_from_full(table, base, table_, {tp_.rank, tp_.size, ep_.rank, ep_.size}, params_at_);
 }
 
 std::span<const int> Model::expert_counts(int i) const {
@@ -296,7 +312,7 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
   const int B = B_, T = T_, N = B * T, C = s.hidden_size, QKV = qkv_, AC = attn_c_, F = ff_;
   const bool tp = tp_.size > 1, sp = tp && tp_.sequence_parallel;
   const int R = sp ? N / tp_.size : N;
-  const float* P = params_.data();
+  const float* P = params_at_;
   const LayerOffsets& o = offsets_[i];
   const bool moe = layers_[i].moe_index >= 0;
   const bool shared = recompute_ == Recompute::kFull;
@@ -380,7 +396,7 @@ ForwardStats Model::forward(const int* inputs, const int* targets, int B, int T)
   seq_ = seq;
   have_targets_ = targets != nullptr;
   select_rows(inputs_, inputs, B, seq);
-  const float* P = params_.data();
+  const float* P = params_at_;
 
   if (!embed_) {
     // A later pipeline stage: encoded_ holds the previous stage's output (stage_input()).
@@ -454,7 +470,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
   const bool tp = tp_.size > 1, sp = tp && tp_.sequence_parallel;
   const int R = sp ? N / tp_.size : N;
   const size_t RC = static_cast<size_t>(R) * C;
-  const float* P = params_.data();
+  const float* P = params_at_;
   float* G = grads_.data();
   const MoeDims md = moe_dims(T);
   const float aux_grad = grad_scale * static_cast<float>(s.router_aux_loss_coef);

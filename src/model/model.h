@@ -73,8 +73,13 @@ class Model {
 
   const ModelSpec& spec() const { return spec_; }
   const ParamTable& table() const { return table_; }
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
+  float* params() { return params_at_; }
+  const float* params() const { return params_at_; }
+  // The parameters live at `at` from now on (num_floats() floats, 64-byte aligned, kept alive
+  // by the caller: an in-memory snapshot's mapping, train/state_keeper.h), copied there first
+  // when `copy`; the model's own buffer is released. nullptr: back into a buffer of its own,
+  // copied from where they were.
+  void place_params(float* at, bool copy);
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
   size_t num_floats() const { return table_.total_floats(); }
@@ -385,7 +390,8 @@ class Model {
   int slot_ = 0;
   ParamTable table_;
   int max_batch_ = 0, max_seq_ = 0;
-  AlignedBuffer<float> params_, grads_;
+  AlignedBuffer<float> own_params_, grads_;
+  float* params_at_ = nullptr;  // own_params_ unless placed elsewhere
   AlignedBuffer<float> acts_;
   AlignedBuffer<int> ints_;
   size_t wte_ = 0, wpe_ = kAbsent, lnfw_ = 0, lnfb_ = kAbsent;

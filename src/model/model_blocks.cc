@@ -53,7 +53,7 @@ void pack_qk(float* packed, float* qkv, int N, int nh, int kvh, int hs, int stri
 void Model::qk_norm_forward(const LayerActs& a, const LayerOffsets& o, int N) {
   const int hs = spec_.head_size();
   const float eps = static_cast<float>(spec_.norm_eps);
-  const float* P = params_.data();
+  const float* P = params_at_;
   pack_qk(a.qk_raw, a.qkv, N, nh_, kvh_, hs, qkv_, true);
   // The normed heads go to d_ln_'s scratch (free during forward), then back into qkv.
   const size_t qrows = static_cast<size_t>(N) * nh_, krows = static_cast<size_t>(N) * kvh_;
@@ -66,7 +66,7 @@ void Model::qk_norm_forward(const LayerActs& a, const LayerOffsets& o, int N) {
 
 void Model::qk_norm_backward(const LayerActs& a, const LayerOffsets& o, int N) {
   const int hs = spec_.head_size();
-  const float* P = params_.data();
+  const float* P = params_at_;
   float* G = grads_.data();
   const size_t qrows = static_cast<size_t>(N) * nh_, krows = static_cast<size_t>(N) * kvh_;
   float* dnormed = d_qk_;

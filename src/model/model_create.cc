@@ -148,7 +148,8 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
   m->recompute_ = recompute;
   m->max_batch_ = max_batch;
   m->max_seq_ = max_seq;
-  m->params_.resize(m->table_.total_floats());
+  m->own_params_.resize(m->table_.total_floats());
+  m->params_at_ = m->own_params_.data();
   m->grads_.resize(m->table_.total_floats());
   auto off = [&](const std::string& name) { return m->table_.at(*m->table_.find(name)).offset; };
   auto opt_off = [&](const std::string& name) {

@@ -43,7 +43,7 @@ void Model::shared_experts_forward(const LayerActs& a, const LayerOffsets& o, co
                                    float* out, int N) {
   const ModelSpec& s = spec_;
   const auto [C, F, FC, R, tp, sp] = shared_shape(s, tp_, shared_ff_, N);
-  const float* P = params_.data();
+  const float* P = params_at_;
   linear_forward(a.fch, ln2_all, P + o.fcw, opt(P, o.fcb), N, C, FC);
   mlp_activation_forward(a.fch_gelu, a.fch, N, F);
   // Row-parallel: partial sums over this rank's units, reduced into shared_out (under sp from
@@ -62,7 +62,7 @@ void Model::shared_experts_forward(const LayerActs& a, const LayerOffsets& o, co
 float* Model::shared_experts_backward(const LayerActs& a, const LayerOffsets& o, int N) {
   const ModelSpec& s = spec_;
   const auto [C, F, FC, R, tp, sp] = shared_shape(s, tp_, shared_ff_, N);
-  const float* P = params_.data();
+  const float* P = params_at_;
   float* G = grads_.data();
   // The gradient reaching the MLP's output (this rank's rows): d_resid_ itself, or gated, the
   // gate's share of it in d_branch_ (free between moe_backward and the norm's backward). The

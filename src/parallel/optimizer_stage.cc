@@ -70,15 +70,25 @@ class ReplicatedStage : public FullStateStage {
   }
 
   BucketReduction* reduction() override { return reduction_.get(); }
-  StatusOr<double> step(float lr) override {
-    return adam_.step(model_.params(), model_.grads(), lr);
+  StatusOr<double> step(float lr) override { return optim::step_model(adam_, model_, &into_, lr); }
+  void add_to_params(size_t begin, const float* delta, size_t count) override {
+    if (into_.sums != nullptr) into_.sums->valid = false;
+    FullStateStage::add_to_params(begin, delta, count);
   }
+  bool placeable() const override { return true; }
+  void place_state(const optim::UpdateTarget& to) override {
+    into_ = {};
+    model_.place_params(to.params, true);
+    adam_.place_moments(to.m, to.v, true);
+  }
+  void update_into(const optim::UpdateTarget& to) override { into_ = to; }
 
  private:
   optim::AdamW& adam() override { return adam_; }
 
   optim::AdamW adam_;
   std::unique_ptr<BucketReduction> reduction_;
+  optim::UpdateTarget into_;  // the next step's output; params null: in place
 };
 
 // 1-bit Adam, or top-k momenta, after a warmup on full (bf16 or fp32) gradients.

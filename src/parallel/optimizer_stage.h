@@ -104,6 +104,12 @@ class OptimizerStage {
   // rule of its own (DeepSeek-V3's expert bias). Every rank passes the same delta.
   virtual void add_to_params(size_t begin, const float* delta, size_t count) = 0;
 
+  // State placed in memory the caller keeps (StepOptimizer::placeable, train/step_optimizer.h):
+  // only a stage whose whole state is the model's parameters and both full moments.
+  virtual bool placeable() const { return false; }
+  virtual void place_state(const optim::UpdateTarget& to) { (void)to; }
+  virtual void update_into(const optim::UpdateTarget& to) { (void)to; }
+
   // The full state (a collective under ZeRO); buffers live until the next call.
   virtual StatusOr<StageState> state() = 0;
   // Full moments and step count back in (any world size).

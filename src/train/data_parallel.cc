@@ -87,13 +87,21 @@ StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot() {
                              ->wait());
     s.extra_sections.push_back({mine[i].name, all.data(), all.size() * sizeof(float)});
   }
-  nlohmann::json extra = {{"zero", config_.zero},
-                          {"compress", plan::compression_name(config_.compress)},
-                          {"world_size", group_.size()}};
-  if (const std::string meta = stage_->meta_json(); !meta.empty())
-    extra.update(nlohmann::json::parse("{" + meta + "}"));
-  s.extra_meta_json = extra.dump();
+  s.extra_meta_json = extra_meta(stage_->meta_json());
   return s;
+}
+
+// The same text for the same stage metadata: a snapshot every step serializes it once.
+const std::string& DataParallelEngine::extra_meta(const std::string& stage_meta) {
+  if (extra_meta_.empty() || stage_meta != extra_meta_of_) {
+    nlohmann::json extra = {{"zero", config_.zero},
+                            {"compress", plan::compression_name(config_.compress)},
+                            {"world_size", group_.size()}};
+    if (!stage_meta.empty()) extra.update(nlohmann::json::parse("{" + stage_meta + "}"));
+    extra_meta_ = extra.dump();
+    extra_meta_of_ = stage_meta;
+  }
+  return extra_meta_;
 }
 
 StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot_own() {

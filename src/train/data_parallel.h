@@ -57,6 +57,9 @@ class DataParallelEngine : public StepOptimizer {
   Status materialize_params() override { return stage_->materialize_params(); }
   Status param_status() const override { return stage_->param_status(); }
   StatusOr<double> step(float lr) override { return stage_->step(lr); }
+  bool placeable() const override { return stage_->placeable(); }
+  void place_state(const optim::UpdateTarget& to) override { stage_->place_state(to); }
+  void update_into(const optim::UpdateTarget& to) override { stage_->update_into(to); }
   Status with_grad_range(size_t begin, size_t count,
                          const std::function<Status(float*)>& fn) override {
     return stage_->with_grad_range(begin, count, fn);
@@ -83,8 +86,11 @@ class DataParallelEngine : public StepOptimizer {
   DataParallelConfig config_;
   std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<parallel::OptimizerStage> stage_;
+  const std::string& extra_meta(const std::string& stage_meta);
+
   // Snapshot staging: every rank's copy of the buffers each holds alone.
   std::vector<std::vector<float>> gathered_;
+  std::string extra_meta_, extra_meta_of_;  // the snapshots' optimizer metadata, and its source
 };
 
 }  // namespace cann::train

@@ -10,6 +10,7 @@
 #include "ckpt/snapshot_writer.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/word_sum.h"
 #include "train/state_keeper.h"
 
 namespace cann::train {
@@ -30,7 +31,9 @@ StatusOr<OptimizerSnapshot> StateKeeper::optimizer_snapshot() {
 
 StatusOr<int> StateKeeper::restore(const ckpt::LoadedCheckpoint& ck) {
   // A restore follows a failure, after which this rank's snapshot directory may hold what
-  // another process wrote (a replaced rank's, a received copy): look at it again.
+  // another process wrote (a replaced rank's, a received copy): look at it again, with the
+  // state out of its slots first.
+  unplace();
   if (snapshots_) snapshots_->rescan();
   // A rank's own snapshot loads only into the same rank of the same layout (a whole-model
   // checkpoint, unmarked, loads anywhere by slicing).
@@ -129,10 +132,21 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
   ResumeState st = resume_state(done);
   st.step_log = step_log;
   ckpt::CheckpointWrite w = training_checkpoint(snapshot_meta_, model.table(), snap, st, config_);
+  // State living in the slot (before_update): published in place, with the sums the update
+  // took where nothing changed it since.
+  if (placed_ && sums_.valid) {
+    const float* live[3] = {live_.params, live_.m, live_.v};
+    for (size_t i = 0; i < 3 && i < w.sections.size(); ++i) {
+      if (w.sections[i].data != live[i]) continue;
+      w.sections[i].has_word_sum = true;
+      w.sections[i].word_sum = word_sum_finish(sums_.parts[i]);
+    }
+  }
   // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
   // more; training goes on.
   Status s = snapshot(w);
   if (!s.ok()) log_warning(s.message());
+  if (s.ok() && placed_) live_.published = true;
   return OkStatus();
 }
 

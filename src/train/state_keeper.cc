@@ -92,10 +92,60 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
 StateKeeper::~StateKeeper() {
   heartbeat_.reset();
   writer_.reset();  // waits for a write in flight
+  unplace();        // before the writer's mappings go
 }
 
 bool StateKeeper::snapshot_due(int done) const {
   return snapshots_ != nullptr && done % snapshot_every_ == 0;
+}
+
+Status StateKeeper::before_update(int done) {
+  if (snapshots_ == nullptr || run_.optimizer == nullptr || !run_.optimizer->placeable())
+    return OkStatus();
+  const bool due = snapshot_due(done);
+  if (!placed_ && !due) return OkStatus();  // lives in its own buffers until the first snapshot
+  const uint64_t bytes = run_.model->model().num_floats() * sizeof(float);
+  const std::vector<uint64_t> sections(3, bytes);  // params, adam_m, adam_v (train_state.h)
+  auto slot = [&](const void* besides) -> StatusOr<Placed> {
+    StatusOr<std::vector<char*>> at = snapshots_->lend(sections, besides);
+    if (!at.ok())
+      return Status(at.status().code(), "rank " + std::to_string(rank_) +
+                                            ": in-memory snapshot slot: " + at.status().message());
+    return Placed{reinterpret_cast<float*>((*at)[0]), reinterpret_cast<float*>((*at)[1]),
+                  reinterpret_cast<float*>((*at)[2]), false};
+  };
+  if (!placed_) {
+    StatusOr<Placed> first = slot(nullptr);
+    if (!first.ok()) {
+      // As with a failed snapshot: the committed step lags, training goes on.
+      log_warning(first.status().message());
+      return OkStatus();
+    }
+    run_.optimizer->place_state({first->params, first->m, first->v, nullptr});
+    live_ = *first;
+    placed_ = true;
+  }
+  if (live_.published) {
+    // The newest published snapshot stays as it is: the update goes to the other slot.
+    StatusOr<Placed> next = slot(live_.params);
+    if (!next.ok()) {
+      log_warning(next.status().message());
+      unplace();
+      return OkStatus();
+    }
+    live_ = *next;
+  }
+  sums_.valid = false;
+  run_.optimizer->update_into({live_.params, live_.m, live_.v, due ? &sums_ : nullptr});
+  return OkStatus();
+}
+
+void StateKeeper::unplace() {
+  if (!placed_) return;
+  if (run_.optimizer != nullptr) run_.optimizer->place_state({});
+  if (run_.model != nullptr) run_.model->model().place_params(nullptr, true);
+  placed_ = false;
+  live_ = {};
 }
 
 Status StateKeeper::snapshot(const ckpt::CheckpointWrite& w) {

@@ -14,6 +14,12 @@
 //     snapshot is the rank's own part in its own layout (its shards, stage or experts, with
 //     their moments; nothing is gathered across the mesh), marked with the layout and rank
 //     (ckpt::RankSnapshotMark): only that rank loads it, and a mismatch is an error.
+//   - Where the optimizer's whole state is the parameters and both moments
+//     (StepOptimizer::placeable: data parallelism without ZeRO or compression, one process),
+//     that state lives in the snapshot files themselves from the first snapshot on: each step's
+//     optimizer writes its output into the hidden slot the next snapshot is published from
+//     (ckpt/snapshot_writer.h's lend()), taking the word sums on the way, so a snapshot copies
+//     nothing. A restore first moves the state back into buffers of its own.
 //   - Fault-tolerance events (state_restored, training_resumed, checkpoint_saved) go into the
 //     JSONL step log (core/event_log.h); rank 0 writes them.
 //   - The glue between the run and its files (run_state.cc): once bound to the live state
@@ -36,6 +42,7 @@
 #include "core/event_log.h"
 #include "core/status.h"
 #include "model/spec.h"
+#include "optim/adamw.h"
 #include "train/config.h"
 #include "train/heartbeat.h"
 #include "train/model_parts.h"
@@ -88,6 +95,9 @@ class StateKeeper {
     if (heartbeat_) heartbeat_->set_step(done);
   }
   bool snapshot_due(int done) const;
+  // Before the optimizer's update that completes step `done`: where the state lives in the
+  // snapshots, tells the optimizer where to write it (a collective-free choice of slot).
+  Status before_update(int done);
   // Writes the in-memory snapshot of step w.step (synchronously: it is a memory copy into
   // files kept mapped, ckpt/snapshot_writer.h).
   Status snapshot(const ckpt::CheckpointWrite& w);
@@ -101,6 +111,7 @@ class StateKeeper {
   void bind(RunState state) {
     run_ = std::move(state);
     snapshot_meta_.clear();  // the model, layout or rank may be new
+    unplace();               // a new optimizer holds its own moments; the model follows
   }
   // The step the run continues from, its state loaded: an elastic generation's committed step
   // (agreed over the ranks under multi-node elastic), else the --resume checkpoint, else 0.
@@ -135,6 +146,9 @@ class StateKeeper {
   StatusOr<int> restore(const ckpt::LoadedCheckpoint& ck);
   // Multi-node elastic (peer_restore.cc).
   StatusOr<int> restore_from_peers();
+  // The state back in buffers of the model's and the optimizer's own (before a restore, a new
+  // binding, the keeper's end): the snapshot slots may go.
+  void unplace();
 
   TrainConfig config_;
   RunState run_;
@@ -153,6 +167,17 @@ class StateKeeper {
   // This rank's snapshots (its directory under the agent's); null: no snapshots.
   std::unique_ptr<ckpt::SnapshotWriter> snapshots_;
   std::string restore_from_;
+  // The state living in a snapshot slot (before_update): where, and whether that slot is
+  // published (the next update then writes into the other one).
+  struct Placed {
+    float* params = nullptr;
+    float* m = nullptr;
+    float* v = nullptr;
+    bool published = false;
+  };
+  bool placed_ = false;
+  Placed live_;
+  optim::StateSums sums_;  // of the update before the next snapshot
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;
   bool writer_prepared_ = false;  // writer_->prepare asked for (after the first step)

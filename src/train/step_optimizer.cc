@@ -14,7 +14,13 @@ Status LocalOptimizer::backward(float grad_scale, bool, parallel::StepComm*) {
 }
 
 StatusOr<double> LocalOptimizer::step(float lr) {
-  return adam_.step(model_.params(), model_.grads(), lr);
+  return optim::step_model(adam_, model_, &into_, lr);
+}
+
+void LocalOptimizer::place_state(const optim::UpdateTarget& to) {
+  into_ = {};
+  model_.place_params(to.params, true);
+  adam_.place_moments(to.m, to.v, true);
 }
 
 Status LocalOptimizer::with_grad_range(size_t begin, size_t,

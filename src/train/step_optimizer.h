@@ -72,6 +72,16 @@ class StepOptimizer {
   // Loads parameters, moments and what else the checkpoint holds for this optimizer.
   virtual Status restore(const ckpt::LoadedCheckpoint& ck, ResumeState* state) = 0;
 
+  // State that lives in memory the caller keeps (the elastic snapshots' mappings,
+  // train/state_keeper.h). Only where the whole state a snapshot holds is the model's
+  // parameters and both full moments; elsewhere placeable() is false and the others do nothing.
+  virtual bool placeable() const { return false; }
+  // The state moves to `to` now (copied), or back into buffers of its own (to.params null).
+  virtual void place_state(const optim::UpdateTarget& to) { (void)to; }
+  // The next step() writes its result to `to` instead of in place; the state lives there
+  // after it.
+  virtual void update_into(const optim::UpdateTarget& to) { (void)to; }
+
   // Bytes this rank holds at most: parameters, gradients, optimizer state.
   virtual size_t parameter_bytes() const = 0;
   virtual size_t gradient_bytes() const = 0;
@@ -98,6 +108,7 @@ class LocalOptimizer : public StepOptimizer {
                          const std::function<Status(float*)>& fn) override;
   Status gather_grads(float* out) override;
   void add_to_params(size_t begin, const float* delta, size_t count) override {
+    if (into_.sums != nullptr) into_.sums->valid = false;
     for (size_t i = 0; i < count; ++i) model_.params()[begin + i] += delta[i];
   }
   StatusOr<OptimizerSnapshot> snapshot() override;
@@ -106,10 +117,14 @@ class LocalOptimizer : public StepOptimizer {
   size_t gradient_bytes() const override { return parameter_bytes(); }
   size_t optimizer_state_bytes() const override { return 2 * parameter_bytes(); }
   std::string describe() const override { return "AdamW on one process"; }
+  bool placeable() const override { return true; }
+  void place_state(const optim::UpdateTarget& to) override;
+  void update_into(const optim::UpdateTarget& to) override { into_ = to; }
 
  private:
   model::Model& model_;
   optim::AdamW adam_;
+  optim::UpdateTarget into_;  // the next step's output; params null: in place
 };
 
 }  // namespace cann::train

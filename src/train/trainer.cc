@@ -175,6 +175,7 @@ Status Trainer::train_steps(RunSummary* summary) {
                                            [this](const Status& s) { return comm_failure(s); }));
       if (!note.empty() && !config_.quiet) reporter_->line(note);
     }
+    CANN_RETURN_IF_ERROR(keeper_->before_update(step + 1));
     auto norm = opt_->step(r.lr);
     if (!norm.ok()) return comm_failure(norm.status());
     CANN_RETURN_IF_ERROR(parts_->update_expert_bias(c, *opt_));
