@@ -133,12 +133,14 @@ TEST_F(MultiProcFaultTest, SigkillWorkerMidStep) {
 }
 
 // The state a snapshot must carry beyond parameters and moments: 1-bit Adam's error-feedback
-// buffers of every rank (over Gloo, the backend between machines), and ZeRO-1's sharded
-// moments. Each layout is compared with its own fault-free run.
+// buffers of every rank (over Gloo, the backend between machines), and ZeRO's shards (each
+// rank's snapshot its own moment pieces, and under stage 3 its parameter pieces). Each layout
+// is compared with its own fault-free run.
 TEST_F(MultiProcFaultTest, SigkillKeepsErrorFeedbackAndZeroShards) {
   for (const std::vector<std::string>& layout :
        {std::vector<std::string>{"--backend", "gloo", "--compress", "onebit"},
-        std::vector<std::string>{"--strategy", "dp=2,zero=1"}}) {
+        std::vector<std::string>{"--strategy", "dp=2,zero=1"},
+        std::vector<std::string>{"--strategy", "dp=2,zero=3"}}) {
     TempDir ref("cann-fault-layout-ref"), run("cann-fault-layout");
     for (const TempDir* d : {&ref, &run}) test::write_text(d->file("m.yaml"), kModel);
     auto ref_args = job_args(ref.path());

@@ -101,9 +101,15 @@ void Trainer::watch_grads() {
 }
 
 void Trainer::bind_state() {
+  // A rank's snapshot holds only its own part of the state under model parallelism, and under
+  // ZeRO on one node, where a lost rank's place is refilled in the same layout: its shards as
+  // it holds them, with no gather of the moments every step. Across elastic nodes a changed
+  // world reshards from the whole state, which the snapshots then keep.
+  const bool own = parts_->model_parallel() != nullptr ||
+                   (layout_.strategy.zero > 0 && env_ != nullptr && env_->node_snapshots.empty());
   keeper_->bind({&spec_, parts_.get(), opt_.get(), batches_.get(), world_.get(),
                  [this](const Status& s) { return comm_failure(s); },
-                 parts_->model_parallel() ? plan::strategy_string(layout_.strategy) : ""});
+                 own ? plan::strategy_string(layout_.strategy) : ""});
 }
 
 Status Trainer::run(RunSummary* summary) {
