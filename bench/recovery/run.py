@@ -81,7 +81,7 @@ LAYERED = ("architecture: gpt\nhidden_size: 64\nnum_hidden_layers: 4\nnum_attent
 MOE = LAYERED + "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2\n"
 # strategy@world, separated by ';'.
 DEFAULT_LAYOUTS = ("dp=2,tp=2@4;pp=2,mbs=2@2;pp=2,vpp=2,mbs=2@2;cp=2@2;dp=2,ep=2@2;"
-                   "dp=2,tp=2,sp=on,zero=3@4")
+                   "dp=2,zero=1@2;dp=2,tp=2,sp=on,zero=3@4")
 MID = ("architecture: gpt\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 4\n"
        "vocab_size: 256\nseq_length: 128\n")
 
