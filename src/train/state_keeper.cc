@@ -140,6 +140,13 @@ Status StateKeeper::before_update(int done) {
   return OkStatus();
 }
 
+void StateKeeper::unbind() {
+  if (placed_ && run_.model != nullptr) run_.model->model().place_params(nullptr, true);
+  placed_ = false;
+  live_ = {};
+  run_ = {};
+}
+
 void StateKeeper::unplace() {
   if (!placed_) return;
   if (run_.optimizer != nullptr) run_.optimizer->place_state({});

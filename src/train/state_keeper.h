@@ -113,6 +113,10 @@ class StateKeeper {
     snapshot_meta_.clear();  // the model, layout or rank may be new
     unplace();               // a new optimizer holds its own moments; the model follows
   }
+  // Before the bound optimizer goes (a rejoin rebuilds it, and under model parallelism the
+  // model): the parameters back in the model's own buffer (the moments go with the optimizer),
+  // and nothing bound until the next bind().
+  void unbind();
   // The step the run continues from, its state loaded: an elastic generation's committed step
   // (agreed over the ranks under multi-node elastic), else the --resume checkpoint, else 0.
   StatusOr<int> restore_at_start();

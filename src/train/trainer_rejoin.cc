@@ -41,6 +41,7 @@ Status Trainer::rejoin(const Status& cause) {
   if (!gen.ok()) return Status(cause.code(), cause.message() + " (" + gen.status().message() + ")");
   // The beacon thread reads the group's flight recorder: stop it before the group goes.
   if (beacon_) beacon_->stop();
+  keeper_->unbind();  // the optimizer, and under model parallelism the model, go next
   opt_.reset();
   const bool mesh = parts_->model_parallel() != nullptr;
   if (mesh) parts_.reset();  // its groups hang off the old world
