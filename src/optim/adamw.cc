@@ -140,9 +140,11 @@ double AdamW::step_to(const float* params, const float* grads, float lr, const U
         kernels::adamw_update_summed(in[0] + a, in[1] + a, in[2] + a, grads + a, out[0] + a,
                                      out[1] + a, out[2] + a, whole - a, th, sums);
         summed = whole;
-        if (whole < b)
-          kernels::adamw_update_to(in[0] + whole, in[1] + whole, in[2] + whole, grads + whole,
-                                   out[0] + whole, out[1] + whole, out[2] + whole, b - whole, th);
+        if (whole < b) {  // the tail, shorter than a block: carried over, updated there
+          carry(whole, b);
+          kernels::adamw_update(out[0] + whole, out[1] + whole, out[2] + whole, grads + whole,
+                                b - whole, th);
+        }
       } else {
         carry(a, b);
       }
@@ -171,6 +173,13 @@ double step_model(AdamW& adam, model::Model& model, UpdateTarget* into, float lr
   const double norm = adam.step_to(model.params(), model.grads(), lr, to);
   model.place_params(to.params, false);
   return norm;
+}
+
+void place_model_state(AdamW& adam, model::Model& model, UpdateTarget* into,
+                       const UpdateTarget& to) {
+  *into = {};
+  model.place_params(to.params, true);
+  adam.place_moments(to.m, to.v, true);
 }
 
 }  // namespace cann::optim

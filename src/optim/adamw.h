@@ -93,5 +93,9 @@ class AdamW {
 // (UpdateTarget::params set), after which the parameters live there and into->params is
 // cleared (a target serves one step).
 double step_model(AdamW& adam, model::Model& model, UpdateTarget* into, float lr);
+// `model`'s parameters and `adam`'s moments move to `to` now (copied), or back into buffers of
+// their own (to.params null); a pending *into is dropped.
+void place_model_state(AdamW& adam, model::Model& model, UpdateTarget* into,
+                       const UpdateTarget& to);
 
 }  // namespace cann::optim

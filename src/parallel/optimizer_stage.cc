@@ -77,9 +77,7 @@ class ReplicatedStage : public FullStateStage {
   }
   bool placeable() const override { return true; }
   void place_state(const optim::UpdateTarget& to) override {
-    into_ = {};
-    model_.place_params(to.params, true);
-    adam_.place_moments(to.m, to.v, true);
+    optim::place_model_state(adam_, model_, &into_, to);
   }
   void update_into(const optim::UpdateTarget& to) override { into_ = to; }
 

@@ -149,8 +149,7 @@ void StateKeeper::unbind() {
 
 void StateKeeper::unplace() {
   if (!placed_) return;
-  if (run_.optimizer != nullptr) run_.optimizer->place_state({});
-  if (run_.model != nullptr) run_.model->model().place_params(nullptr, true);
+  if (run_.optimizer != nullptr) run_.optimizer->place_state({});  // the model's too
   placed_ = false;
   live_ = {};
 }

@@ -18,9 +18,7 @@ StatusOr<double> LocalOptimizer::step(float lr) {
 }
 
 void LocalOptimizer::place_state(const optim::UpdateTarget& to) {
-  into_ = {};
-  model_.place_params(to.params, true);
-  adam_.place_moments(to.m, to.v, true);
+  optim::place_model_state(adam_, model_, &into_, to);
 }
 
 Status LocalOptimizer::with_grad_range(size_t begin, size_t,

@@ -23,17 +23,13 @@ struct AdamWHyper {
 // params, m, v, grads are (n); params, m and v are updated in place.
 void adamw_update(float* params, float* m, float* v, const float* grads, size_t n,
                   const AdamWHyper& h);
-// The same update read from (params, m, v) and written to (params_out, m_out, v_out): the
-// outputs either are their inputs (in place) or overlap no input. Bit for bit adamw_update; on
-// the calling thread alone where the outputs lie apart (the caller splits the work).
-void adamw_update_to(const float* params, const float* m, const float* v, const float* grads,
-                     float* params_out, float* m_out, float* v_out, size_t n, const AdamWHyper& h);
-
-// adamw_update_to over whole 64-byte blocks (n a multiple of 16, every pointer 64-byte
-// aligned) that also adds each output block, in order, to the word sums (core/word_sum.h)
-// sums[0] (params), sums[1] (m) and sums[2] (v), from the registers that store it: the sums
-// cost no second read. (Stores that bypass the cache were tried: slower in training, where
-// the next step reads the state back from cache.)
+// The same update read from (params, m, v) and written to (params_out, m_out, v_out), bit for
+// bit adamw_update's, on the calling thread (the caller splits the work): the outputs either
+// are their inputs (in place) or overlap no input. Over whole 64-byte blocks (n a multiple of
+// 16, every pointer 64-byte aligned); it adds each output block, in order, to the word sums
+// (core/word_sum.h) sums[0] (params), sums[1] (m) and sums[2] (v), from the registers that
+// store it: the sums cost no second read. (Stores that bypass the cache were tried: slower in
+// training, where the next step reads the state back from cache.)
 void adamw_update_summed(const float* params, const float* m, const float* v, const float* grads,
                          float* params_out, float* m_out, float* v_out, size_t n,
                          const AdamWHyper& h, WordSumParts* sums);
