@@ -37,7 +37,7 @@ void expect_round_trip(const model::ModelSpec& spec, int tp, int ep, std::vector
             model::build_stage_param_table(spec, tp, bounds[s], bounds[s + 1], ep);
         // build_stage_param_table is rank-independent in shape; the data is this rank's.
         std::vector<float> part(local.total_floats(), -1.0f);
-        const ShardPlace at{tr, tp, er, ep};
+        const ShardPlace at{tr, tp, er, ep, nullptr};
         model::slice_from_full(full, whole.data(), local, at, part.data());
         auto owned = [&](const TensorInfo& t) {
           if (t.name == "wte" && t.layer >= 0) return false;

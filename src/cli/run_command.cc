@@ -8,6 +8,7 @@
 #include "cli/auto_strategy.h"
 #include "cli/commands.h"
 #include "cli/launch_flags.h"
+#include "cli/local_cluster.h"
 #include "cli/resilience_flags.h"
 #include "cli/run_plan.h"
 #include "cli/run_recsys.h"
@@ -20,6 +21,7 @@
 #include "recsys/rec_spec.h"
 #include "train/comm_config.h"
 #include "train/dist_env.h"
+#include "train/expert_rebalance.h"
 #include "train/run_layout.h"
 #include "train/trainer.h"
 
@@ -212,6 +214,13 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->check(kNonNegative)
       ->group(kParallel)
       ->capture_default_str();
+  auto rebalance_text = std::make_shared<std::string>();
+  run->add_option("--expert-rebalance", *rebalance_text,
+                  "MoE under ep > 1: every=K[,cooldown=C]. Every K steps the experts' measured "
+                  "load decides a balanced placement over the expert-parallel ranks, and the "
+                  "experts move (with their optimizer state) where the planner prices the saved "
+                  "compute above the move; C decisions after a move keep it (default 1)")
+      ->group(kParallel);
   run->add_option("--compute-nice", config->compute_nice,
                   "Nice value for the compute threads of a multi-process run (0-19), so that "
                   "communication threads run first when cores are scarce; 0: equal priority")
@@ -296,7 +305,8 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
   auto port_given = run->get_option("--monitor-port");
   return [run, config, launch, comm, resilience, threads_given, nproc_given, port_given,
           precision_text, monitor_list, monitor_port, tensorboard_dir, strategy_text, compress_text,
-          onebit_warmup_precision, plan_flags, recsys_flags, argv_after_binary]() -> int {
+          onebit_warmup_precision, plan_flags, recsys_flags, argv_after_binary,
+          rebalance_text]() -> int {
     if (recsys::is_recsys_model(config->model)) {
       if (const std::string bad = parse_nnodes(*launch, false); !bad.empty()) {
         std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
@@ -382,6 +392,30 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       auto strategy = plan::parse_strategy(*strategy_text);
       if (!strategy.ok()) return report(strategy.status());
       config->strategy = *strategy;
+    }
+    if (!rebalance_text->empty()) {
+      auto rebalance = train::parse_expert_rebalance(*rebalance_text);
+      if (!rebalance.ok()) return report(rebalance.status());
+      config->expert_rebalance = *rebalance;
+      if (resilience->elastic)
+        return report(InvalidArgument(
+            "--expert-rebalance: --elastic snapshots each rank's experts where they were "
+            "placed, so a moved expert would be restored on the wrong rank; hint: drop one of "
+            "the two flags"));
+      // A model that does not load is reported by the run itself.
+      if (auto spec = model::load_model_spec(config->model); spec.ok())
+        if (Status st = train::check_expert_rebalance(*config, *spec, false); !st.ok())
+          return report(st);
+      // The moves are priced on this machine's calibrated spec: the launcher measures it when
+      // there is none, its workers read it.
+      const int processes = env->has_value() ? (*env)->local_world_size : launch->nproc_per_node;
+      auto cluster = local_cluster(processes, hardware_threads(), "expert-rebalance",
+                                   config->quiet || env->has_value());
+      if (!cluster.ok()) return report(cluster.status());
+      cluster->device.bf16_gemms = config->precision == kernels::GemmPrecision::kBf16 &&
+                                   cluster->device.bf16_gemm_tflops > 0;
+      config->expert_rebalance.cluster =
+          std::make_shared<const plan::ClusterSpec>(std::move(*cluster));
     }
     if (launch->comm_config.empty())
       if (const char* path = std::getenv("CANN_COMM_CONFIG")) launch->comm_config = path;

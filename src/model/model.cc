@@ -270,7 +270,36 @@ void Model::init_params(uint64_t seed) {
     // Biases and norm shifts stay zero.
   }
   if (!part) return;
-  slice_from_full(table, base, table_, {tp_.rank, tp_.size, ep_.rank, ep_.size}, params_at_);
+  slice_from_full(table, base, table_, {tp_.rank, tp_.size, ep_.rank, ep_.size, expert_locator()},
+                  params_at_);
+}
+
+const ExpertSlots& Model::expert_slots(int layer) const {
+  CANN_CHECK(layer >= 0 && layer < static_cast<int>(expert_slots_.size()) &&
+             !expert_slots_[layer].empty())
+      << "layer " << layer << " has no expert slots here";
+  return expert_slots_[layer];
+}
+
+long Model::expert_rows(int i) const {
+  const MoeActs& m = moe_layers_[i];
+  if (m.recv_count == nullptr) return 0;
+  long rows = 0;
+  for (int e = 0; e < spec_.num_local_experts; ++e) rows += m.recv_count[e];
+  return rows;
+}
+
+std::vector<int> Model::expert_layers() const {
+  std::vector<int> out;
+  for (size_t l = 0; l < expert_slots_.size(); ++l)
+    if (!expert_slots_[l].empty()) out.push_back(static_cast<int>(l));
+  return out;
+}
+
+std::function<int(int, int)> Model::expert_locator() const {
+  if (ep_.size <= 1) return nullptr;
+  const int El = spec_.num_local_experts / ep_.size, first = ep_.rank * El;
+  return [this, first](int layer, int j) { return expert_slots_[layer][first + j]; };
 }
 
 std::span<const int> Model::expert_counts(int i) const {
@@ -345,7 +374,8 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
     // computation on the same input; under sp every rank routes the gathered tokens (the
     // single process's order: shards are consecutive rows of the flattened (B,T)) and
     // computes the experts and the output for its own R rows only, so no reduction follows.
-    const MoeDims md = moe_dims(T);
+    MoeDims md = moe_dims(T);
+    if (ep_.size > 1) md.slots = expert_slots_[first_layer_ + i].data();
     MoeActs& kept = moe_layers_[a.moe_index];
     MoeActs& m = shared ? recompute_moe_acts_ : kept;
     const MoeTokenShard shard = sp ? MoeTokenShard{tp_.rank * R, R} : MoeTokenShard{};
@@ -518,7 +548,9 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
       const float* ln2_all = sp ? tp_gather_rows(a.ln2, R) : a.ln2;
       const float moe_aux_grad = sp && tp_.rank != 0 ? 0.0f : aux_grad;
       if (sp) moe_grads_sum_begin(o.moe);
-      moe_backward(d_ln_, G, d_resid_, ln2_all, P, o.moe, *moe, moe_scratch_, md, moe_aux_grad,
+      MoeDims lmd = md;
+      if (ep_.size > 1) lmd.slots = expert_slots_[l].data();
+      moe_backward(d_ln_, G, d_resid_, ln2_all, P, o.moe, *moe, moe_scratch_, lmd, moe_aux_grad,
                    d_branch_, &ep_, &tp_status_);
       if (sp) moe_grads_sum_end(o.moe);
       if (s.has_shared_experts()) {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
 #include "model/custom_op.h"
+#include "model/expert_placement.h"
 #include "model/moe_layer.h"
 #include "model/param_table.h"
 #include "model/recompute.h"
@@ -171,6 +173,25 @@ class Model {
   std::span<const int> expert_assignments(int i) const;
   // Assignments dropped for lack of capacity in the last forward, over all MoE layers.
   long dropped_assignments() const;
+  // Under ep: the routed rows this rank's experts computed in MoE layer i (in forward order)
+  // during the last forward, from every rank of its expert group.
+  long expert_rows(int i) const;
+
+  // Expert parallelism: the expert held in each global slot of model layer `layer`, a MoE layer
+  // of this stage (model/expert_placement.h); contiguous blocks until experts move.
+  const ExpertSlots& expert_slots(int layer) const;
+  // The model layers that have expert slots here: the MoE layers of every chunk of this stage.
+  std::vector<int> expert_layers() const;
+  // Where each expert of this rank's table lives in the whole model: the full tensor's expert
+  // for (model layer, local slot j), i.e. expert_slots(layer)[ep rank * E/ep + j].
+  std::function<int(int, int)> expert_locator() const;
+  // Moves the experts of the MoE layers in `to` (model layer -> its new slots) to their new
+  // ranks: the parameters and every array of `state` (laid out like the parameters: the
+  // optimizer's moments) travel over the expert-parallel group, which all call this together
+  // with the same `to`. Gradients do not move: call it between steps. On failure the
+  // placement is unchanged only if no bytes were received; the caller treats it as a
+  // communication failure.
+  Status move_experts(const std::map<int, ExpertSlots>& to, const std::vector<float*>& state);
 
  private:
   // A tensor the spec does not have (a bias, RMSNorm's shift, QK-norm): kAbsent, and
@@ -355,6 +376,9 @@ class Model {
   ModelSpec spec_;
   TensorParallel tp_;
   ExpertParallel ep_;
+  // Under ep: each MoE layer's slots by model layer (empty for the others).
+  std::vector<ExpertSlots> expert_slots_;
+  std::vector<float> move_send_, move_recv_, move_block_;  // move_experts' buffers
   ContextParallel cp_;
   Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
   const ActivationOp* custom_act_ = nullptr;  // spec_.custom_activation's op

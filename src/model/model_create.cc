@@ -59,6 +59,12 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
                                        << " read from the spec but not registered";
   }
   holds_embed_ = holds_head_ = false;
+  if (ep_.size > 1) {
+    expert_slots_.resize(static_cast<size_t>(spec_.num_hidden_layers));
+    for (const LayerRange& c : chunks_)
+      for (int l = c.first; l < c.end; ++l)
+        if (spec_.is_moe_layer(l)) expert_slots_[l] = identity_slots(spec_.num_local_experts);
+  }
   for (const LayerRange& c : chunks_) {
     holds_embed_ = holds_embed_ || c.first == 0;
     holds_head_ = holds_head_ || c.end == spec_.num_hidden_layers;

@@ -4,11 +4,11 @@
 // Expert parallelism over P ranks, El = E/P experts each: after routing and dispatch (local
 // tokens, local capacity), the per-expert row counts are exchanged first (all-to-all of El
 // ints per rank pair), then the rows themselves (all-to-allv: to rank j go the kept rows of
-// experts j*El..(j+1)*El-1, in expert order). Received rows are laid out per local expert,
-// P*capacity rows each, sources in rank order, so each expert is still two contiguous GEMMs.
-// The outputs travel back the same way, and backward mirrors both exchanges. Cost per layer and
-// micro-batch: 4 all-to-allv of at most N*K*C floats (2 forward, 2 backward), ~(P-1)/P of
-// them crossing ranks.
+// the experts in its slots j*El..(j+1)*El-1, in slot order; MoeDims::slots names them). Received
+// rows are laid out per local expert, P*capacity rows each, sources in rank order, so each expert
+// is still two contiguous GEMMs. The outputs travel back the same way, and backward mirrors both
+// exchanges. Cost per layer and micro-batch: 4 all-to-allv of at most N*K*C floats (2 forward, 2
+// backward), ~(P-1)/P of them crossing ranks.
 //
 // Sequence parallelism (a token shard): routing runs over all N tokens, so capacity, drops and
 // the aux loss are the single process's; then the shard's kept assignments are renumbered in
@@ -34,29 +34,44 @@ using namespace cann::kernels;
 
 namespace {
 
-// Rows of (E, cap, C) kept per expert, concatenated in expert order -> out; returns floats
-// per destination rank in counts_out (P of them).
+// The expert in global slot s (model/expert_placement.h).
+int expert_in(const int* slots, int s) {
+  return slots == nullptr ? s : slots[s];
+}
+
+// Rows of (E, cap, C) kept per expert, concatenated in slot order -> out; returns floats per
+// destination rank in counts_out (P of them).
 void pack_by_expert(float* out, std::vector<size_t>* counts_out, const float* xe, const int* count,
-                    int E, int P, int cap, int C) {
+                    const int* slots, int E, int P, int cap, int C) {
   const int El = E / P;
   counts_out->assign(P, 0);
   size_t used = 0;
-  for (int e = 0; e < E; ++e) {
+  for (int s = 0; s < E; ++s) {
+    const int e = expert_in(slots, s);
     const size_t n = static_cast<size_t>(count[e]) * C;
     std::memcpy(out + used, xe + static_cast<size_t>(e) * cap * C, n * sizeof(float));
     used += n;
-    (*counts_out)[e / El] += n;
+    (*counts_out)[s / El] += n;
   }
 }
 
 // The inverse of pack_by_expert.
-void unpack_by_expert(float* xe, const float* in, const int* count, int E, int cap, int C) {
+void unpack_by_expert(float* xe, const float* in, const int* count, const int* slots, int E,
+                      int cap, int C) {
   size_t used = 0;
-  for (int e = 0; e < E; ++e) {
+  for (int s = 0; s < E; ++s) {
+    const int e = expert_in(slots, s);
     const size_t n = static_cast<size_t>(count[e]) * C;
     std::memcpy(xe + static_cast<size_t>(e) * cap * C, in + used, n * sizeof(float));
     used += n;
   }
+}
+
+// Each expert's row count in slot order: what rank s / El's local slot s % El receives.
+std::vector<int> counts_by_slot(const int* count, const int* slots, int E) {
+  std::vector<int> out(static_cast<size_t>(E));
+  for (int s = 0; s < E; ++s) out[static_cast<size_t>(s)] = count[expert_in(slots, s)];
+  return out;
 }
 
 // Received rows (from rank i: its rows for local expert 0, 1, ...) into the local layout:
@@ -224,8 +239,9 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   moe_dispatch(a.xe, x, a.expert_index, a.slot, a.shape, C);
   const int P = ep->size, El = E / P;
   std::vector<size_t> send_counts;
-  if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, a.expert_count, El);
-  pack_by_expert(s.send, &send_counts, a.xe, a.expert_count, E, P, cap, C);
+  const std::vector<int> sent = counts_by_slot(a.expert_count, d.slots, E);
+  if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, sent.data(), El);
+  pack_by_expert(s.send, &send_counts, a.xe, a.expert_count, d.slots, E, P, cap, C);
   std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
@@ -237,7 +253,7 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   relayout(a.ye, s.recv, a.recv_count, P, El, cap, C, false);
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-  unpack_by_expert(a.ye, s.send, a.expert_count, E, cap, C);
+  unpack_by_expert(a.ye, s.send, a.expert_count, d.slots, E, cap, C);
   moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
   return a.aux;
 }
@@ -264,7 +280,7 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     // gradients come back like the outputs did.
     const int P = ep->size, El = E / P;
     std::vector<size_t> send_counts;
-    pack_by_expert(s.send, &send_counts, s.d_ye, a.expert_count, E, P, cap, C);
+    pack_by_expert(s.send, &send_counts, s.d_ye, a.expert_count, d.slots, E, P, cap, C);
     std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
     if (ep_status->ok())
       *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
@@ -277,7 +293,7 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     relayout(s.d_xe, s.recv, a.recv_count, P, El, cap, C, false);
     if (ep_status->ok())
       *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-    unpack_by_expert(s.d_xe, s.send, a.expert_count, E, cap, C);
+    unpack_by_expert(s.d_xe, s.send, a.expert_count, d.slots, E, cap, C);
   }
   if (d.router != nullptr)
     route_families_backward(a, s, d, aux_grad);

@@ -70,6 +70,9 @@ struct MoeDims {
   const kernels::RouterConfig* router = nullptr;
   bool seq_aux = false;
   int seq = 0;
+  // Expert parallelism: the expert each global slot holds (model/expert_placement.h), E
+  // entries; null: slot s holds expert s (contiguous blocks).
+  const int* slots = nullptr;
   int FC() const { return swiglu ? 2 * FM : FM; }
 };
 
@@ -80,8 +83,9 @@ int moe_layer_capacity(const MoeDims& d, int N);
 // out (N,C) = MoE(x); x (N,C) is the layernorm output. Returns the aux loss (unscaled).
 // With a token shard, out is (shard.rows, C): the output of those tokens only, and
 // a.local_slot / a.local_count must be set; expert parallelism does not combine with it.
-// ep (null or size 1: every expert here) shards the experts: this rank holds experts
-// [rank*E/ep, (rank+1)*E/ep) at o's offsets, and the layer is a collective over the ep group
+// ep (null or size 1: every expert here) shards the experts: this rank's local expert j (at o's
+// offsets) is the one in global slot rank*E/ep + j (d.slots; expert rank*E/ep + j without), and
+// the layer is a collective over the ep group
 // (the first failure is kept in *ep_status; later exchanges are skipped). Under ep the saved
 // expert activations (xe, he, ge) hold this rank's experts' rows gathered from every rank:
 // local expert j's region has ep*capacity rows, filled in rank order.

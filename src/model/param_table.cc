@@ -147,13 +147,31 @@ void place_tp_shard(const TensorInfo& t, const float* shard, float* full, int ra
   });
 }
 
+namespace {
+
+// Each local expert of expert tensor t (its dim 0 holds shape[0] of them): fn(offset in t,
+// offset in the whole tensor, floats), the whole tensor's expert as `at` places it.
+template <typename Fn>
+void for_each_expert(const TensorInfo& t, const ShardPlace& at, Fn fn) {
+  const int El = static_cast<int>(t.shape[0]);
+  const size_t per = t.numel / static_cast<size_t>(El);
+  for (int j = 0; j < El; ++j) {
+    const int e = at.expert ? at.expert(t.layer, j) : at.ep_rank * El + j;
+    fn(static_cast<size_t>(j) * per, static_cast<size_t>(e) * per, per);
+  }
+}
+
+}  // namespace
+
 void slice_from_full(const ParamTable& full, const float* full_buf, const ParamTable& local,
                      const ShardPlace& at, float* local_buf) {
   for (const TensorInfo& t : local.tensors()) {
     const TensorInfo& whole = full.at(*full.find(t.name));
     if (t.expert && at.ep > 1) {
-      const float* src = full_buf + whole.offset + static_cast<size_t>(at.ep_rank) * t.numel;
-      std::copy(src, src + t.numel, local_buf + t.offset);
+      for_each_expert(t, at, [&](size_t local, size_t global, size_t n) {
+        std::copy(full_buf + whole.offset + global, full_buf + whole.offset + global + n,
+                  local_buf + t.offset + local);
+      });
       continue;
     }
     copy_tp_shard(t, full_buf + whole.offset, local_buf + t.offset, at.tp_rank, at.tp);
@@ -167,8 +185,10 @@ void place_into_full(const ParamTable& local, const float* local_buf, const Para
     if (!owned(t)) continue;
     const TensorInfo& whole = full.at(*full.find(t.name));
     if (t.expert && at.ep > 1) {
-      float* dst = full_buf + whole.offset + static_cast<size_t>(at.ep_rank) * t.numel;
-      std::copy(local_buf + t.offset, local_buf + t.offset + t.numel, dst);
+      for_each_expert(t, at, [&](size_t local, size_t global, size_t n) {
+        std::copy(local_buf + t.offset + local, local_buf + t.offset + local + n,
+                  full_buf + whole.offset + global);
+      });
       continue;
     }
     place_tp_shard(t, local_buf + t.offset, full_buf + whole.offset, at.tp_rank, at.tp);

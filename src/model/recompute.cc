@@ -57,6 +57,7 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
     if (is_moe) {
       MoeActs m{};
       m.expert_count = arena.itake(E);
+      if (ep_.size > 1) m.recv_count = arena.itake(E);
       a.moe_index = static_cast<int>(moe->size());
       moe->push_back(m);
     }
@@ -158,6 +159,8 @@ void Model::record_routing(MoeActs& kept, const MoeActs& routed, bool recomputin
   const int E = spec_.num_local_experts;
   if (!recomputing) {
     std::copy(routed.expert_count, routed.expert_count + E, kept.expert_count);
+    if (routed.recv_count != nullptr)
+      std::copy(routed.recv_count, routed.recv_count + E, kept.recv_count);
     kept.shape = routed.shape;
     kept.aux = routed.aux;
     return;

@@ -80,6 +80,7 @@ class ReplicatedStage : public FullStateStage {
     optim::place_model_state(adam_, model_, &into_, to);
   }
   void update_into(const optim::UpdateTarget& to) override { into_ = to; }
+  std::vector<float*> moments() override { return {adam_.m(), adam_.v()}; }
 
  private:
   optim::AdamW& adam() override { return adam_; }

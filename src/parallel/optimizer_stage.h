@@ -109,6 +109,8 @@ class OptimizerStage {
   virtual bool placeable() const { return false; }
   virtual void place_state(const optim::UpdateTarget& to) { (void)to; }
   virtual void update_into(const optim::UpdateTarget& to) { (void)to; }
+  // Where placeable(): the moments, laid out like the parameters.
+  virtual std::vector<float*> moments() { return {}; }
 
   // The full state (a collective under ZeRO); buffers live until the next call.
   virtual StatusOr<StageState> state() = 0;

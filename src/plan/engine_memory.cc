@@ -116,7 +116,8 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   a.attention_lse = take(att);
   a.layer_output = take(Nsp * C);
   if (m.is_moe()) {
-    a.expert_counts = take(E);
+    // Under ep the rows received per local expert too (the rows each rank's experts computed).
+    a.expert_counts = take(E) + (ep > 1 ? take(E) : 0);
     a.moe_routing = 2 * take(N * K) + take(E) + (ep > 1 ? take(E) : 0) +
                     (sp && tp > 1 ? take(Nsp * K) + take(E) : 0);
   }

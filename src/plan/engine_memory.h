@@ -75,7 +75,7 @@ struct EngineArena {
   double moe_layer = 0;        // one MoE layer's saved tensors (floats and routing ints)
   double attention_lse = 0;  // B*H*T of one layer (the log-sum-exp): what selective drops
   double layer_output = 0;     // one layer's output: all full recomputation keeps
-  double expert_counts = 0;    // E ints: what full recomputation also keeps of an MoE layer
+  double expert_counts = 0;    // E ints (2E under ep): full recomputation keeps them too
   double moe_routing = 0;      // the int buffers of moe_layer (expert index, slot, counts)
   double head = 0;             // final layernorm, logits, per-token losses
   double scratch = 0;          // backward scratch, one set for all layers

@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "core/status.h"
 #include "kernels/cpu/gemm.h"
 #include "monitor/alerts.h"
 #include "monitor/server.h"
@@ -12,7 +14,22 @@
 #include "plan/engine_support.h"
 #include "plan/strategy.h"
 
+namespace cann::plan {
+struct ClusterSpec;
+}
+
 namespace cann::train {
+
+// --expert-rebalance every=K[,cooldown=C]: MoE experts placed over the expert-parallel ranks by
+// their measured load (train/expert_rebalance.h).
+struct ExpertRebalance {
+  int every = 0;     // decide every K steps; 0: never
+  int cooldown = 1;  // decisions after a move that keep the placement
+  // Prices a move against what it saves: the calibrated spec of this machine's processes.
+  std::shared_ptr<const plan::ClusterSpec> cluster;
+};
+// "every=K[,cooldown=C]" -> the settings (cluster unset); errors name the bad item.
+StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text);
 
 struct TrainConfig {
   std::string model = "gpt_tiny";  // shipped name or path to a YAML/config.json
@@ -80,6 +97,7 @@ struct TrainConfig {
   bool grad_norms = false;              // per-layer gradient norms in the step log
   bool halt_on_nan = false;             // stop with a dump at the first non-finite gradient
   int link_probe_every = 0;             // measure every pair's bandwidth every K steps; 0: never
+  ExpertRebalance expert_rebalance;     // --expert-rebalance
   std::string dump_grads;               // safetensors file of one step's gradient; empty: none
   int dump_grads_step = 1;              // the step whose gradient --dump-grads writes
   // Hugging Face weights (hf_weights.h): a model directory to start from; one to write the

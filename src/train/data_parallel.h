@@ -60,6 +60,7 @@ class DataParallelEngine : public StepOptimizer {
   bool placeable() const override { return stage_->placeable(); }
   void place_state(const optim::UpdateTarget& to) override { stage_->place_state(to); }
   void update_into(const optim::UpdateTarget& to) override { stage_->update_into(to); }
+  std::vector<float*> parameter_shaped_state() override { return stage_->moments(); }
   Status with_grad_range(size_t begin, size_t count,
                          const std::function<Status(float*)>& fn) override {
     return stage_->with_grad_range(begin, count, fn);

@@ -26,4 +26,9 @@ double expert_balance(const std::vector<double>& load) {
   return max > 0 ? sum / static_cast<double>(load.size()) / max : 1.0;
 }
 
+double expert_imbalance(const std::vector<double>& rank_rows) {
+  const double b = expert_balance(rank_rows);
+  return b > 0 ? 1.0 / b : 1.0;
+}
+
 }  // namespace cann::train

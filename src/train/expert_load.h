@@ -16,4 +16,9 @@ std::string expert_load_json(const std::vector<double>& load);
 // took them all; 1.0 for no assignments at all (nothing is unbalanced).
 double expert_balance(const std::vector<double>& load);
 
+// max / mean of the rows each place of the expert groups computed (expert parallelism): 1.0
+// when every rank did the same, ep when one did all; 1.0 for no rows at all. The step waits
+// for the busiest, so this is how much longer its expert compute takes than a balanced one's.
+double expert_imbalance(const std::vector<double>& rank_rows);
+
 }  // namespace cann::train

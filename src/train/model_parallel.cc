@@ -174,11 +174,11 @@ Status ModelParallel::sum_over_model_parallel(double* value) {
 
 model::ShardPlace ModelParallel::shard_place() const {
   const parallel::MeshCoords& c = mesh_->coords();
-  return {c.tp, layout_.tp, c.ep, layout_.ep};
+  return {c.tp, layout_.tp, c.ep, layout_.ep, nullptr};
 }
 
 Status ModelParallel::gather_full(comm::Group& world, const model::ParamTable& local,
-                                  const model::ParamTable& full,
+                                  const model::ParamTable& full, const model::ShardPlace& at,
                                   const std::vector<const float*>& locals, float* out) {
   const parallel::MeshCoords& c = mesh_->coords();
   auto owned = [&](const model::TensorInfo& t) {
@@ -190,7 +190,7 @@ Status ModelParallel::gather_full(comm::Group& world, const model::ParamTable& l
   const size_t n = full.total_floats();
   std::fill(out, out + n * locals.size(), 0.0f);
   for (size_t i = 0; i < locals.size(); ++i)
-    model::place_into_full(local, locals[i], full, shard_place(), owned, out + i * n);
+    model::place_into_full(local, locals[i], full, at, owned, out + i * n);
   comm::Options opts;
   opts.tag = "checkpoint_gather";
   return world

@@ -102,9 +102,10 @@ class ModelParallel {
   // last stage's copy of the tied wte) and lands in a buffer that is otherwise zero on every
   // rank, so a sum over the ranks assembles it exactly. Costs an all-reduce of count full
   // models: fine for checkpoints, which are rare.
+  // `at`: shard_place() with the model's expert placement.
   Status gather_full(comm::Group& world, const model::ParamTable& local,
-                     const model::ParamTable& full, const std::vector<const float*>& locals,
-                     float* out);
+                     const model::ParamTable& full, const model::ShardPlace& at,
+                     const std::vector<const float*>& locals, float* out);
   // "dp=2 pp=1 tp=2 cp=1 ep=1, sp on; rank 3 is tp 1, ..." and the rank table.
   std::string describe() const;
   std::string rank_table() const;

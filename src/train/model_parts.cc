@@ -62,7 +62,8 @@ StatusOr<StepCompute> ModelParts::forward_backward(BatchSource& batches, StepOpt
   StepCompute out;
   const model::ModelSpec& spec = model_->spec();
   if (spec.is_moe()) out.expert_load.assign(spec.num_local_experts, 0.0);
-  if (spec.has_expert_bias())
+  if (spec.is_moe() && layout_.strategy.ep > 1) out.rank_rows.assign(layout_.strategy.ep, 0.0);
+  if (spec.has_expert_bias() || rebalancer_)
     out.layer_load.assign(static_cast<size_t>(spec.num_hidden_layers) * spec.num_local_experts,
                           0.0f);
   // Under cp the reduction averages over dp x cp ranks whose gradients are parts of one
@@ -127,6 +128,9 @@ void ModelParts::record_expert_load(StepCompute* out) {
   for (int i = 0; i < model_->num_moe_layers(); ++i) {
     const auto counts = model_->expert_counts(i);
     for (size_t e = 0; e < counts.size(); ++e) out->expert_load[e] += counts[e];
+    if (!out->rank_rows.empty())
+      out->rank_rows[layout_.data_rank % layout_.strategy.ep] +=
+          static_cast<double>(model_->expert_rows(i));
     if (out->layer_load.empty()) continue;
     float* layer =
         out->layer_load.data() + static_cast<size_t>(model_->moe_layer(i)) * counts.size();
@@ -167,21 +171,45 @@ Status ModelParts::sync_tied_embedding(StepOptimizer& opt) {
   return tied.ok() ? tied : on_comm_failure_(tied);
 }
 
+void ModelParts::set_expert_rebalance(const ExpertRebalance& config) {
+  rebalancer_ = std::make_unique<ExpertRebalancer>(config, model_->spec(), layout_);
+}
+
+// Per-layer expert loads summed over the world in place: a tensor-parallel group's ranks route
+// the same tokens, so only its rank 0 contributes.
+Status ModelParts::sum_layer_load(std::vector<float>* load, const char* tag) {
+  if (!world_) return OkStatus();
+  if (layout_.rank % layout_.strategy.tp != 0) std::fill(load->begin(), load->end(), 0.0f);
+  comm::Options opts;
+  opts.tag = tag;
+  Status s = world_
+                 ->allreduce(load->data(), load->size(), comm::DataType::kFloat32,
+                             comm::ReduceOp::kSum, opts)
+                 ->wait();
+  return s.ok() ? s : on_comm_failure_(s);
+}
+
+StatusOr<ExpertMove> ModelParts::rebalance_experts(const StepCompute& c, StepOptimizer& opt,
+                                                   int done) {
+  if (!rebalancer_) return ExpertMove{};
+  rebalancer_->add(c.layer_load);
+  if (!rebalancer_->due(done)) return ExpertMove{};
+  CANN_RETURN_IF_ERROR(sum_layer_load(&rebalancer_->window(), "expert_rebalance_load"));
+  std::map<int, model::ExpertSlots> now;
+  for (int layer : model_->expert_layers()) now[layer] = model_->expert_slots(layer);
+  ExpertMove move = rebalancer_->decide(now);
+  if (move.to.empty()) return move;
+  Status s = model_->move_experts(move.to, opt.parameter_shaped_state());
+  if (!s.ok()) return on_comm_failure_(s);
+  return move;
+}
+
 Status ModelParts::update_expert_bias(const StepCompute& c, StepOptimizer& opt) {
   const model::ModelSpec& spec = model_->spec();
   const float speed = static_cast<float>(spec.expert_bias_update_speed);
   if (!spec.has_expert_bias() || speed == 0.0f) return OkStatus();
   std::vector<float> load = c.layer_load;
-  if (world_) {
-    if (layout_.rank % layout_.strategy.tp != 0) std::fill(load.begin(), load.end(), 0.0f);
-    comm::Options opts;
-    opts.tag = "expert_bias_load";
-    Status s = world_
-                   ->allreduce(load.data(), load.size(), comm::DataType::kFloat32,
-                               comm::ReduceOp::kSum, opts)
-                   ->wait();
-    if (!s.ok()) return on_comm_failure_(s);
-  }
+  CANN_RETURN_IF_ERROR(sum_layer_load(&load, "expert_bias_load"));
   const int E = spec.num_local_experts;
   std::vector<float> delta(static_cast<size_t>(E));
   for (const model::TensorInfo& t : model_->table().tensors()) {
@@ -200,12 +228,14 @@ Status ModelParts::status() const {
 }
 
 Status ModelParts::gather_full(const std::vector<const float*>& locals, float* out) {
-  Status s = mp_->gather_full(*world_, model_->table(), *full_table_, locals, out);
+  Status s = mp_->gather_full(*world_, model_->table(), *full_table_, shard_place(), locals, out);
   return s.ok() ? s : on_comm_failure_(s);
 }
 
 model::ShardPlace ModelParts::shard_place() const {
-  return mp_->shard_place();
+  model::ShardPlace at = mp_->shard_place();
+  at.expert = model_->expert_locator();
+  return at;
 }
 
 StatusOr<std::unique_ptr<StepOptimizer>> ModelParts::make_optimizer(const TrainConfig& config) {
@@ -224,7 +254,7 @@ StatusOr<std::unique_ptr<StepOptimizer>> ModelParts::make_optimizer(const TrainC
   ModelParallel* mp = mp_.get();
   if (mp != nullptr) {
     dc.grad_sum_of_squares = mp->grad_sum_of_squares(model.table());
-    dc.shards = {full_table_.get(), mp->shard_place()};
+    dc.shards = {full_table_.get(), shard_place()};
     if (s.ep == 1) {  // ZeRO's norm over tp x pp shards (ep runs without ZeRO)
       dc.norm_counted = mp->norm_counted();
       dc.norm_across = [mp](double* v) { return mp->sum_over_model_parallel(v); };
@@ -242,7 +272,7 @@ StatusOr<std::unique_ptr<StepOptimizer>> ModelParts::make_optimizer(const TrainC
 Status ModelParts::load_hf(const model::ModelSpec& spec, const std::string& dir) {
   std::vector<float> full;
   CANN_RETURN_IF_ERROR(load_hf_weights(spec, dir, &full));
-  const model::ShardPlace at = mp_ ? mp_->shard_place() : model::ShardPlace{};
+  const model::ShardPlace at = mp_ ? shard_place() : model::ShardPlace{};
   model::slice_from_full(model::build_param_table(spec), full.data(), model_->table(), at,
                          model_->params());
   return OkStatus();

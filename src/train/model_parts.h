@@ -30,6 +30,7 @@
 #include "parallel/reducer.h"
 #include "train/batch_source.h"
 #include "train/config.h"
+#include "train/expert_rebalance.h"
 #include "train/model_parallel.h"
 #include "train/run_layout.h"
 #include "train/step_optimizer.h"
@@ -48,8 +49,11 @@ struct StepCompute {
   // pipeline, this stage's), and the assignments dropped over capacity.
   std::vector<double> expert_load;
   double dropped = 0;
-  // noaux_tc models: the same counts per model layer, num_hidden_layers x E (zero for layers
-  // this rank does not hold), for the expert bias update.
+  // Expert parallelism: the routed rows this rank's experts computed, at its place in the
+  // expert group (ep entries, the others zero): summed over the world, each place's load.
+  std::vector<double> rank_rows;
+  // noaux_tc models and --expert-rebalance: the same counts per model layer,
+  // num_hidden_layers x E (zero for layers this rank does not hold).
   std::vector<float> layer_load;
 };
 
@@ -93,6 +97,13 @@ class ModelParts {
   // layer moves its bias alike. A collective over the world; a no-op without the bias or at
   // speed 0.
   Status update_expert_bias(const StepCompute& c, StepOptimizer& opt);
+  // --expert-rebalance (expert_rebalance.h): from now on the steps' routing is counted per layer
+  // and rebalance_experts acts on it.
+  void set_expert_rebalance(const ExpertRebalance& config);
+  // After the optimizer's step `done` (1-based): adds the step's routing to the window, and at
+  // the window's end (a collective over the world) sums it, decides, and moves the experts that
+  // pay, parameters and the optimizer's moments with them. The move made (`to` empty: none).
+  StatusOr<ExpertMove> rebalance_experts(const StepCompute& c, StepOptimizer& opt, int done);
   // The first failure of the model-parallel collectives outside the model (gradient norms).
   Status status() const;
 
@@ -121,6 +132,7 @@ class ModelParts {
   Status pipeline_step(float grad_scale, BatchSource& batches, StepOptimizer& opt, int step,
                        StepCompute* out);
   void record_expert_load(StepCompute* out);
+  Status sum_layer_load(std::vector<float>* load, const char* tag);
   Status check_loss(double loss, int step) const;
 
   RunLayout layout_;
@@ -131,6 +143,7 @@ class ModelParts {
   std::unique_ptr<parallel::PipelineRunner> pipeline_;
   // Model parallelism: the whole model's layout, which checkpoints and dumps use.
   std::unique_ptr<model::ParamTable> full_table_;
+  std::unique_ptr<ExpertRebalancer> rebalancer_;  // --expert-rebalance; null: off
 };
 
 }  // namespace cann::train

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "core/status.h"
@@ -82,6 +83,11 @@ class StepOptimizer {
   // after it.
   virtual void update_into(const optim::UpdateTarget& to) { (void)to; }
 
+  // The optimizer's state laid out like the model's parameters (AdamW's moments), where that is
+  // all of its state (the optimizers placeable() names); empty elsewhere. For moving the state
+  // of some parameters with them (experts changing ranks, Model::move_experts).
+  virtual std::vector<float*> parameter_shaped_state() { return {}; }
+
   // Bytes this rank holds at most: parameters, gradients, optimizer state.
   virtual size_t parameter_bytes() const = 0;
   virtual size_t gradient_bytes() const = 0;
@@ -120,6 +126,7 @@ class LocalOptimizer : public StepOptimizer {
   bool placeable() const override { return true; }
   void place_state(const optim::UpdateTarget& to) override;
   void update_into(const optim::UpdateTarget& to) override { into_ = to; }
+  std::vector<float*> parameter_shaped_state() override { return {adam_.m(), adam_.v()}; }
 
  private:
   model::Model& model_;

@@ -133,6 +133,10 @@ Status StepReporter::report(const StepRecord& r) {
     line.add_raw("expert_load", expert_load_json(r.expert_load));
     line.add("expert_balance", expert_balance(r.expert_load));
   }
+  if (!r.expert_rank_load.empty()) {
+    line.add_raw("expert_rank_load", expert_load_json(r.expert_rank_load));
+    line.add("expert_rank_imbalance", expert_imbalance(r.expert_rank_load));
+  }
   if (r.val_loss) {
     last_val_loss_ = *r.val_loss;
     line.add("val_loss", *r.val_loss);

@@ -49,6 +49,8 @@ struct StepRecord {
   parallel::StepComm comm;                              // this rank's
   std::vector<double> expert_load;  // global counts per expert (MoE models); empty otherwise
   double dropped = 0;
+  // Expert parallelism: rows computed at each place of the expert groups (expert_load.h).
+  std::vector<double> expert_rank_load;
   std::optional<double> val_loss;  // evaluated after this step
   std::string grad_norms_json;     // --grad-norms: the per-layer norms
   int64_t samples = 0;             // global samples consumed

@@ -69,6 +69,7 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
   CANN_ASSIGN_OR_RETURN(parts_,
                         ModelParts::build(spec_, layout_, world_.get(),
                                           [this](const Status& s) { return comm_failure(s); }));
+  if (config_.expert_rebalance.every > 0) parts_->set_expert_rebalance(config_.expert_rebalance);
   CANN_ASSIGN_OR_RETURN(opt_, parts_->make_optimizer(config_));
   schedule_ =
       optim::LrSchedule{config_.lr, config_.resolved_warmup(), config_.steps, config_.min_lr_ratio};
@@ -185,6 +186,8 @@ Status Trainer::train_steps(RunSummary* summary) {
     auto norm = opt_->step(r.lr);
     if (!norm.ok()) return comm_failure(norm.status());
     CANN_RETURN_IF_ERROR(parts_->update_expert_bias(c, *opt_));
+    CANN_ASSIGN_OR_RETURN(const ExpertMove move, parts_->rebalance_experts(c, *opt_, step + 1));
+    if (!move.to.empty()) report_expert_move(move, step + 1);
     CANN_RETURN_IF_ERROR(parts_->status());
     r.step_time_s = now_seconds() - t0;
     if (profiler_) {
@@ -198,6 +201,7 @@ Status Trainer::train_steps(RunSummary* summary) {
     r.aux_loss = c.stats.aux_loss;
     r.grad_norm = *norm;
     r.expert_load = std::move(c.expert_load);
+    r.expert_rank_load = std::move(c.rank_rows);
     r.dropped = c.dropped;
     r.samples = batches_->samples_consumed();
     r.memory_bytes = static_cast<int64_t>(memory_bytes(*parts_, *opt_));
@@ -255,13 +259,24 @@ Status Trainer::train_steps(RunSummary* summary) {
   return OkStatus();
 }
 
+// The event log and the dashboard hear of a move once (every rank made the same one).
+void Trainer::report_expert_move(const ExpertMove& move, int done) {
+  if (!leader()) return;
+  const std::string text = "step " + std::to_string(done) + ": " + move.detail;
+  keeper_->event("expert_migrated", text);
+  reporter_->dashboard_event("expert_migrated", layout_.rank, text);
+  if (!config_.quiet) reporter_->line("expert_migrated " + text);
+}
+
 // The losses for the log and the stop request are agreed by all ranks (any rank's signal stops
 // all at the same step, so no rank waits in a collective the others never issue). The expert
 // counts ride on the same all-reduce. Each data-parallel rank routes its own tokens (under ep
 // too: the router's counts for every expert, before the all-to-all), while the ranks of a
 // tensor-parallel group route the same tokens, so only tp rank 0 contributes; each pipeline
-// stage counts its own MoE layers, so the sum covers them all. The world mean times the world
-// size is the global sum. Counts stay far below 2^24, so floats carry them exactly.
+// stage counts its own MoE layers, so the sum covers them all. Under ep each rank adds the rows
+// its experts computed at its place in the expert group, so the sum is each place's load. The world
+// mean times the world size is the global sum. Counts stay far below 2^24, so floats carry them
+// exactly.
 Status Trainer::agree_on_step(StepCompute* c, bool* stop, bool* grads_bad) {
   if (!world_) return OkStatus();
   enum Slot { kLoss, kLmLoss, kAuxLoss, kStop, kGradsBad, kExperts };
@@ -272,11 +287,15 @@ Status Trainer::agree_on_step(StepCompute* c, bool* stop, bool* grads_bad) {
   const bool moe = !c->expert_load.empty();
   for (double n : c->expert_load) scalars.push_back(counts_here ? static_cast<float>(n) : 0.0f);
   if (moe) scalars.push_back(counts_here ? static_cast<float>(c->dropped) : 0.0f);
+  const size_t ranks_at = scalars.size();
+  for (double n : c->rank_rows) scalars.push_back(counts_here ? static_cast<float>(n) : 0.0f);
   CANN_RETURN_IF_ERROR(average_over_ranks(scalars.data(), scalars.size(), "step_scalars"));
   const double world = static_cast<double>(layout_.world);
   for (size_t e = 0; e < c->expert_load.size(); ++e)
     c->expert_load[e] = std::round(static_cast<double>(scalars[kExperts + e]) * world);
-  if (moe) c->dropped = std::round(static_cast<double>(scalars.back()) * world);
+  if (moe) c->dropped = std::round(static_cast<double>(scalars[ranks_at - 1]) * world);
+  for (size_t r = 0; r < c->rank_rows.size(); ++r)
+    c->rank_rows[r] = std::round(static_cast<double>(scalars[ranks_at + r]) * world);
   // Under pp the stages' shares of the loss add up to it: the world mean is 1/pp of it.
   const double stages = parts_->pipelined() ? layout_.strategy.pp : 1;
   c->stats.loss = scalars[kLoss] * stages;

@@ -91,6 +91,7 @@ class Trainer {
   Status comm_failure(const Status& s);
   // Some rank's gradients went non-finite at `step`: log, event, and with --halt-on-nan stop.
   Status report_nonfinite(int step);
+  void report_expert_move(const ExpertMove& move, int done);
   // --profile: writes the traces (a collective when several ranks run).
   Status finish_profile();
   // Elastic (trainer_rejoin.cc): whether a failure can be survived by rejoining (a collective

@@ -1,0 +1,112 @@
+// Model::move_experts: experts change ranks under expert parallelism (model/expert_placement.h).
+//
+// Every rank knows the old and the new placement, so no counts are exchanged: what rank r sends
+// to rank q is, for each moved layer (ascending) and each of q's new local slots j (ascending)
+// whose expert lived on r, that expert's floats of every array (parameters first, then each
+// state array), tensor by tensor in table order. The receiver reads each source's stream in the
+// same order. One all-to-allv carries every layer.
+#include <algorithm>
+#include <cstring>
+
+#include "model/model.h"
+
+namespace cann::model {
+
+namespace {
+
+// One expert tensor of a layer: local expert j's floats are [offset + j*per, offset + (j+1)*per).
+struct ExpertPiece {
+  size_t offset = 0, per = 0;
+};
+
+}  // namespace
+
+Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vector<float*>& state) {
+  if (ep_.size <= 1 || to.empty()) return OkStatus();
+  const int P = ep_.size, r = ep_.rank, E = spec_.num_local_experts, El = E / P;
+  std::vector<float*> arrays = {params_at_};
+  arrays.insert(arrays.end(), state.begin(), state.end());
+  std::map<int, std::vector<ExpertPiece>> pieces;
+  for (const TensorInfo& t : table_.tensors())
+    if (t.expert && to.count(t.layer))
+      pieces[t.layer].push_back({t.offset, t.numel / static_cast<size_t>(t.shape[0])});
+  std::map<int, size_t> per_expert;  // floats one expert of a layer carries, every array
+  for (const auto& [layer, slots] : to) {
+    CANN_CHECK(static_cast<int>(slots.size()) == E && pieces.count(layer) &&
+               !expert_slots_[layer].empty())
+        << "move_experts: layer " << layer << " is not a MoE layer of this stage";
+    size_t n = 0;
+    for (const ExpertPiece& p : pieces[layer]) n += p.per;
+    per_expert[layer] = n * arrays.size();
+  }
+  // Copies local expert j of `layer`, every array and tensor, to out; returns the end.
+  auto pack = [&](int layer, int j, float* out) {
+    for (float* a : arrays)
+      for (const ExpertPiece& p : pieces[layer]) {
+        std::memcpy(out, a + p.offset + static_cast<size_t>(j) * p.per, p.per * sizeof(float));
+        out += p.per;
+      }
+    return out;
+  };
+
+  // Counts first, then each destination's stream at its offset, in rank order.
+  std::vector<size_t> send_counts(static_cast<size_t>(P), 0), recv_counts(P, 0);
+  for (const auto& [layer, slots] : to) {
+    const std::vector<int> was = slot_of(expert_slots_[layer]);
+    for (int s = 0; s < E; ++s) {
+      const int from = was[static_cast<size_t>(slots[s])] / El, dest = s / El;
+      if (from == dest) continue;
+      if (from == r) send_counts[dest] += per_expert[layer];
+      if (dest == r) recv_counts[from] += per_expert[layer];
+    }
+  }
+  std::vector<size_t> send_at(static_cast<size_t>(P), 0), recv_at(static_cast<size_t>(P), 0);
+  for (int q = 1; q < P; ++q) {
+    send_at[q] = send_at[q - 1] + send_counts[q - 1];
+    recv_at[q] = recv_at[q - 1] + recv_counts[q - 1];
+  }
+  // Kept between moves: fresh pages for every move would cost more than the copies.
+  move_send_.resize(send_at[P - 1] + send_counts[P - 1]);
+  move_recv_.resize(recv_at[P - 1] + recv_counts[P - 1]);
+  for (const auto& [layer, slots] : to) {
+    const std::vector<int> was = slot_of(expert_slots_[layer]);
+    for (int s = 0; s < E; ++s) {
+      const int old_slot = was[static_cast<size_t>(slots[s])];
+      if (old_slot / El != r || s / El == r) continue;
+      pack(layer, old_slot % El, move_send_.data() + send_at[s / El]);
+      send_at[s / El] += per_expert[layer];
+    }
+  }
+  CANN_RETURN_IF_ERROR(ep_.comm->alltoallv(move_recv_.data(), recv_counts.data(), move_send_.data(),
+                                           send_counts.data()));
+
+  // Each layer's new local experts, assembled apart (an expert staying on this rank may change
+  // slot) and then written in place.
+  for (const auto& [layer, slots] : to) {
+    const std::vector<int> was = slot_of(expert_slots_[layer]);
+    const size_t n = per_expert[layer];
+    move_block_.resize(static_cast<size_t>(El) * n);
+    for (int j = 0; j < El; ++j) {
+      const int old_slot = was[static_cast<size_t>(slots[r * El + j])];
+      const int from = old_slot / El;
+      float* dst = move_block_.data() + static_cast<size_t>(j) * n;
+      if (from == r) {
+        pack(layer, old_slot % El, dst);
+      } else {
+        std::memcpy(dst, move_recv_.data() + recv_at[from], n * sizeof(float));
+        recv_at[from] += n;
+      }
+    }
+    const float* src = move_block_.data();
+    for (int j = 0; j < El; ++j)
+      for (float* a : arrays)
+        for (const ExpertPiece& p : pieces[layer]) {
+          std::memcpy(a + p.offset + static_cast<size_t>(j) * p.per, src, p.per * sizeof(float));
+          src += p.per;
+        }
+    expert_slots_[layer] = slots;
+  }
+  return OkStatus();
+}
+
+}  // namespace cann::model

@@ -1,0 +1,131 @@
+#include "model/expert_placement.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/check.h"
+
+namespace cann::model {
+
+ExpertSlots identity_slots(int E) {
+  ExpertSlots at(static_cast<size_t>(E));
+  std::iota(at.begin(), at.end(), 0);
+  return at;
+}
+
+std::vector<int> slot_of(const ExpertSlots& expert_at) {
+  std::vector<int> inv(expert_at.size(), -1);
+  for (size_t s = 0; s < expert_at.size(); ++s)
+    inv[static_cast<size_t>(expert_at[s])] = static_cast<int>(s);
+  return inv;
+}
+
+std::vector<double> rank_loads(const std::vector<double>& expert_load, const ExpertSlots& at,
+                               int ep) {
+  const size_t El = at.size() / static_cast<size_t>(ep);
+  std::vector<double> load(static_cast<size_t>(ep), 0.0);
+  for (size_t s = 0; s < at.size(); ++s) load[s / El] += expert_load[static_cast<size_t>(at[s])];
+  return load;
+}
+
+namespace {
+
+// Longest processing time first with equal slot counts: experts in order of falling load, each
+// onto the least loaded rank with a free slot (ties to the rank that holds it now); experts
+// that stay keep their slot, the others fill the free ones in expert order.
+ExpertSlots longest_first(const std::vector<double>& expert_load, const ExpertSlots& now, int ep) {
+  const int E = static_cast<int>(now.size()), El = E / ep;
+  const std::vector<int> was = slot_of(now);
+  std::vector<int> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return expert_load[a] > expert_load[b]; });
+  std::vector<double> load(static_cast<size_t>(ep), 0.0);
+  std::vector<int> free(static_cast<size_t>(ep), El);
+  std::vector<int> rank_of(static_cast<size_t>(E), -1);
+  for (int e : order) {
+    const int home = was[static_cast<size_t>(e)] / El;
+    int best = -1;
+    for (int r = 0; r < ep; ++r) {
+      if (free[r] == 0) continue;
+      if (best < 0 || load[r] < load[best] || (load[r] == load[best] && r == home)) best = r;
+    }
+    rank_of[static_cast<size_t>(e)] = best;
+    load[best] += expert_load[static_cast<size_t>(e)];
+    --free[best];
+  }
+  ExpertSlots out(static_cast<size_t>(E), -1);
+  for (int e = 0; e < E; ++e) {
+    const int s = was[static_cast<size_t>(e)];
+    if (s / El == rank_of[static_cast<size_t>(e)]) out[static_cast<size_t>(s)] = e;
+  }
+  for (int e = 0; e < E; ++e) {
+    const int r = rank_of[static_cast<size_t>(e)];
+    if (was[static_cast<size_t>(e)] / El == r) continue;
+    for (int j = 0; j < El; ++j) {
+      const size_t s = static_cast<size_t>(r * El + j);
+      if (out[s] < 0) {
+        out[s] = e;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// From the current placement, swaps between the most and the least loaded rank while one
+// lowers the larger of the two: each swap moves two experts, and only as many happen as help.
+ExpertSlots swapped(const std::vector<double>& expert_load, ExpertSlots at, int ep) {
+  const int E = static_cast<int>(at.size()), El = E / ep;
+  for (int round = 0; round < E * ep; ++round) {
+    const std::vector<double> load = rank_loads(expert_load, at, ep);
+    const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
+    const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    double best = load[hi];
+    int best_a = -1, best_b = -1;
+    for (int a = hi * El; a < (hi + 1) * El; ++a)
+      for (int b = lo * El; b < (lo + 1) * El; ++b) {
+        const double d = expert_load[at[a]] - expert_load[at[b]];
+        if (d <= 0) continue;
+        const double larger = std::max(load[hi] - d, load[lo] + d);
+        if (larger < best) {
+          best = larger;
+          best_a = a;
+          best_b = b;
+        }
+      }
+    if (best_a < 0) break;
+    std::swap(at[best_a], at[best_b]);
+  }
+  return at;
+}
+
+double largest(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+}
+
+}  // namespace
+
+ExpertSlots balanced_slots(const std::vector<double>& expert_load, const ExpertSlots& now, int ep) {
+  const int E = static_cast<int>(now.size());
+  CANN_CHECK(ep > 0 && E % ep == 0 && expert_load.size() == now.size())
+      << "expert placement: " << E << " experts over " << ep << " ranks";
+  ExpertSlots few = swapped(expert_load, now, ep);
+  ExpertSlots lpt = longest_first(expert_load, now, ep);
+  // The swaps move fewer experts; longest-first wins when its largest rank load is clearly
+  // (1%) smaller.
+  const double a = largest(rank_loads(expert_load, few, ep));
+  const double b = largest(rank_loads(expert_load, lpt, ep));
+  return b < 0.99 * a ? lpt : few;
+}
+
+int experts_moved(const ExpertSlots& from, const ExpertSlots& to, int ep) {
+  const size_t El = from.size() / static_cast<size_t>(ep);
+  const std::vector<int> a = slot_of(from), b = slot_of(to);
+  int moved = 0;
+  for (size_t e = 0; e < a.size(); ++e)
+    moved += static_cast<size_t>(a[e]) / El != static_cast<size_t>(b[e]) / El;
+  return moved;
+}
+
+}  // namespace cann::model

@@ -1,0 +1,166 @@
+#include "train/expert_rebalance.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "core/check.h"
+#include "plan/cluster.h"
+#include "plan/comm_model.h"
+#include "plan/gemm_model.h"
+
+namespace cann::train {
+
+StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text) {
+  ExpertRebalance out;
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("--expert-rebalance '" + text + "': " + why +
+                           "; hint: --expert-rebalance every=K[,cooldown=C], e.g. every=20");
+  };
+  size_t start = 0;
+  bool every = false;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return bad("'" + item + "' is not key=value");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0') return bad(key + " must be a whole number");
+    if (key == "every") {
+      if (v < 1) return bad("every must be at least 1");
+      out.every = static_cast<int>(v);
+      every = true;
+    } else if (key == "cooldown") {
+      if (v < 0) return bad("cooldown must not be negative");
+      out.cooldown = static_cast<int>(v);
+    } else {
+      return bad("unknown key '" + key + "'");
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (!every) return bad("every=K is required");
+  return out;
+}
+
+Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec& spec,
+                              bool elastic) {
+  if (config.expert_rebalance.every == 0) return OkStatus();
+  const std::string flag = "--expert-rebalance: ";
+  if (!spec.is_moe())
+    return InvalidArgument(flag + "model '" + spec.name +
+                           "' has no experts; hint: drop the flag or train a MoE model");
+  if (config.strategy.ep <= 1)
+    return InvalidArgument(flag + "experts move between expert-parallel ranks, and --strategy " +
+                           plan::strategy_brief(config.strategy) +
+                           " has ep=1; hint: add ep=2 (or more) to --strategy");
+  if (!config.compress.none())
+    return InvalidArgument(flag + "--compress " + plan::compression_name(config.compress) +
+                           " keeps error-feedback state per rank that a move would leave "
+                           "behind; hint: use --compress none");
+  if (elastic)
+    return InvalidArgument(flag +
+                           "--elastic snapshots each rank's experts where they were "
+                           "placed, so a moved expert would be restored on the wrong rank; "
+                           "hint: drop one of the two flags");
+  return OkStatus();
+}
+
+ExpertRebalancer::ExpertRebalancer(const ExpertRebalance& config, const model::ModelSpec& spec,
+                                   const RunLayout& layout)
+    : config_(config), spec_(spec), ep_(layout.strategy.ep) {
+  CANN_CHECK(config_.every > 0 && config_.cluster != nullptr && ep_ > 1)
+      << "expert rebalancing needs every > 0, a cluster spec and ep > 1";
+  // Each expert group (ep ranks of the data-parallel ones, per context-parallel rank) computes
+  // the rows of its own tokens; the world's sum counts every group's.
+  groups_ = static_cast<double>(layout.strategy.dp / ep_) * layout.strategy.cp;
+  window_.assign(static_cast<size_t>(spec.num_hidden_layers) * spec.num_local_experts, 0.0f);
+}
+
+void ExpertRebalancer::add(const std::vector<float>& layer_load) {
+  CANN_CHECK(layer_load.size() == window_.size()) << "expert load of another model";
+  for (size_t i = 0; i < window_.size(); ++i) window_[i] += layer_load[i];
+  ++steps_;
+}
+
+double ExpertRebalancer::expert_seconds(double rows) const {
+  if (rows <= 0) return 0;
+  const plan::DeviceSpec& d = config_.cluster->device;
+  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size;
+  const double FC = spec_.mlp == model::MlpKind::kSwiGlu ? 2 * FM : FM;
+  // Forward: x (rows, C) into (rows, FC), then (rows, FM) back to C. Backward: the input's and
+  // the weight's gradient of each, the same GEMMs again twice.
+  return 3 * (plan::gemm_seconds(d, rows, FC, C) + plan::gemm_seconds(d, rows, C, FM));
+}
+
+ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now) {
+  ExpertMove out;
+  const int steps = steps_;
+  std::vector<float> load_sum = window_;
+  std::fill(window_.begin(), window_.end(), 0.0f);
+  steps_ = 0;
+  if (steps == 0) return out;
+  if (cooling_ > 0) {
+    --cooling_;
+    return out;
+  }
+  const int E = spec_.num_local_experts, El = E / ep_;
+  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size;
+  const double FC = spec_.mlp == model::MlpKind::kSwiGlu ? 2 * FM : FM;
+  // What one expert's move ships: its weights and biases, in the parameters and both moments.
+  const double per_expert = (FC * C + C * FM + (spec_.mlp_bias ? FC + C : 0)) * sizeof(float) * 3;
+  const plan::ClusterSpec& cluster = *config_.cluster;
+  const bool inter_node = ep_ > cluster.devices_per_node;
+  std::string layers;
+  for (const auto& [layer, slots] : now) {
+    std::vector<double> load(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e)
+      load[e] = load_sum[static_cast<size_t>(layer) * E + e] / (steps * groups_);
+    const std::vector<double> before = model::rank_loads(load, slots, ep_);
+    const double mean = std::accumulate(before.begin(), before.end(), 0.0) / ep_;
+    if (mean <= 0) continue;
+    model::ExpertSlots to = model::balanced_slots(load, slots, ep_);
+    const int moved = model::experts_moved(slots, to, ep_);
+    if (moved == 0) continue;
+    const std::vector<double> after = model::rank_loads(load, to, ep_);
+    const double max_before = *std::max_element(before.begin(), before.end());
+    const double max_after = *std::max_element(after.begin(), after.end());
+    const double saved = expert_seconds(max_before) - expert_seconds(max_after);
+    // The busiest rank's share of the move: experts it sends or receives, whichever is more
+    // (the link carries both ways at once).
+    std::vector<int> sent(ep_, 0), received(ep_, 0);
+    const std::vector<int> was = model::slot_of(slots), will = model::slot_of(to);
+    for (int e = 0; e < E; ++e) {
+      const int from = was[e] / El, dest = will[e] / El;
+      if (from == dest) continue;
+      ++sent[from];
+      ++received[dest];
+    }
+    int busiest = 0;
+    for (int r = 0; r < ep_; ++r) busiest = std::max({busiest, sent[r], received[r]});
+    const double cost = plan::p2p_seconds(cluster, busiest * per_expert, inter_node);
+    if (saved * config_.every <= cost) continue;
+    out.to[layer] = std::move(to);
+    out.experts += moved;
+    out.imbalance_before = std::max(out.imbalance_before, max_before / mean);
+    out.imbalance_after = std::max(out.imbalance_after, max_after / mean);
+    out.saved_s += saved;
+    out.cost_s += cost;
+    layers += (layers.empty() ? "" : ", ") + std::to_string(layer);
+  }
+  if (out.to.empty()) return out;
+  cooling_ = config_.cooldown;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "%d expert(s) of layer(s) %s moved: max/mean rank load %.2f -> %.2f, expert "
+                "compute %.3g ms/step less on the busiest ranks, the move %.3g ms",
+                out.experts, layers.c_str(), out.imbalance_before, out.imbalance_after,
+                1e3 * out.saved_s, 1e3 * out.cost_s);
+  out.detail = buf;
+  return out;
+}
+
+}  // namespace cann::train

@@ -1,0 +1,71 @@
+// Load-aware expert placement (`run --expert-rebalance every=K[,cooldown=C]`). Under expert
+// parallelism each rank computes the rows routed to the experts it holds, so a router that
+// favours a few experts leaves the ranks holding them busy while the others wait in the
+// all-to-all. Every K steps the measured load of each MoE layer's experts (the routing of all
+// ranks over those K steps) gives a balanced placement (model/expert_placement.h); a layer's
+// experts move when the expert compute the placement saves on the busiest rank over the next K
+// steps exceeds the time to ship the moved experts' parameters and moments, both priced by the
+// planner's GEMM and link models on the calibrated spec of this machine. After a move the next
+// `cooldown` decisions keep the placement. Moving changes which rank computes an expert, not
+// what is computed: the loss curve is the one without rebalancing.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/expert_placement.h"
+#include "model/spec.h"
+#include "train/config.h"
+#include "train/run_layout.h"
+
+namespace cann::train {
+
+// What --expert-rebalance needs of a run: a MoE model, expert parallelism (ep > 1), an
+// optimizer whose whole state moves with the experts (its moments: not under --compress,
+// whose error feedback stays where it is), and no --elastic (whose snapshots keep each rank's
+// experts where they were). `elastic`: the run is under --elastic.
+Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec& spec,
+                              bool elastic);
+
+struct ExpertMove {
+  std::map<int, model::ExpertSlots> to;  // model layer -> its new slots
+  int experts = 0;                       // experts that change rank, over all moved layers
+  double imbalance_before = 0;           // the moved layers' largest max/mean rank load
+  double imbalance_after = 0;
+  double saved_s = 0;  // predicted expert compute saved per step on the busiest ranks
+  double cost_s = 0;   // predicted time to move them
+  std::string detail;  // one line for the event log and the dashboard
+};
+
+class ExpertRebalancer {
+ public:
+  ExpertRebalancer(const ExpertRebalance& config, const model::ModelSpec& spec,
+                   const RunLayout& layout);
+
+  // Whether `done` (steps completed) ends a window: the caller sums the window's load over
+  // the world and asks decide().
+  bool due(int done) const { return done % config_.every == 0; }
+  // Adds one step's routed rows per (model layer, expert) of this rank (layer-major).
+  void add(const std::vector<float>& layer_load);
+  // The window's load on this rank, to be summed over the world in place, then cleared.
+  std::vector<float>& window() { return window_; }
+  // From the window's load summed over the world (counted once per tensor-parallel group) and
+  // the current placement of each MoE layer this stage holds: the layers worth moving, or none.
+  // The same on every rank given the same sums.
+  ExpertMove decide(const std::map<int, model::ExpertSlots>& now);
+
+ private:
+  // Expert compute (forward and backward GEMMs) of `rows` routed rows on one rank.
+  double expert_seconds(double rows) const;
+
+  ExpertRebalance config_;
+  model::ModelSpec spec_;
+  int ep_ = 1;
+  double groups_ = 1;  // expert groups whose tokens the world's load counts
+  std::vector<float> window_;
+  int steps_ = 0;    // steps in the window
+  int cooling_ = 0;  // decisions left that keep the placement
+};
+
+}  // namespace cann::train
