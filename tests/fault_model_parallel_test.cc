@@ -156,6 +156,24 @@ TEST_F(MultiProcModelParallelFaultTest, SigkillExpertParallelMoe) {
   refill_ends_like_a_fault_free_run({"dp=2,ep=2", 2, 1, SIGKILL, kMoe});
 }
 
+// Experts moving every 2 steps (--expert-rebalance) while a rank is killed: the refilled rank
+// and the survivors take their experts' placement from their own snapshots, and the end is the
+// fault-free run's. The moves are priced on a spec the test brings (no calibration runs).
+TEST_F(MultiProcModelParallelFaultTest, SigkillExpertParallelMoeWhileExpertsMove) {
+  TempDir home("cann-mp-home");
+  test::write_text(
+      home.file("clusters/local.yaml"),
+      "name: local\nnodes: 1\ndevices_per_node: 2\n"
+      "device: {name: cpu-core, peak_tflops: 0.1, memory_gb: 8, memory_bandwidth_GBps: 20, "
+      "compute_units: 1, gemm_efficiency: 1.0, memory_efficiency: 1.0, precision: fp32}\n"
+      "intra_node: {bandwidth_GBps: 8, latency_us: 20, topology: switch, efficiency: 1.0}\n"
+      "inter_node: {bandwidth_GBps: 1.5, latency_us: 50, efficiency: 1.0}\n");
+  setenv("CANN_TRAIN_HOME", home.path().c_str(), 1);
+  refill_ends_like_a_fault_free_run(
+      {"dp=2,ep=2", 2, 1, SIGKILL, kMoe, {"--expert-rebalance", "every=2,cooldown=0"}});
+  unsetenv("CANN_TRAIN_HOME");
+}
+
 TEST_F(MultiProcModelParallelFaultTest, SigkillContextParallel) {
   refill_ends_like_a_fault_free_run({"cp=2", 2, 1});
 }

@@ -397,15 +397,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       auto rebalance = train::parse_expert_rebalance(*rebalance_text);
       if (!rebalance.ok()) return report(rebalance.status());
       config->expert_rebalance = *rebalance;
-      if (resilience->elastic)
-        return report(InvalidArgument(
-            "--expert-rebalance: --elastic snapshots each rank's experts where they were "
-            "placed, so a moved expert would be restored on the wrong rank; hint: drop one of "
-            "the two flags"));
       // A model that does not load is reported by the run itself.
       if (auto spec = model::load_model_spec(config->model); spec.ok())
-        if (Status st = train::check_expert_rebalance(*config, *spec, false); !st.ok())
-          return report(st);
+        if (Status st = train::check_expert_rebalance(*config, *spec); !st.ok()) return report(st);
       // The moves are priced on this machine's calibrated spec: the launcher measures it when
       // there is none, its workers read it.
       const int processes = env->has_value() ? (*env)->local_world_size : launch->nproc_per_node;

@@ -289,6 +289,17 @@ long Model::expert_rows(int i) const {
   return rows;
 }
 
+void Model::set_expert_slots(int layer, const ExpertSlots& slots) {
+  CANN_CHECK(layer >= 0 && layer < static_cast<int>(expert_slots_.size()) &&
+             !expert_slots_[layer].empty() && slots.size() == expert_slots_[layer].size())
+      << "layer " << layer << " has no expert slots here";
+  std::vector<int> sorted = slots;
+  std::sort(sorted.begin(), sorted.end());
+  CANN_CHECK(sorted == identity_slots(spec_.num_local_experts))
+      << "expert slots of layer " << layer << " are not a permutation";
+  expert_slots_[layer] = slots;
+}
+
 std::vector<int> Model::expert_layers() const {
   std::vector<int> out;
   for (size_t l = 0; l < expert_slots_.size(); ++l)

@@ -192,6 +192,9 @@ class Model {
   // placement is unchanged only if no bytes were received; the caller treats it as a
   // communication failure.
   Status move_experts(const std::map<int, ExpertSlots>& to, const std::vector<float*>& state);
+  // Says that this rank's expert buffers of `layer` hold the experts of `slots` (a restored
+  // snapshot's placement); nothing moves.
+  void set_expert_slots(int layer, const ExpertSlots& slots);
 
  private:
   // A tensor the spec does not have (a bias, RMSNorm's shift, QK-norm): kAbsent, and

@@ -46,8 +46,7 @@ StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text) {
   return out;
 }
 
-Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec& spec,
-                              bool elastic) {
+Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec& spec) {
   if (config.expert_rebalance.every == 0) return OkStatus();
   const std::string flag = "--expert-rebalance: ";
   if (!spec.is_moe())
@@ -61,11 +60,6 @@ Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec&
     return InvalidArgument(flag + "--compress " + plan::compression_name(config.compress) +
                            " keeps error-feedback state per rank that a move would leave "
                            "behind; hint: use --compress none");
-  if (elastic)
-    return InvalidArgument(flag +
-                           "--elastic snapshots each rank's experts where they were "
-                           "placed, so a moved expert would be restored on the wrong rank; "
-                           "hint: drop one of the two flags");
   return OkStatus();
 }
 

@@ -21,12 +21,11 @@
 
 namespace cann::train {
 
-// What --expert-rebalance needs of a run: a MoE model, expert parallelism (ep > 1), an
+// What --expert-rebalance needs of a run: a MoE model, expert parallelism (ep > 1), and an
 // optimizer whose whole state moves with the experts (its moments: not under --compress,
-// whose error feedback stays where it is), and no --elastic (whose snapshots keep each rank's
-// experts where they were). `elastic`: the run is under --elastic.
-Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec& spec,
-                              bool elastic);
+// whose error feedback stays where it is). Under --elastic a rank's snapshot records where its
+// experts were (train_state.h, expert_slots_member).
+Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec& spec);
 
 struct ExpertMove {
   std::map<int, model::ExpertSlots> to;  // model layer -> its new slots

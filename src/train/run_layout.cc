@@ -89,7 +89,7 @@ StatusOr<RunLayout> resolve_run_layout(const TrainConfig& config, const model::M
   l.strategy = config.strategy;
   const plan::EngineShape shape = engine_shape(config, world, elastic.nodes);
   CANN_RETURN_IF_ERROR(plan::engine_supports(config.strategy, spec, shape));
-  CANN_RETURN_IF_ERROR(check_expert_rebalance(config, spec, elastic.on));
+  CANN_RETURN_IF_ERROR(check_expert_rebalance(config, spec));
   l.seq_len = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   plan::Strategy& s = l.strategy;
   s.dp = plan::engine_data_parallel(s, world);
@@ -131,7 +131,7 @@ Status check_launch(const TrainConfig& config, const model::ModelSpec& spec, int
                     bool elastic_nodes) {
   const plan::Strategy& s = config.strategy;
   CANN_RETURN_IF_ERROR(plan::engine_supports(s, spec, engine_shape(config, world, elastic_nodes)));
-  CANN_RETURN_IF_ERROR(check_expert_rebalance(config, spec, elastic_nodes));
+  CANN_RETURN_IF_ERROR(check_expert_rebalance(config, spec));
   if (s.pp == 1) return OkStatus();
   // An M that cannot be derived here passes as pp: the workers report the batch itself.
   const int M = launch_micro_batches(config, s, plan::engine_data_parallel(s, world));

@@ -48,6 +48,9 @@ StatusOr<int> StateKeeper::restore(const ckpt::LoadedCheckpoint& ck) {
         "--resume to continue from the newest disk checkpoint");
   ResumeState st;
   CANN_RETURN_IF_ERROR(run_.optimizer->restore(ck, &st));
+  // A rank's own snapshot holds its experts as they were placed when it was taken.
+  if (ckpt::rank_snapshot_mark(ck.meta_json))
+    CANN_RETURN_IF_ERROR(restore_expert_slots(ck.meta_json, ck.path, &run_.model->model()));
   run_.batches->restore(st.sampler, st.rng);
   restored_step_log_ = std::move(st.step_log);
   return st.step;
@@ -123,7 +126,10 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
   const model::Model& model = run_.model->model();
   if (snapshot_meta_.empty()) {
     std::string object = "{";
-    object.append(model_meta_members(model.spec(), model.table())).push_back('}');
+    object.append(model_meta_members(model.spec(), model.table()));
+    // Under ep the buffers hold the experts where they now live (--expert-rebalance).
+    if (!run_.rank_layout.empty()) object.append(expert_slots_member(model));
+    object.push_back('}');
     if (!run_.rank_layout.empty())
       object = ckpt::with_rank_snapshot_mark(object, {run_.rank_layout, rank_});
     snapshot_meta_ = object.substr(1, object.size() - 2);

@@ -105,6 +105,12 @@ class StateKeeper {
   Status checkpoint(const ckpt::CheckpointWrite& w, bool wait);
 
   void event(const std::string& name, const std::string& detail);
+  // Experts changed ranks (Model::move_experts) after this step's update: the next snapshot
+  // records their placement, and the update's word sums no longer describe the state.
+  void experts_moved() {
+    snapshot_meta_.clear();
+    sums_.valid = false;
+  }
 
   // The glue (run_state.cc). bind() before any of the calls below; a new world group (an
   // elastic rejoin) is bound again.

@@ -2,6 +2,8 @@
 // numbers lose precision above 2^53.
 #include "train/train_state.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -38,6 +40,49 @@ std::string model_meta_members(const model::ModelSpec& spec, const model::ParamT
   meta["param_fingerprint"] = hex64(table.fingerprint());
   const std::string text = meta.dump();
   return text.substr(1, text.size() - 2);
+}
+
+std::string expert_slots_member(const model::Model& model) {
+  nlohmann::json slots = nlohmann::json::object();
+  for (int layer : model.expert_layers()) {
+    const model::ExpertSlots& at = model.expert_slots(layer);
+    if (at != model::identity_slots(static_cast<int>(at.size()))) slots[std::to_string(layer)] = at;
+  }
+  if (slots.empty()) return std::string();
+  return ",\"expert_slots\":" + slots.dump();
+}
+
+Status restore_expert_slots(const std::string& meta_json, const std::string& path,
+                            model::Model* model) {
+  const std::vector<int> layers = model->expert_layers();
+  if (layers.empty()) return OkStatus();
+  nlohmann::json slots;
+  try {
+    slots = nlohmann::json::parse(meta_json).value("expert_slots", nlohmann::json::object());
+  } catch (const std::exception& e) {
+    return DataLoss(path + ": snapshot metadata is not JSON (" + e.what() + ")");
+  }
+  const int E = model->spec().num_local_experts;
+  for (int layer : layers) {
+    model::ExpertSlots at = model::identity_slots(E);
+    if (auto it = slots.find(std::to_string(layer)); it != slots.end()) {
+      std::vector<int> sorted;
+      try {
+        at = it->get<model::ExpertSlots>();
+      } catch (const std::exception&) {
+        at.clear();
+      }
+      sorted = at;
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted != model::identity_slots(E))
+        return DataLoss(path + ": expert_slots of layer " + std::to_string(layer) +
+                        " is not a placement of " + std::to_string(E) +
+                        " experts; hint: the snapshot is damaged: resume from a disk "
+                        "checkpoint with --resume");
+    }
+    model->set_expert_slots(layer, at);
+  }
+  return OkStatus();
 }
 
 ckpt::CheckpointWrite training_checkpoint(const std::string& model_members,

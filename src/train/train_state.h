@@ -58,6 +58,13 @@ ckpt::CheckpointWrite training_checkpoint(const model::ModelSpec& spec,
 // table) as the members of a JSON object without its braces, and a checkpoint that splices
 // them in: a caller that writes every step (the in-memory snapshots) serializes them once.
 std::string model_meta_members(const model::ModelSpec& spec, const model::ParamTable& table);
+// Expert parallelism, for a snapshot of a rank's own buffers: `,"expert_slots":{"1":[...]}`,
+// the placement of every MoE layer whose experts moved (model/expert_placement.h); empty when
+// none did. restore_expert_slots sets a restored snapshot's placement on the model (the
+// contiguous one for the layers it does not list).
+std::string expert_slots_member(const model::Model& model);
+Status restore_expert_slots(const std::string& meta_json, const std::string& path,
+                            model::Model* model);
 ckpt::CheckpointWrite training_checkpoint(const std::string& model_members,
                                           const model::ParamTable& table,
                                           const OptimizerSnapshot& opt, const ResumeState& state,

@@ -187,7 +187,10 @@ Status Trainer::train_steps(RunSummary* summary) {
     if (!norm.ok()) return comm_failure(norm.status());
     CANN_RETURN_IF_ERROR(parts_->update_expert_bias(c, *opt_));
     CANN_ASSIGN_OR_RETURN(const ExpertMove move, parts_->rebalance_experts(c, *opt_, step + 1));
-    if (!move.to.empty()) report_expert_move(move, step + 1);
+    if (!move.to.empty()) {
+      keeper_->experts_moved();
+      report_expert_move(move, step + 1);
+    }
     CANN_RETURN_IF_ERROR(parts_->status());
     r.step_time_s = now_seconds() - t0;
     if (profiler_) {

@@ -54,6 +54,7 @@ Status Trainer::rejoin(const Status& cause) {
     CANN_ASSIGN_OR_RETURN(parts_,
                           ModelParts::build(spec_, layout_, world_.get(),
                                             [this](const Status& s) { return comm_failure(s); }));
+    if (config_.expert_rebalance.every > 0) parts_->set_expert_rebalance(config_.expert_rebalance);
     if (grad_watch_) watch_grads();
   } else {
     parts_->rebind_world(world_.get());
