@@ -121,11 +121,21 @@ TEST(ExpertRebalancerTest, MovesWhenTheSavedComputeOutweighsTheMoveAndThenCoolsD
   train::ExpertMove move = rb.decide(now);
   ASSERT_EQ(move.to.size(), 1u);
   ASSERT_TRUE(move.to.count(1));
-  EXPECT_EQ(move.experts, 2);
-  EXPECT_GT(move.imbalance_before, 1.8);
-  EXPECT_LT(move.imbalance_after, 1.05);
-  EXPECT_GT(move.saved_s * config.every, move.cost_s);
-  EXPECT_NE(move.detail.find("layer(s) 1"), std::string::npos) << move.detail;
+  ASSERT_EQ(move.layers.size(), 1u);
+  const train::LayerMove& m = move.layers[0];
+  EXPECT_EQ(m.layer, 1);
+  EXPECT_EQ(m.experts, 2);
+  EXPECT_GT(m.before, 1.8);
+  EXPECT_LT(m.after, 1.05);
+  EXPECT_GT(m.saved_s * config.every, m.cost_s);
+  const std::string line = train::describe_moves(move.layers);
+  EXPECT_NE(line.find("2 expert(s) of layer(s) 1 moved"), std::string::npos) << line;
+  // Told to the other stages through floats, and back.
+  const auto back = train::unpack_moves(train::pack_moves(move.layers, 2));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].layer, 1);
+  EXPECT_EQ(back[0].experts, 2);
+  EXPECT_FLOAT_EQ(back[0].before, m.before);
   // The next decision keeps the placement (cooldown 1), the one after may move again.
   for (int i = 0; i < 10; ++i) rb.add(step);
   EXPECT_TRUE(rb.decide(now).to.empty());

@@ -1,6 +1,7 @@
 #include "train/expert_rebalance.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -108,7 +109,6 @@ ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now
   const double per_expert = (FC * C + C * FM + (spec_.mlp_bias ? FC + C : 0)) * sizeof(float) * 3;
   const plan::ClusterSpec& cluster = *config_.cluster;
   const bool inter_node = ep_ > cluster.devices_per_node;
-  std::string layers;
   for (const auto& [layer, slots] : now) {
     std::vector<double> load(static_cast<size_t>(E));
     for (int e = 0; e < E; ++e)
@@ -138,22 +138,56 @@ ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now
     const double cost = plan::p2p_seconds(cluster, busiest * per_expert, inter_node);
     if (saved * config_.every <= cost) continue;
     out.to[layer] = std::move(to);
-    out.experts += moved;
-    out.imbalance_before = std::max(out.imbalance_before, max_before / mean);
-    out.imbalance_after = std::max(out.imbalance_after, max_after / mean);
-    out.saved_s += saved;
-    out.cost_s += cost;
-    layers += (layers.empty() ? "" : ", ") + std::to_string(layer);
+    out.layers.push_back({layer, moved, max_before / mean, max_after / mean, saved, cost});
   }
-  if (out.to.empty()) return out;
-  cooling_ = config_.cooldown;
+  if (!out.to.empty()) cooling_ = config_.cooldown;
+  return out;
+}
+
+std::string describe_moves(const std::vector<LayerMove>& layers) {
+  int experts = 0;
+  double before = 0, after = 0, saved = 0, cost = 0;
+  std::string names;
+  for (const LayerMove& m : layers) {
+    experts += m.experts;
+    before = std::max(before, m.before);
+    after = std::max(after, m.after);
+    saved += m.saved_s;
+    cost += m.cost_s;
+    names += (names.empty() ? "" : ", ") + std::to_string(m.layer);
+  }
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "%d expert(s) of layer(s) %s moved: max/mean rank load %.2f -> %.2f, expert "
                 "compute %.3g ms/step less on the busiest ranks, the move %.3g ms",
-                out.experts, layers.c_str(), out.imbalance_before, out.imbalance_after,
-                1e3 * out.saved_s, 1e3 * out.cost_s);
-  out.detail = buf;
+                experts, names.c_str(), before, after, 1e3 * saved, 1e3 * cost);
+  return buf;
+}
+
+constexpr int kMoveFields = 6;
+
+std::vector<float> pack_moves(const std::vector<LayerMove>& layers, int num_layers) {
+  std::vector<float> out(static_cast<size_t>(num_layers) * kMoveFields, 0.0f);
+  for (const LayerMove& m : layers) {
+    float* f = out.data() + static_cast<size_t>(m.layer) * kMoveFields;
+    f[0] = 1.0f;
+    f[1] = static_cast<float>(m.experts);
+    f[2] = static_cast<float>(m.before);
+    f[3] = static_cast<float>(m.after);
+    f[4] = static_cast<float>(m.saved_s);
+    f[5] = static_cast<float>(m.cost_s);
+  }
+  return out;
+}
+
+std::vector<LayerMove> unpack_moves(const std::vector<float>& packed) {
+  std::vector<LayerMove> out;
+  for (size_t l = 0; l < packed.size() / kMoveFields; ++l) {
+    const float* f = packed.data() + l * kMoveFields;
+    if (f[0] == 0.0f) continue;
+    out.push_back(
+        {static_cast<int>(l), static_cast<int>(std::lround(f[1])), f[2], f[3], f[4], f[5]});
+  }
   return out;
 }
 

@@ -27,15 +27,27 @@ namespace cann::train {
 // experts were (train_state.h, expert_slots_member).
 Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec& spec);
 
-struct ExpertMove {
-  std::map<int, model::ExpertSlots> to;  // model layer -> its new slots
-  int experts = 0;                       // experts that change rank, over all moved layers
-  double imbalance_before = 0;           // the moved layers' largest max/mean rank load
-  double imbalance_after = 0;
-  double saved_s = 0;  // predicted expert compute saved per step on the busiest ranks
+// What moving one layer's experts does, as priced when it was decided.
+struct LayerMove {
+  int layer = 0;
+  int experts = 0;     // experts that change rank
+  double before = 0;   // max/mean rank load of the window, in the old placement
+  double after = 0;    // and in the new one
+  double saved_s = 0;  // predicted expert compute saved per step on the busiest rank
   double cost_s = 0;   // predicted time to move them
-  std::string detail;  // one line for the event log and the dashboard
 };
+
+struct ExpertMove {
+  std::map<int, model::ExpertSlots> to;  // this stage's moved layers -> their new slots
+  std::vector<LayerMove> layers;         // what moved (after tell_all: on every stage)
+};
+
+// One line for the event log and the dashboard, over all `layers`.
+std::string describe_moves(const std::vector<LayerMove>& layers);
+// The moves as floats, num_layers x 6 (zero where a layer did not move), and back: summed over
+// the world with one rank per stage contributing, every rank learns every stage's moves.
+std::vector<float> pack_moves(const std::vector<LayerMove>& layers, int num_layers);
+std::vector<LayerMove> unpack_moves(const std::vector<float>& packed);
 
 class ExpertRebalancer {
  public:

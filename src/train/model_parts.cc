@@ -198,9 +198,23 @@ StatusOr<ExpertMove> ModelParts::rebalance_experts(const StepCompute& c, StepOpt
   std::map<int, model::ExpertSlots> now;
   for (int layer : model_->expert_layers()) now[layer] = model_->expert_slots(layer);
   ExpertMove move = rebalancer_->decide(now);
-  if (move.to.empty()) return move;
-  Status s = model_->move_experts(move.to, opt.parameter_shaped_state());
+  if (!move.to.empty()) {
+    Status s = model_->move_experts(move.to, opt.parameter_shaped_state());
+    if (!s.ok()) return on_comm_failure_(s);
+  }
+  // Each stage decided its own layers: one rank of each tells the others (for the event).
+  const model::ShardPlace at = mp_->shard_place();
+  const bool tells = at.tp_rank == 0 && mp_->dp_rank() == 0 && mp_->context_parallel().rank == 0;
+  std::vector<float> told =
+      pack_moves(tells ? move.layers : std::vector<LayerMove>{}, model_->spec().num_hidden_layers);
+  comm::Options opts;
+  opts.tag = "expert_moves";
+  Status s = world_
+                 ->allreduce(told.data(), told.size(), comm::DataType::kFloat32,
+                             comm::ReduceOp::kSum, opts)
+                 ->wait();
   if (!s.ok()) return on_comm_failure_(s);
+  move.layers = unpack_moves(told);
   return move;
 }
 

@@ -102,7 +102,8 @@ class ModelParts {
   void set_expert_rebalance(const ExpertRebalance& config);
   // After the optimizer's step `done` (1-based): adds the step's routing to the window, and at
   // the window's end (a collective over the world) sums it, decides, and moves the experts that
-  // pay, parameters and the optimizer's moments with them. The move made (`to` empty: none).
+  // pay, parameters and the optimizer's moments with them. The move: this stage's new slots
+  // (`to`, empty: none) and every stage's moved layers (`layers`).
   StatusOr<ExpertMove> rebalance_experts(const StepCompute& c, StepOptimizer& opt, int done);
   // The first failure of the model-parallel collectives outside the model (gradient norms).
   Status status() const;

@@ -187,10 +187,8 @@ Status Trainer::train_steps(RunSummary* summary) {
     if (!norm.ok()) return comm_failure(norm.status());
     CANN_RETURN_IF_ERROR(parts_->update_expert_bias(c, *opt_));
     CANN_ASSIGN_OR_RETURN(const ExpertMove move, parts_->rebalance_experts(c, *opt_, step + 1));
-    if (!move.to.empty()) {
-      keeper_->experts_moved();
-      report_expert_move(move, step + 1);
-    }
+    if (!move.to.empty()) keeper_->experts_moved();
+    if (!move.layers.empty()) report_expert_move(move, step + 1);
     CANN_RETURN_IF_ERROR(parts_->status());
     r.step_time_s = now_seconds() - t0;
     if (profiler_) {
@@ -262,10 +260,10 @@ Status Trainer::train_steps(RunSummary* summary) {
   return OkStatus();
 }
 
-// The event log and the dashboard hear of a move once (every rank made the same one).
+// The event log and the dashboard hear of a move once, every stage's layers in it.
 void Trainer::report_expert_move(const ExpertMove& move, int done) {
   if (!leader()) return;
-  const std::string text = "step " + std::to_string(done) + ": " + move.detail;
+  const std::string text = "step " + std::to_string(done) + ": " + describe_moves(move.layers);
   keeper_->event("expert_migrated", text);
   reporter_->dashboard_event("expert_migrated", layout_.rank, text);
   if (!config_.quiet) reporter_->line("expert_migrated " + text);
