@@ -44,6 +44,7 @@ RankSnapshot snapshot(int rank, int64_t step) {
   s.compute_utilization = 0.625;
   s.nic_errors = {{"eth0", "rx_errors", 3}, {"mlx5_0/1", "symbol_error", 0}};
   s.expert_tokens = {10, 20, 30};
+  s.expert_rows = 1000 + rank;
   return s;
 }
 
@@ -59,6 +60,7 @@ TEST(MonitorTest, SnapshotRoundTripKeepsTimePrecision) {
   EXPECT_EQ(back->host, s.host);
   EXPECT_DOUBLE_EQ(back->time, s.time);  // millisecond resolution survives the text form
   EXPECT_EQ(back->expert_tokens, s.expert_tokens);
+  EXPECT_EQ(back->expert_rows, 1003);
   EXPECT_EQ(back->resident_bytes, s.resident_bytes);
   EXPECT_EQ(back->compute_utilization, s.compute_utilization);
   ASSERT_EQ(back->nic_errors.size(), 2u);
@@ -80,6 +82,9 @@ TEST(MonitorTest, PrometheusExpositionIsValid) {
   EXPECT_NE(text.find("cann_train_comm_exposed_ratio"), std::string::npos);
   EXPECT_NE(text.find("cann_train_expert_tokens_total{job=\"job-1\",rank=\"0\",expert=\"2\"} 30"),
             std::string::npos);
+  EXPECT_NE(text.find("cann_train_expert_rows_total{job=\"job-1\",rank=\"1\"} 1001"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("cann_train_events_total{job=\"job-1\",kind=\"worker_exited\"} 1"),
             std::string::npos);
   EXPECT_NE(text.find("cann_train_compute_utilization{job=\"job-1\",rank=\"1\",host=\"host\\\"1\"} "

@@ -251,6 +251,17 @@ std::string Hub::prometheus_text() const {
                job + ",rank=\"" + std::to_string(rank) + "\",expert=\"" + std::to_string(e) + "\"",
                static_cast<double>(s.expert_tokens[e]));
   }
+  bool rows = false;
+  for (const auto& [rank, s] : latest_) rows |= s.expert_rows >= 0;
+  if (rows) {
+    header(out, "cann_train_expert_rows_total", "counter",
+           "Routed rows this rank's experts computed (expert parallelism, summed over MoE "
+           "layers): the busiest rank sets the pace of the all-to-alls.");
+    for (const auto& [rank, s] : latest_)
+      if (s.expert_rows >= 0)
+        sample(out, "cann_train_expert_rows_total", job + ",rank=\"" + std::to_string(rank) + "\"",
+               static_cast<double>(s.expert_rows));
+  }
   header(out, "cann_train_events_total", "counter", "Events (failures, alerts, scaling) seen.");
   std::map<std::string, int> kinds;
   for (const Event& e : events_) kinds[e.kind]++;

@@ -34,7 +34,8 @@ std::string RankSnapshot::to_json() const {
       .add("memory_bytes", memory_bytes)
       .add("resident_bytes", resident_bytes)
       .add("compute_utilization", compute_utilization)
-      .add("expert_tokens", expert_tokens);
+      .add("expert_tokens", expert_tokens)
+      .add("expert_rows", expert_rows);
   if (!nic_errors.empty()) {
     nlohmann::json nics = nlohmann::json::array();
     for (const NicCounter& c : nic_errors) nics.push_back({c.device, c.counter, c.value});
@@ -106,6 +107,7 @@ StatusOr<RankSnapshot> RankSnapshot::from_json(const std::string& text) {
             {c.at(0).get<std::string>(), c.at(1).get<std::string>(), c.at(2).get<int64_t>()});
     if (j.contains("expert_tokens"))
       s.expert_tokens = j["expert_tokens"].get<std::vector<int64_t>>();
+    s.expert_rows = j.value("expert_rows", int64_t{-1});
     if (j.contains("link_gbps") && j["link_gbps"].is_array()) {
       for (const auto& v : j["link_gbps"])
         s.link_gbps.push_back(v.is_number() ? v.get<double>() : 0.0);

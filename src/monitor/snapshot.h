@@ -41,6 +41,9 @@ struct RankSnapshot {
   double compute_utilization = -1.0;
   std::vector<NicCounter> nic_errors;  // this host's NIC error counters (nic_counters.h)
   std::vector<int64_t> expert_tokens;  // tokens routed per expert (summed over MoE layers)
+  // Expert parallelism: routed rows this rank's experts computed (summed over MoE layers);
+  // -1 without ep.
+  int64_t expert_rows = -1;
   // The last link probe (run --link-probe-every): GB/s this rank measured receiving from each
   // peer, indexed by peer rank; <= 0 where not measured (itself). Empty when no probe ran.
   std::vector<double> link_gbps;

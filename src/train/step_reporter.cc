@@ -86,6 +86,11 @@ void StepReporter::count_expert_tokens(const std::vector<double>& local_load) {
     expert_tokens_total_[e] += static_cast<int64_t>(local_load[e]);
 }
 
+void StepReporter::count_expert_rows(const std::vector<double>& rank_rows) {
+  if (expert_rows_total_ < 0) expert_rows_total_ = 0;
+  for (double rows : rank_rows) expert_rows_total_ += static_cast<int64_t>(rows);
+}
+
 Status StepReporter::report(const StepRecord& r) {
   const double dt = r.step_time_s;
   // The first step pays for page faults and BLAS warm-up: keep it out of the ETA.
@@ -254,6 +259,7 @@ void StepReporter::publish_snapshot(const StepRecord& r) {
   }
   snap.nic_errors = nic_errors_;
   snap.expert_tokens = expert_tokens_total_;
+  snap.expert_rows = expert_rows_total_;
   snap.link_gbps = link_gbps_;
   snap.efficiency = efficiency_;
   if (place_.rank == 0) snap.predicted = config_.predicted;

@@ -93,6 +93,9 @@ class StepReporter {
   Status publish(const StepRecord& r);
   // This rank's routing of a step before the ranks agree on it: the dashboard's run totals.
   void count_expert_tokens(const std::vector<double>& local_load);
+  // Expert parallelism: the rows this rank's experts computed this step (StepCompute::rank_rows
+  // before the sum over the world: its own place set, the others zero).
+  void count_expert_rows(const std::vector<double>& rank_rows);
   void set_link_gbps(std::vector<double> gbps) { link_gbps_ = std::move(gbps); }
   // A line of JSON for the step log (an event; rank 0 only).
   Status write_log_line(const std::string& line);
@@ -126,6 +129,7 @@ class StepReporter {
   int timed_steps_ = -1;  // -1: the next step is the first since start_timing()
   int64_t comm_bytes_total_ = 0;
   std::vector<int64_t> expert_tokens_total_;
+  int64_t expert_rows_total_ = -1;  // -1: no ep; counting starts from 0
   std::vector<double> link_gbps_;  // the last --link-probe-every measurement
   std::vector<monitor::NicCounter> nic_errors_;  // read at most once a second
   double nic_read_time_ = -1.0;

@@ -170,6 +170,7 @@ Status Trainer::train_steps(RunSummary* summary) {
     r.comm = c.comm;
     r.compute_s = now_seconds() - t0 - c.comm.comm_exposed_s;
     if (!c.expert_load.empty()) reporter_->count_expert_tokens(c.expert_load);
+    if (!c.rank_rows.empty()) reporter_->count_expert_rows(c.rank_rows);
     bool grads_bad = grad_watch_ && grad_watch_->inspect(parts_->model().grads(), step + 1);
     bool stop_requested = g_stop_signal != 0 || reporter_->stop_requested();
     CANN_RETURN_IF_ERROR(agree_on_step(&c, &stop_requested, &grads_bad));
