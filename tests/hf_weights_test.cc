@@ -224,6 +224,22 @@ TEST(HfWeights, ExportLoadExportIsBitIdentical) {
 }
 
 // A BF16 checkpoint loads as its values widened to float (exactly).
+// A key only the directory's config has is named too (not a key both agree on).
+TEST(HfWeights, DifferentModelsNameTheKeyEitherSideLacks) {
+  auto given = model::load_model_spec("deepseek_tiny");
+  ASSERT_TRUE(given.ok()) << given.status().message();
+  model::ModelSpec in_dir = *given;
+  in_dir.expert_bias_update_speed = 0;  // written by an export of a run that froze the bias
+  const Status s = train::check_same_model(*given, in_dir, "dir");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("(expert_bias_update_speed: (absent) against 0)"), std::string::npos)
+      << s.message();
+  const Status back = train::check_same_model(in_dir, *given, "dir");
+  EXPECT_NE(back.message().find("(expert_bias_update_speed: 0 against (absent))"),
+            std::string::npos)
+      << back.message();
+}
+
 TEST(HfWeights, LoadsBf16Checkpoints) {
   const model::ModelSpec spec = test::hf_test_spec(test::hf_test_models()[1]);
   const std::vector<float> params = test::random_params(spec, 9);

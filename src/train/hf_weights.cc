@@ -49,12 +49,12 @@ Status check_same_model(const model::ModelSpec& given, const model::ModelSpec& i
   const auto a = nlohmann::json::parse(model::spec_to_json(given));
   const auto b = nlohmann::json::parse(model::spec_to_json(in_dir));
   if (a == b) return OkStatus();
-  std::string key = "model_type";
-  for (auto it = a.begin(); it != a.end(); ++it)
-    if (!b.contains(it.key()) || b[it.key()] != *it) {
-      key = it.key();
-      break;
-    }
+  // The first key whose value differs, or that only one of them has.
+  std::string key;
+  for (auto it = a.begin(); it != a.end() && key.empty(); ++it)
+    if (!b.contains(it.key()) || b[it.key()] != *it) key = it.key();
+  for (auto it = b.begin(); it != b.end() && key.empty(); ++it)
+    if (!a.contains(it.key())) key = it.key();
   const auto value = [&](const nlohmann::json& j) {
     return j.contains(key) ? j[key].dump() : std::string("(absent)");
   };
