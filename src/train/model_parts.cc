@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "core/timer.h"
 #include "kernels/cpu/moe_routing.h"
 #include "parallel/pipeline_schedule.h"
@@ -199,7 +200,11 @@ StatusOr<ExpertMove> ModelParts::rebalance_experts(const StepCompute& c, StepOpt
   for (int layer : model_->expert_layers()) now[layer] = model_->expert_slots(layer);
   ExpertMove move = rebalancer_->decide(now);
   if (!move.to.empty()) {
-    Status s = model_->move_experts(move.to, opt.parameter_shaped_state());
+    // check_expert_rebalance admits only optimizers whose state is laid out like the
+    // parameters: the moments travel with their experts.
+    const std::vector<float*> state = opt.parameter_shaped_state();
+    CANN_CHECK(!state.empty()) << "expert rebalancing under an optimizer whose state cannot move";
+    Status s = model_->move_experts(move.to, state);
     if (!s.ok()) return on_comm_failure_(s);
   }
   // Each stage decided its own layers: one rank of each tells the others (for the event).
