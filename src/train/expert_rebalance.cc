@@ -91,6 +91,24 @@ double ExpertRebalancer::expert_seconds(double rows) const {
   return 3 * (plan::gemm_seconds(d, rows, FC, C) + plan::gemm_seconds(d, rows, C, FM));
 }
 
+double ExpertRebalancer::all_to_all_seconds(const std::vector<double>& load,
+                                            const model::ExpertSlots& at) const {
+  const int E = static_cast<int>(at.size()), El = E / ep_;
+  double total = 0;
+  for (double l : load) total += l;
+  double busiest = 0;
+  for (int r = 0; r < ep_; ++r) {
+    double held = 0;
+    for (int j = 0; j < El; ++j) held += load[at[r * El + j]];
+    const double in = held * (ep_ - 1) / ep_, out = (total - held) / ep_;
+    busiest = std::max({busiest, in, out});
+  }
+  // Rows of C floats, each way in forward (the input out, the output back) and in backward.
+  const double bytes = 4.0 * busiest * spec_.hidden_size * sizeof(float);
+  const plan::ClusterSpec& c = *config_.cluster;
+  return plan::p2p_seconds(c, bytes, ep_ > c.devices_per_node);
+}
+
 ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now) {
   ExpertMove out;
   const int steps = steps_;
@@ -122,7 +140,8 @@ ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now
     const std::vector<double> after = model::rank_loads(load, to, ep_);
     const double max_before = *std::max_element(before.begin(), before.end());
     const double max_after = *std::max_element(after.begin(), after.end());
-    const double saved = expert_seconds(max_before) - expert_seconds(max_after);
+    const double saved = expert_seconds(max_before) - expert_seconds(max_after) +
+                         all_to_all_seconds(load, slots) - all_to_all_seconds(load, to);
     // The busiest rank's share of the move: experts it sends or receives, whichever is more
     // (the link carries both ways at once).
     std::vector<int> sent(ep_, 0), received(ep_, 0);
@@ -158,8 +177,8 @@ std::string describe_moves(const std::vector<LayerMove>& layers) {
   }
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "%d expert(s) of layer(s) %s moved: max/mean rank load %.2f -> %.2f, expert "
-                "compute %.3g ms/step less on the busiest ranks, the move %.3g ms",
+                "%d expert(s) of layer(s) %s moved: max/mean rank load %.2f -> %.2f, %.3g ms "
+                "less per step on the busiest ranks and links, the move %.3g ms",
                 experts, names.c_str(), before, after, 1e3 * saved, 1e3 * cost);
   return buf;
 }

@@ -3,9 +3,11 @@
 // favours a few experts leaves the ranks holding them busy while the others wait in the
 // all-to-all. Every K steps the measured load of each MoE layer's experts (the routing of all
 // ranks over those K steps) gives a balanced placement (model/expert_placement.h); a layer's
-// experts move when the expert compute the placement saves on the busiest rank over the next K
-// steps exceeds the time to ship the moved experts' parameters and moments, both priced by the
-// planner's GEMM and link models on the calibrated spec of this machine. After a move the next
+// experts move when what the placement saves per step over the next K steps (the busiest rank's
+// expert compute, and the busiest link's share of the layer's all-to-alls, which carries the
+// rows of the experts its rank holds) exceeds the time to ship the moved experts' parameters
+// and moments, all priced by the planner's GEMM and link models on the calibrated spec of this
+// machine. After a move the next
 // `cooldown` decisions keep the placement. Moving changes which rank computes an expert, not
 // what is computed: the loss curve is the one without rebalancing.
 #pragma once
@@ -33,7 +35,7 @@ struct LayerMove {
   int experts = 0;     // experts that change rank
   double before = 0;   // max/mean rank load of the window, in the old placement
   double after = 0;    // and in the new one
-  double saved_s = 0;  // predicted expert compute saved per step on the busiest rank
+  double saved_s = 0;  // predicted time saved per step: busiest rank's compute, busiest link
   double cost_s = 0;   // predicted time to move them
 };
 
@@ -69,6 +71,10 @@ class ExpertRebalancer {
  private:
   // Expert compute (forward and backward GEMMs) of `rows` routed rows on one rank.
   double expert_seconds(double rows) const;
+  // The layer's four all-to-alls on its busiest link under a placement, each source sending
+  // every expert an equal share of the expert's rows: a rank receives (ep-1)/ep of its
+  // experts' rows and sends 1/ep of everyone else's.
+  double all_to_all_seconds(const std::vector<double>& load, const model::ExpertSlots& at) const;
 
   ExpertRebalance config_;
   model::ModelSpec spec_;
