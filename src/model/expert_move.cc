@@ -5,8 +5,9 @@
 // whose expert lived on r, that expert's floats of every array (parameters first, then each
 // state array), tensor by tensor in table order. The receiver reads each source's stream in the
 // same order. One all-to-allv carries every layer.
-#include <algorithm>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "model/model.h"
 
@@ -19,6 +20,14 @@ struct ExpertPiece {
   size_t offset = 0, per = 0;
 };
 
+// One moved layer: its expert tensors, the floats one expert carries over every array, and the
+// old slot of each expert.
+struct MovingLayer {
+  std::vector<ExpertPiece> pieces;
+  size_t floats = 0;
+  std::vector<int> was;
+};
+
 }  // namespace
 
 Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vector<float*>& state) {
@@ -26,38 +35,36 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
   const int P = ep_.size, r = ep_.rank, E = spec_.num_local_experts, El = E / P;
   std::vector<float*> arrays = {params_at_};
   arrays.insert(arrays.end(), state.begin(), state.end());
-  std::map<int, std::vector<ExpertPiece>> pieces;
+  std::map<int, MovingLayer> layers;
   for (const TensorInfo& t : table_.tensors())
     if (t.expert && to.count(t.layer))
-      pieces[t.layer].push_back({t.offset, t.numel / static_cast<size_t>(t.shape[0])});
-  std::map<int, size_t> per_expert;  // floats one expert of a layer carries, every array
+      layers[t.layer].pieces.push_back({t.offset, t.numel / static_cast<size_t>(t.shape[0])});
   for (const auto& [layer, slots] : to) {
-    CANN_CHECK(static_cast<int>(slots.size()) == E && pieces.count(layer) &&
+    CANN_CHECK(static_cast<int>(slots.size()) == E && layers.count(layer) &&
                !expert_slots_[layer].empty())
         << "move_experts: layer " << layer << " is not a MoE layer of this stage";
-    size_t n = 0;
-    for (const ExpertPiece& p : pieces[layer]) n += p.per;
-    per_expert[layer] = n * arrays.size();
+    MovingLayer& m = layers[layer];
+    for (const ExpertPiece& p : m.pieces) m.floats += p.per * arrays.size();
+    m.was = slot_of(expert_slots_[layer]);
   }
-  // Copies local expert j of `layer`, every array and tensor, to out; returns the end.
-  auto pack = [&](int layer, int j, float* out) {
+  // Copies local expert j of a layer, every array and tensor, to out.
+  auto pack = [&](const MovingLayer& m, int j, float* out) {
     for (float* a : arrays)
-      for (const ExpertPiece& p : pieces[layer]) {
+      for (const ExpertPiece& p : m.pieces) {
         std::memcpy(out, a + p.offset + static_cast<size_t>(j) * p.per, p.per * sizeof(float));
         out += p.per;
       }
-    return out;
   };
 
   // Counts first, then each destination's stream at its offset, in rank order.
   std::vector<size_t> send_counts(static_cast<size_t>(P), 0), recv_counts(P, 0);
   for (const auto& [layer, slots] : to) {
-    const std::vector<int> was = slot_of(expert_slots_[layer]);
+    const MovingLayer& m = layers[layer];
     for (int s = 0; s < E; ++s) {
-      const int from = was[static_cast<size_t>(slots[s])] / El, dest = s / El;
+      const int from = m.was[static_cast<size_t>(slots[s])] / El, dest = s / El;
       if (from == dest) continue;
-      if (from == r) send_counts[dest] += per_expert[layer];
-      if (dest == r) recv_counts[from] += per_expert[layer];
+      if (from == r) send_counts[dest] += m.floats;
+      if (dest == r) recv_counts[from] += m.floats;
     }
   }
   std::vector<size_t> send_at(static_cast<size_t>(P), 0), recv_at(static_cast<size_t>(P), 0);
@@ -69,12 +76,12 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
   move_send_.resize(send_at[P - 1] + send_counts[P - 1]);
   move_recv_.resize(recv_at[P - 1] + recv_counts[P - 1]);
   for (const auto& [layer, slots] : to) {
-    const std::vector<int> was = slot_of(expert_slots_[layer]);
+    const MovingLayer& m = layers[layer];
     for (int s = 0; s < E; ++s) {
-      const int old_slot = was[static_cast<size_t>(slots[s])];
+      const int old_slot = m.was[static_cast<size_t>(slots[s])];
       if (old_slot / El != r || s / El == r) continue;
-      pack(layer, old_slot % El, move_send_.data() + send_at[s / El]);
-      send_at[s / El] += per_expert[layer];
+      pack(m, old_slot % El, move_send_.data() + send_at[s / El]);
+      send_at[s / El] += m.floats;
     }
   }
   CANN_RETURN_IF_ERROR(ep_.comm->alltoallv(move_recv_.data(), recv_counts.data(), move_send_.data(),
@@ -83,24 +90,23 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
   // Each layer's new local experts, assembled apart (an expert staying on this rank may change
   // slot) and then written in place.
   for (const auto& [layer, slots] : to) {
-    const std::vector<int> was = slot_of(expert_slots_[layer]);
-    const size_t n = per_expert[layer];
-    move_block_.resize(static_cast<size_t>(El) * n);
+    const MovingLayer& m = layers[layer];
+    move_block_.resize(static_cast<size_t>(El) * m.floats);
     for (int j = 0; j < El; ++j) {
-      const int old_slot = was[static_cast<size_t>(slots[r * El + j])];
+      const int old_slot = m.was[static_cast<size_t>(slots[r * El + j])];
       const int from = old_slot / El;
-      float* dst = move_block_.data() + static_cast<size_t>(j) * n;
+      float* dst = move_block_.data() + static_cast<size_t>(j) * m.floats;
       if (from == r) {
-        pack(layer, old_slot % El, dst);
+        pack(m, old_slot % El, dst);
       } else {
-        std::memcpy(dst, move_recv_.data() + recv_at[from], n * sizeof(float));
-        recv_at[from] += n;
+        std::memcpy(dst, move_recv_.data() + recv_at[from], m.floats * sizeof(float));
+        recv_at[from] += m.floats;
       }
     }
     const float* src = move_block_.data();
     for (int j = 0; j < El; ++j)
       for (float* a : arrays)
-        for (const ExpertPiece& p : pieces[layer]) {
+        for (const ExpertPiece& p : m.pieces) {
           std::memcpy(a + p.offset + static_cast<size_t>(j) * p.per, src, p.per * sizeof(float));
           src += p.per;
         }

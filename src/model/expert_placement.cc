@@ -128,4 +128,18 @@ int experts_moved(const ExpertSlots& from, const ExpertSlots& to, int ep) {
   return moved;
 }
 
+int busiest_rank_moves(const ExpertSlots& from, const ExpertSlots& to, int ep) {
+  const size_t El = from.size() / static_cast<size_t>(ep);
+  const std::vector<int> a = slot_of(from), b = slot_of(to);
+  std::vector<int> sent(static_cast<size_t>(ep), 0), received(static_cast<size_t>(ep), 0);
+  for (size_t e = 0; e < a.size(); ++e) {
+    const size_t src = static_cast<size_t>(a[e]) / El, dst = static_cast<size_t>(b[e]) / El;
+    if (src == dst) continue;
+    ++sent[src];
+    ++received[dst];
+  }
+  return std::max(*std::max_element(sent.begin(), sent.end()),
+                  *std::max_element(received.begin(), received.end()));
+}
+
 }  // namespace cann::model

@@ -26,7 +26,9 @@ std::vector<double> rank_loads(const std::vector<double>& expert_load, const Exp
 // with a free slot) ends clearly lower. Experts that stay on their rank keep their slot.
 ExpertSlots balanced_slots(const std::vector<double>& expert_load, const ExpertSlots& now, int ep);
 
-// Experts whose rank differs between two placements.
+// Experts whose rank differs between two placements, and the most that one rank sends or
+// receives of them.
 int experts_moved(const ExpertSlots& from, const ExpertSlots& to, int ep);
+int busiest_rank_moves(const ExpertSlots& from, const ExpertSlots& to, int ep);
 
 }  // namespace cann::model

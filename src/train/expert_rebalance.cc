@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/int_items.h"
 #include "plan/cluster.h"
 #include "plan/comm_model.h"
 #include "plan/gemm_model.h"
@@ -18,30 +19,20 @@ StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text) {
     return InvalidArgument("--expert-rebalance '" + text + "': " + why +
                            "; hint: --expert-rebalance every=K[,cooldown=C], e.g. every=20");
   };
-  size_t start = 0;
+  auto items = parse_int_items(text);
+  if (!items.ok()) return bad(items.status().message());
   bool every = false;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) return bad("'" + item + "' is not key=value");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    char* end = nullptr;
-    const long v = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0') return bad(key + " must be a whole number");
-    if (key == "every") {
-      if (v < 1) return bad("every must be at least 1");
-      out.every = static_cast<int>(v);
+  for (const IntItem& item : *items) {
+    if (item.key == "every") {
+      if (item.value < 1) return bad("every must be at least 1");
+      out.every = static_cast<int>(item.value);
       every = true;
-    } else if (key == "cooldown") {
-      if (v < 0) return bad("cooldown must not be negative");
-      out.cooldown = static_cast<int>(v);
+    } else if (item.key == "cooldown") {
+      if (item.value < 0) return bad("cooldown must not be negative");
+      out.cooldown = static_cast<int>(item.value);
     } else {
-      return bad("unknown key '" + key + "'");
+      return bad("unknown key '" + item.key + "'");
     }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   if (!every) return bad("every=K is required");
   return out;
@@ -81,11 +72,15 @@ void ExpertRebalancer::add(const std::vector<float>& layer_load) {
   ++steps_;
 }
 
+double ExpertRebalancer::first_width() const {
+  const double FM = spec_.moe_intermediate_size;
+  return spec_.mlp == model::MlpKind::kSwiGlu ? 2 * FM : FM;
+}
+
 double ExpertRebalancer::expert_seconds(double rows) const {
   if (rows <= 0) return 0;
   const plan::DeviceSpec& d = config_.cluster->device;
-  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size;
-  const double FC = spec_.mlp == model::MlpKind::kSwiGlu ? 2 * FM : FM;
+  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size, FC = first_width();
   // Forward: x (rows, C) into (rows, FC), then (rows, FM) back to C. Backward: the input's and
   // the weight's gradient of each, the same GEMMs again twice.
   return 3 * (plan::gemm_seconds(d, rows, FC, C) + plan::gemm_seconds(d, rows, C, FM));
@@ -93,16 +88,11 @@ double ExpertRebalancer::expert_seconds(double rows) const {
 
 double ExpertRebalancer::all_to_all_seconds(const std::vector<double>& load,
                                             const model::ExpertSlots& at) const {
-  const int E = static_cast<int>(at.size()), El = E / ep_;
+  const std::vector<double> held = model::rank_loads(load, at, ep_);
   double total = 0;
-  for (double l : load) total += l;
+  for (double l : held) total += l;
   double busiest = 0;
-  for (int r = 0; r < ep_; ++r) {
-    double held = 0;
-    for (int j = 0; j < El; ++j) held += load[at[r * El + j]];
-    const double in = held * (ep_ - 1) / ep_, out = (total - held) / ep_;
-    busiest = std::max({busiest, in, out});
-  }
+  for (double h : held) busiest = std::max({busiest, h * (ep_ - 1) / ep_, (total - h) / ep_});
   // Rows of C floats, each way in forward (the input out, the output back) and in backward.
   const double bytes = 4.0 * busiest * spec_.hidden_size * sizeof(float);
   const plan::ClusterSpec& c = *config_.cluster;
@@ -120,9 +110,8 @@ ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now
     --cooling_;
     return out;
   }
-  const int E = spec_.num_local_experts, El = E / ep_;
-  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size;
-  const double FC = spec_.mlp == model::MlpKind::kSwiGlu ? 2 * FM : FM;
+  const int E = spec_.num_local_experts;
+  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size, FC = first_width();
   // What one expert's move ships: its weights and biases, in the parameters and both moments.
   const double per_expert = (FC * C + C * FM + (spec_.mlp_bias ? FC + C : 0)) * sizeof(float) * 3;
   const plan::ClusterSpec& cluster = *config_.cluster;
@@ -144,16 +133,7 @@ ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now
                          all_to_all_seconds(load, slots) - all_to_all_seconds(load, to);
     // The busiest rank's share of the move: experts it sends or receives, whichever is more
     // (the link carries both ways at once).
-    std::vector<int> sent(ep_, 0), received(ep_, 0);
-    const std::vector<int> was = model::slot_of(slots), will = model::slot_of(to);
-    for (int e = 0; e < E; ++e) {
-      const int from = was[e] / El, dest = will[e] / El;
-      if (from == dest) continue;
-      ++sent[from];
-      ++received[dest];
-    }
-    int busiest = 0;
-    for (int r = 0; r < ep_; ++r) busiest = std::max({busiest, sent[r], received[r]});
+    const int busiest = model::busiest_rank_moves(slots, to, ep_);
     const double cost = plan::p2p_seconds(cluster, busiest * per_expert, inter_node);
     if (saved * config_.every <= cost) continue;
     out.to[layer] = std::move(to);

@@ -69,6 +69,8 @@ class ExpertRebalancer {
   ExpertMove decide(const std::map<int, model::ExpertSlots>& now);
 
  private:
+  // Width of an expert's first matrix: SwiGLU's gate and up halves, or the GeLU MLP's.
+  double first_width() const;
   // Expert compute (forward and backward GEMMs) of `rows` routed rows on one rank.
   double expert_seconds(double rows) const;
   // The layer's four all-to-alls on its busiest link under a placement, each source sending

@@ -176,18 +176,23 @@ void ModelParts::set_expert_rebalance(const ExpertRebalance& config) {
   rebalancer_ = std::make_unique<ExpertRebalancer>(config, model_->spec(), layout_);
 }
 
-// Per-layer expert loads summed over the world in place: a tensor-parallel group's ranks route
-// the same tokens, so only its rank 0 contributes.
-Status ModelParts::sum_layer_load(std::vector<float>* load, const char* tag) {
+// Summed over the world in place (a no-op on one process).
+Status ModelParts::sum_over_world(std::vector<float>* values, const char* tag) {
   if (!world_) return OkStatus();
-  if (layout_.rank % layout_.strategy.tp != 0) std::fill(load->begin(), load->end(), 0.0f);
   comm::Options opts;
   opts.tag = tag;
   Status s = world_
-                 ->allreduce(load->data(), load->size(), comm::DataType::kFloat32,
+                 ->allreduce(values->data(), values->size(), comm::DataType::kFloat32,
                              comm::ReduceOp::kSum, opts)
                  ->wait();
   return s.ok() ? s : on_comm_failure_(s);
+}
+
+// Per-layer expert loads summed over the world in place: a tensor-parallel group's ranks route
+// the same tokens, so only its rank 0 contributes.
+Status ModelParts::sum_layer_load(std::vector<float>* load, const char* tag) {
+  if (layout_.rank % layout_.strategy.tp != 0) std::fill(load->begin(), load->end(), 0.0f);
+  return sum_over_world(load, tag);
 }
 
 StatusOr<ExpertMove> ModelParts::rebalance_experts(const StepCompute& c, StepOptimizer& opt,
@@ -212,13 +217,7 @@ StatusOr<ExpertMove> ModelParts::rebalance_experts(const StepCompute& c, StepOpt
   const bool tells = at.tp_rank == 0 && mp_->dp_rank() == 0 && mp_->context_parallel().rank == 0;
   std::vector<float> told =
       pack_moves(tells ? move.layers : std::vector<LayerMove>{}, model_->spec().num_hidden_layers);
-  comm::Options opts;
-  opts.tag = "expert_moves";
-  Status s = world_
-                 ->allreduce(told.data(), told.size(), comm::DataType::kFloat32,
-                             comm::ReduceOp::kSum, opts)
-                 ->wait();
-  if (!s.ok()) return on_comm_failure_(s);
+  CANN_RETURN_IF_ERROR(sum_over_world(&told, "expert_moves"));
   move.layers = unpack_moves(told);
   return move;
 }

@@ -133,6 +133,7 @@ class ModelParts {
   Status pipeline_step(float grad_scale, BatchSource& batches, StepOptimizer& opt, int step,
                        StepCompute* out);
   void record_expert_load(StepCompute* out);
+  Status sum_over_world(std::vector<float>* values, const char* tag);
   Status sum_layer_load(std::vector<float>* load, const char* tag);
   Status check_loss(double loss, int step) const;
 

@@ -2,10 +2,10 @@
 #include "train/step_profiler.h"
 
 #include <chrono>
-#include <cstdlib>
 
 #include "comm/group.h"
 #include "core/fs.h"
+#include "core/int_items.h"
 #include "core/timer.h"
 #include "debug/trace_replay.h"
 #include "monitor/chrome_trace.h"
@@ -21,28 +21,20 @@ StatusOr<ProfileSchedule> parse_profile_schedule(const std::string& text) {
                            "wait=5,warmup=1,active=3");
   };
   if (text.empty()) return bad("empty");
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = text.find(',', start);
-    const std::string part =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const size_t eq = part.find('=');
-    if (eq == std::string::npos) return bad("'" + part + "' is not KEY=N");
-    const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
-    char* end = nullptr;
-    const long n = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || n < 0 || n > 1000000)
-      return bad("'" + value + "' is not a step count");
-    if (key == "wait")
-      s.wait = static_cast<int>(n);
-    else if (key == "warmup")
-      s.warmup = static_cast<int>(n);
-    else if (key == "active")
-      s.active = static_cast<int>(n);
+  auto items = parse_int_items(text, "a step count");
+  if (!items.ok()) return bad(items.status().message());
+  for (const IntItem& item : *items) {
+    if (item.value < 0 || item.value > 1000000)
+      return bad("'" + std::to_string(item.value) + "' is not a step count");
+    const int n = static_cast<int>(item.value);
+    if (item.key == "wait")
+      s.wait = n;
+    else if (item.key == "warmup")
+      s.warmup = n;
+    else if (item.key == "active")
+      s.active = n;
     else
-      return bad("unknown key '" + key + "'");
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+      return bad("unknown key '" + item.key + "'");
   }
   if (s.active < 1) return bad("active must be at least 1");
   return s;
