@@ -150,26 +150,57 @@ TEST(ReplicaPlanTest, CommittedStepIsTheNewestAndNeighboursBackUp) {
           ckpt::write_checkpoint(dir.file("rank" + std::to_string(r)), one_section(s, data), 2)
               .ok());
   // Rank 1 died during step 8 before its snapshot; ranks 0 and 2 wrote step 8, whose
-  // collectives rank 1 had finished: nothing is trained twice.
+  // collectives rank 1 had finished: nothing is trained twice. Behind the step-8 copies come
+  // the older steps' (each step's own copy first, then ring order), should none of step 8's
+  // verify; every rank tries the same files step by step, so all fall back alike.
   ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(dir.path(), 3);
   EXPECT_EQ(plan.step, 8);
-  const std::string r0 = dir.file("rank0/step-00000008"), r2 = dir.file("rank2/step-00000008");
-  EXPECT_EQ(plan.candidates[0], r0 + ";" + r2);
-  EXPECT_EQ(plan.candidates[1], r2 + ";" + r0);
-  EXPECT_EQ(plan.candidates[2], r2 + ";" + r0);
+  auto at = [&](int rank, int step) {
+    return dir.file("rank" + std::to_string(rank) + "/step-0000000" + std::to_string(step));
+  };
+  const std::string r0 = at(0, 8), r2 = at(2, 8);
+  EXPECT_EQ(plan.candidates[0],
+            r0 + ";" + r2 + ";" + at(0, 7) + ";" + at(1, 7) + ";" + at(2, 7) + ";" + at(1, 6));
+  EXPECT_EQ(plan.candidates[1],
+            r2 + ";" + r0 + ";" + at(1, 7) + ";" + at(2, 7) + ";" + at(0, 7) + ";" + at(1, 6));
+  EXPECT_EQ(plan.candidates[2],
+            r2 + ";" + r0 + ";" + at(2, 7) + ";" + at(0, 7) + ";" + at(1, 7) + ";" + at(1, 6));
 
   // Once rank 1 has its own copy of step 8, it comes first, the others after in ring order.
   ASSERT_TRUE(ckpt::write_checkpoint(dir.file("rank1"), one_section(8, data), 2).ok());
   plan = ckpt::plan_replica_restore(dir.path(), 3);
   EXPECT_EQ(plan.step, 8);
-  EXPECT_EQ(plan.candidates[1], dir.file("rank1/step-00000008") + ";" + r2 + ";" + r0);
+  EXPECT_EQ(plan.candidates[1],
+            at(1, 8) + ";" + r2 + ";" + r0 + ";" + at(1, 7) + ";" + at(2, 7) + ";" + at(0, 7));
 
   // Rank 1 lost its copies: it takes its neighbour's first.
   ASSERT_TRUE(remove_all(dir.file("rank1")).ok());
   plan = ckpt::plan_replica_restore(dir.path(), 3);
   EXPECT_EQ(plan.step, 8);
-  EXPECT_EQ(plan.candidates[1],
-            dir.file("rank2/step-00000008") + ";" + dir.file("rank0/step-00000008"));
+  EXPECT_EQ(plan.candidates[1], r2 + ";" + r0 + ";" + at(2, 7) + ";" + at(0, 7));
+}
+
+// A rank killed after its snapshot of step 9, ahead of the others (they were between step 9's
+// collectives and their own snapshot of it): step 9 is committed, and its only copy comes first;
+// should it be damaged, step 8's copies follow for everyone.
+TEST(ReplicaPlanTest, ARankAheadHoldsTheOnlyCopyAndOlderStepsFollow) {
+  TempDir dir;
+  std::vector<char> data(8, 'x');
+  const std::vector<std::vector<int>> steps = {{8}, {8, 9}};
+  for (int r = 0; r < 2; ++r)
+    for (int s : steps[r])
+      ASSERT_TRUE(
+          ckpt::write_checkpoint(dir.file("rank" + std::to_string(r)), one_section(s, data), 2)
+              .ok());
+  const ckpt::ReplicaPlan plan = ckpt::plan_replica_restore(dir.path(), 2);
+  EXPECT_EQ(plan.step, 9);
+  const std::string r1_9 = dir.file("rank1/step-00000009"), r0_8 = dir.file("rank0/step-00000008"),
+                    r1_8 = dir.file("rank1/step-00000008");
+  EXPECT_EQ(plan.candidates[0], r1_9 + ";" + r0_8 + ";" + r1_8);
+  EXPECT_EQ(plan.candidates[1], r1_9 + ";" + r1_8 + ";" + r0_8);
+  EXPECT_EQ(ckpt::snapshot_step(r1_9), 9);
+  EXPECT_EQ(ckpt::snapshot_step("step-00000012"), 12);
+  EXPECT_EQ(ckpt::snapshot_step(dir.file("rank1/.slot-0")), -1);
 }
 
 TEST(ReplicaPlanTest, NoSnapshotsMeansDisk) {

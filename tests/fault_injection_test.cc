@@ -14,10 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -208,44 +210,115 @@ TEST_F(MultiProcFaultTest, SigkillDuringCheckpointWrite) {
   EXPECT_EQ(ckpt::read_latest_checkpoint(dir_.file("ck"))->step, kSteps);
 }
 
-TEST_F(MultiProcFaultTest, OwnSnapshotCorruptTakesTheNeighboursReplica) {
-  auto args = job_args(dir_.path());
-  args.insert(args.end(), {"--elastic", "--rdzv-id", "neighbour" + std::to_string(getpid())});
-  Job job(dir_.path(), args);
-  ASSERT_TRUE(job.wait_for_step(90)) << job.output();
-  // Freeze both workers, damage every snapshot rank 1 holds, then kill rank 1; rank 0, the
-  // survivor, keeps its process and its own snapshot.
-  const pid_t w0 = job.worker(0), w1 = job.worker(1);
-  ASSERT_GT(w0, 0);
-  ASSERT_GT(w1, 0);
-  kill(w0, SIGSTOP);
-  kill(w1, SIGSTOP);
-  int damaged = 0;
+// The published snapshots of each rank of a job started with --rdzv-id `id`, newest step first
+// (a hidden ".slot-N" is one being written: not published, no copy a restart could take).
+std::vector<std::vector<fs::path>> published_snapshots(const std::string& id, int world) {
+  std::vector<std::vector<fs::path>> out(static_cast<size_t>(world));
   for (const auto& root : fs::directory_iterator("/dev/shm")) {
-    const std::string name = root.path().filename();
-    if (name.rfind("cann-train-snap-neighbour" + std::to_string(getpid()).substr(0, 7), 0) != 0)
+    if (root.path().filename().string().rfind("cann-train-snap-" + id.substr(0, 16), 0) != 0)
       continue;
-    for (const auto& step : fs::directory_iterator(root.path() / "rank1")) {
-      // A hidden ".slot-N" is a snapshot still being written when the worker was stopped (over
-      // the oldest one): not published, so no copy a restart could take.
-      if (step.path().filename().string().rfind('.', 0) == 0) continue;
-      std::fstream f(step.path() / "data.bin", std::ios::in | std::ios::out | std::ios::binary);
-      f.seekp(200);
-      f.write("\x5a\xa5", 2);
-      ++damaged;
+    for (int r = 0; r < world; ++r) {
+      const fs::path dir = root.path() / ("rank" + std::to_string(r));
+      if (!fs::exists(dir)) continue;
+      for (const auto& step : fs::directory_iterator(dir))
+        if (step.path().filename().string().rfind("step-", 0) == 0)
+          out[static_cast<size_t>(r)].push_back(step.path());
+      std::sort(out[r].rbegin(), out[r].rend());
     }
   }
-  // Two kept snapshots, or one when the stop fell while the next was written over the oldest:
-  // every published one is damaged either way.
-  ASSERT_GE(damaged, 1);
-  kill(w1, SIGKILL);
+  return out;
+}
+
+int64_t step_of(const fs::path& p) {
+  return std::stoll(p.filename().string().substr(5));
+}
+
+void damage(const fs::path& step_dir) {
+  std::fstream f(step_dir / "data.bin", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(200);
+  f.write("\x5a\xa5", 2);
+}
+
+// Stops both workers of a 2-rank job at a moment `wanted` accepts (given each rank's published
+// snapshots); between tries they run on for a few milliseconds.
+bool freeze_when(Job& job, const std::string& id,
+                 const std::function<bool(const std::vector<std::vector<fs::path>>&)>& wanted) {
+  const pid_t w0 = job.worker(0), w1 = job.worker(1);
+  if (w0 <= 0 || w1 <= 0) return false;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    kill(w0, SIGSTOP);
+    kill(w1, SIGSTOP);
+    if (wanted(published_snapshots(id, 2))) return true;
+    kill(w0, SIGCONT);
+    kill(w1, SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + attempt % 4));
+  }
+  return false;
+}
+
+TEST_F(MultiProcFaultTest, OwnSnapshotCorruptTakesTheNeighboursReplica) {
+  const std::string id = "neighbour" + std::to_string(getpid());
+  auto args = job_args(dir_.path());
+  args.insert(args.end(), {"--elastic", "--rdzv-id", id});
+  Job job(dir_.path(), args);
+  ASSERT_TRUE(job.wait_for_step(90)) << job.output();
+  // Freeze both workers where rank 1 holds a copy of the newest step (not behind rank 0, whose
+  // copy would then serve it first), damage every snapshot rank 1 holds, then kill rank 1;
+  // rank 0, the survivor, keeps its process and its own snapshots.
+  ASSERT_TRUE(freeze_when(job, id, [](const auto& held) {
+    return !held[1].empty() && (held[0].empty() || step_of(held[1][0]) >= step_of(held[0][0]));
+  })) << job.output();
+  const auto held = published_snapshots(id, 2);
+  for (const fs::path& p : held[1]) damage(p);
+  kill(job.worker(1), SIGKILL);
   // Rank 0 survives: it goes on once the agent has chosen the copies to load.
   ASSERT_TRUE(job.wait_for_output("restart 1 of")) << job.output();
-  kill(w0, SIGCONT);
+  kill(job.worker(0), SIGCONT);
   ASSERT_EQ(job.wait(), 0) << job.output();
   const std::string out = job.output();
   EXPECT_NE(out.find("unusable, trying the next copy"), std::string::npos) << out;
   EXPECT_NE(out.find("checksum mismatch"), std::string::npos) << out;
+  expect_no_step_lost();
+  expect_same_as_reference();
+}
+
+// Memory damage in every copy of the committed step: all ranks go back to the step before it,
+// which a rank still holds, and re-do one more step; nothing is lost and the bytes end equal.
+TEST_F(MultiProcFaultTest, EveryCopyOfTheNewestStepDamagedGoesBackAStep) {
+  const std::string id = "newestbad" + std::to_string(getpid());
+  auto args = job_args(dir_.path());
+  args.insert(args.end(), {"--elastic", "--rdzv-id", id});
+  Job job(dir_.path(), args);
+  ASSERT_TRUE(job.wait_for_step(90)) << job.output();
+  int64_t newest = -1;
+  ASSERT_TRUE(freeze_when(job, id, [&](const auto& held) {
+    newest = -1;
+    for (const auto& h : held)
+      if (!h.empty()) newest = std::max(newest, step_of(h[0]));
+    for (const auto& h : held)
+      for (const fs::path& p : h)
+        if (step_of(p) == newest - 1) return true;
+    return false;
+  })) << job.output();
+  for (const auto& h : published_snapshots(id, 2))
+    for (const fs::path& p : h)
+      if (step_of(p) == newest) damage(p);
+  kill(job.worker(1), SIGKILL);
+  ASSERT_TRUE(job.wait_for_output("restart 1 of")) << job.output();
+  kill(job.worker(0), SIGCONT);
+  ASSERT_EQ(job.wait(), 0) << job.output();
+  const std::string out = job.output();
+  EXPECT_NE(out.find("no copy of the committed step " + std::to_string(newest) +
+                     " verifies; restored step " + std::to_string(newest - 1)),
+            std::string::npos)
+      << out;
+  const auto ev = events(dir_.file("log.jsonl"));
+  const auto* restored = find_event(ev, "state_restored", 1);
+  ASSERT_TRUE(restored) << job.output();
+  EXPECT_EQ((*restored)["detail"].get<std::string>().rfind(
+                "step " + std::to_string(newest - 1) + " from ", 0),
+            0u)
+      << (*restored)["detail"];
   expect_no_step_lost();
   expect_same_as_reference();
 }

@@ -2,21 +2,17 @@
 #include "ckpt/replicas.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/format.h"
 #include "core/fs.h"
 
 namespace cann::ckpt {
 namespace {
-
-// "<...>/step-00000007" -> 7.
-int64_t step_of(const std::string& path) {
-  const size_t dash = path.find_last_of('-');
-  return dash == std::string::npos ? -1 : std::stoll(path.substr(dash + 1));
-}
 
 constexpr char kRankSnapshotKey[] = "rank_snapshot";
 
@@ -54,6 +50,12 @@ void plan_own_copies(const std::vector<std::string>& copy, int64_t step, Replica
 
 }  // namespace
 
+int64_t snapshot_step(const std::string& step_dir) {
+  const size_t slash = step_dir.find_last_of('/');
+  return internal::parse_step_name(slash == std::string::npos ? step_dir
+                                                              : step_dir.substr(slash + 1));
+}
+
 std::optional<RankSnapshotMark> rank_snapshot_mark(const std::string& meta_json) {
   const nlohmann::json meta = nlohmann::json::parse(meta_json, nullptr, false);
   if (meta.is_discarded() || !meta.is_object() || !meta.contains(kRankSnapshotKey))
@@ -81,7 +83,7 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
     auto l = list_checkpoints(join_path(root, "rank" + std::to_string(r)));
     if (!l.ok() || l->empty()) continue;
     listed[r] = std::move(*l);
-    const int64_t newest = step_of(listed[r].front());
+    const int64_t newest = snapshot_step(listed[r].front());
     committed = any ? std::min(committed, newest) : newest;
     newest_any = std::max(newest_any, newest);
     any = true;
@@ -92,7 +94,7 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
   bool found = false;
   for (int r = 0; r < world_size; ++r)
     for (const std::string& p : listed[r])
-      if (step_of(p) == committed) {
+      if (snapshot_step(p) == committed) {
         copy[r] = p;
         found = true;
       }
@@ -103,23 +105,24 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
       return plan;
     }
   // Whole-state copies: the newest step any rank wrote is one every rank's collectives
-  // finished, and its copy serves everyone.
-  committed = newest_any;
-  for (int r = 0; r < world_size; ++r) {
-    copy[r].clear();
-    for (const std::string& p : listed[r])
-      if (step_of(p) == committed) copy[r] = p;
-  }
-  plan.step = committed;
+  // finished, and its copy serves everyone. Behind its copies come those of the older steps
+  // kept: when no copy of the committed step verifies (memory damaged), every rank falls back
+  // to the same older step, since each tries the same files in the same step order and a
+  // file verifies alike for every reader.
+  std::set<int64_t, std::greater<>> steps;
+  for (const auto& l : listed)
+    for (const std::string& p : l) steps.insert(snapshot_step(p));
+  plan.step = newest_any;
   for (int r = 0; r < world_size; ++r) {
     std::string list;
-    // Own copy, then the neighbours' in ring order (r+1, r+2, ...).
-    for (int d = 0; d < world_size; ++d) {
-      const std::string& p = copy[(r + d) % world_size];
-      if (p.empty()) continue;
-      if (!list.empty()) list += ";";
-      list += p;
-    }
+    for (const int64_t step : steps)
+      // Own copy, then the neighbours' in ring order (r+1, r+2, ...).
+      for (int d = 0; d < world_size; ++d)
+        for (const std::string& p : listed[(r + d) % world_size]) {
+          if (snapshot_step(p) != step) continue;
+          if (!list.empty()) list += ";";
+          list += p;
+        }
     plan.candidates[r] = list;
   }
   return plan;
@@ -135,7 +138,7 @@ std::vector<SnapshotCopy> list_node_snapshots(const std::string& root) {
     for (const std::string& rank : *ranks) {
       auto steps = list_checkpoints(join_path(join_path(root, gen), rank));
       if (!steps.ok()) continue;
-      for (const std::string& p : *steps) out.push_back({step_of(p), p});
+      for (const std::string& p : *steps) out.push_back({snapshot_step(p), p});
     }
   }
   std::stable_sort(out.begin(), out.end(),

@@ -9,7 +9,10 @@
 //
 // Example, 3 ranks, snapshot every step: rank 0 holds {7, 8}, rank 1 {6, 7} (killed during
 // step 8, before its snapshot), rank 2 {7, 8}. Committed step: 8. Rank 1 loads rank2/step-8
-// (its neighbour), else rank0/step-8; ranks 0 and 2 load their own, else the other's.
+// (its neighbour), else rank0/step-8; ranks 0 and 2 load their own, else the other's. Should
+// no copy of step 8 verify, every rank goes on to step 7's copies (own first, then ring order),
+// then to step 6's: each tries the same files step by step, so all land on the same step, and
+// the trainer checks that they did.
 //
 // Under model parallelism a snapshot holds only its rank's part of the state (its shards, stage
 // or experts, its optimizer moments and residuals) in its own layout, and its metadata says so
@@ -42,9 +45,14 @@ std::optional<RankSnapshotMark> rank_snapshot_mark(const std::string& meta_json)
 // meta_json (a JSON object) with `mark` added.
 std::string with_rank_snapshot_mark(const std::string& meta_json, const RankSnapshotMark& mark);
 
+// The step of a snapshot directory "<...>/step-00000007" (7); -1 for any other name.
+int64_t snapshot_step(const std::string& step_dir);
+
 struct ReplicaPlan {
   int64_t step = -1;  // the committed step; -1: no snapshot anywhere (use disk checkpoints)
-  // Per rank, the step directories to try in order, joined with ';'.
+  // Per rank, the step directories to try in order, joined with ';': whole-state copies list
+  // the committed step's copies, then those of the older steps kept (a fallback when memory
+  // damage spoils every copy of the newest); model-parallel ones the rank's own copy only.
   std::vector<std::string> candidates;
   // Why no snapshot serves (step -1 although snapshots exist); empty otherwise.
   std::string note;

@@ -67,6 +67,7 @@ StatusOr<int> StateKeeper::restore_at_start() {
       CANN_ASSIGN_OR_RETURN(step, restore(*ck));
       event("state_restored", "step " + std::to_string(step) + " from " + ck->path);
     }
+    CANN_RETURN_IF_ERROR(agree_on_restored_step(step));
   } else if (config_.resume) {
     if (config_.checkpoint_dir.empty())
       return InvalidArgument("--resume needs --checkpoint-dir DIR to resume from");
@@ -87,10 +88,26 @@ StatusOr<int> StateKeeper::restore_at_start() {
   return step;
 }
 
+// Every rank of a restarted generation must go on from the same step: the copies each tries
+// are ordered so that they do (ckpt/replicas.h); this checks it.
+Status StateKeeper::agree_on_restored_step(int step) {
+  if (run_.world == nullptr) return OkStatus();
+  int64_t range[2] = {-static_cast<int64_t>(step), step};  // -min, max
+  Status s = run_.world->allreduce(range, 2, comm::DataType::kInt64, comm::ReduceOp::kMax)->wait();
+  if (!s.ok()) return run_.on_comm_failure(s);
+  if (-range[0] == range[1]) return OkStatus();
+  return DataLoss("rank " + std::to_string(rank_) + " restored step " + std::to_string(step) +
+                  ", other ranks steps " + std::to_string(-range[0]) + " to " +
+                  std::to_string(range[1]) +
+                  ": their snapshot copies disagree; hint: rerun with --resume to continue from "
+                  "the newest disk checkpoint");
+}
+
 StatusOr<int> StateKeeper::restore_after_rejoin() {
   CANN_ASSIGN_OR_RETURN(auto ck, recovery_state(config_.checkpoint_dir));
   if (ck) {
     CANN_ASSIGN_OR_RETURN(const int step, restore(*ck));
+    CANN_RETURN_IF_ERROR(agree_on_restored_step(step));
     event("state_restored", "step " + std::to_string(step) + " from " + ck->path + " (rank " +
                                 std::to_string(rank_) + " kept its process)");
     return step;
@@ -99,6 +116,7 @@ StatusOr<int> StateKeeper::restore_after_rejoin() {
   run_.model->model().init_params(config_.seed);
   CANN_RETURN_IF_ERROR(run_.optimizer->adopt_params());  // ZeRO-3 takes its shard again
   run_.batches->restart();
+  CANN_RETURN_IF_ERROR(agree_on_restored_step(0));
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "ckpt/async_writer.h"
+#include "ckpt/replicas.h"
 #include "ckpt/snapshot_writer.h"
 #include "comm/store.h"
 #include "core/fs.h"
@@ -212,7 +213,9 @@ StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()
 StatusOr<std::optional<ckpt::LoadedCheckpoint>> StateKeeper::recovery_state(
     const std::string& checkpoint_dir) {
   if (generation_ <= 0) return std::optional<ckpt::LoadedCheckpoint>();
-  // Candidates are the same step: this rank's own snapshot first, then its neighbour's.
+  // Candidates newest step first: of each step this rank's own snapshot first, then its
+  // neighbours' (ckpt/replicas.h).
+  int64_t committed = -1;
   size_t start = 0;
   while (start < restore_from_.size()) {
     size_t end = restore_from_.find(';', start);
@@ -221,13 +224,20 @@ StatusOr<std::optional<ckpt::LoadedCheckpoint>> StateKeeper::recovery_state(
     start = end + 1;
     if (path.empty()) continue;
     StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(path);
-    if (ck.ok()) return std::optional<ckpt::LoadedCheckpoint>(std::move(*ck));
+    if (ck.ok()) {
+      if (ck->step < committed)
+        log_warning("rank " + std::to_string(rank_) + ": no copy of the committed step " +
+                    std::to_string(committed) + " verifies; restored step " +
+                    std::to_string(ck->step) + ", the newest one that does");
+      return std::optional<ckpt::LoadedCheckpoint>(std::move(*ck));
+    }
+    if (committed < 0) committed = ckpt::snapshot_step(path);
     log_warning("rank " + std::to_string(rank_) + ": snapshot " + path +
                 " unusable, trying the next copy: " + ck.status().message());
   }
   if (!restore_from_.empty())
-    return DataLoss("rank " + std::to_string(rank_) +
-                    ": no copy of the committed snapshot verifies (" + restore_from_ +
+    return DataLoss("rank " + std::to_string(rank_) + ": no snapshot copy verifies (" +
+                    restore_from_ +
                     "); hint: rerun with --resume to continue from the disk checkpoint");
   if (checkpoint_dir.empty()) {
     log_warning("rank " + std::to_string(rank_) +

@@ -154,6 +154,8 @@ class StateKeeper {
   ResumeState resume_state(int step) const;
   // Loads `ck` into the bound state; returns its step.
   StatusOr<int> restore(const ckpt::LoadedCheckpoint& ck);
+  // Checks over the world that every rank restored `step`.
+  Status agree_on_restored_step(int step);
   // Multi-node elastic (peer_restore.cc).
   StatusOr<int> restore_from_peers();
   // The state back in buffers of the model's and the optimizer's own (before a restore, a new
