@@ -66,8 +66,10 @@ TEST(ExpertRebalanceFlagTest, ParsesAndNamesWhatIsWrong) {
   EXPECT_EQ(ok->every, 20);
   EXPECT_EQ(ok->cooldown, 3);
   EXPECT_EQ(train::parse_expert_rebalance("every=5")->cooldown, 1);
+  EXPECT_EQ(train::parse_expert_rebalance("every=5")->replicas, 0);
+  EXPECT_EQ(train::parse_expert_rebalance("every=5,replicas=2")->replicas, 2);
   for (const char* bad : {"", "every", "every=0", "every=x", "cooldown=2", "every=5,often=2",
-                          "every=5,cooldown=-1"}) {
+                          "every=5,cooldown=-1", "every=5,replicas=-1"}) {
     auto r = train::parse_expert_rebalance(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("--expert-rebalance"), std::string::npos) << bad;
@@ -242,6 +244,164 @@ void expect_moved_experts_compute_the_same(int P) {
 TEST(ExpertMigrationTest, MovedExpertsComputeTheSameOverTwoAndFourRanks) {
   expect_moved_experts_compute_the_same(2);
   expect_moved_experts_compute_the_same(4);
+}
+
+// Replicated experts (replicas=R): model b of each rank holds copies of experts 0 and 5 of
+// layer 1 (and of expert 3 of layer 0 on a moved placement), computing them for its own tokens.
+// Two micro-batches accumulate, the weights change between two steps (the copies refresh): the
+// losses, every rank's own gradients and the experts' gradients summed at their owners agree
+// with the model without copies to float rounding (only the order of the additions differs).
+void expect_replicated_experts_compute_the_same(int P) {
+  set_num_threads(1);
+  const model::ModelSpec s = moe_spec();
+  constexpr int kB = 2, kT = 16;
+  const model::ParamTable full = model::build_param_table(s);
+  model::ExpertSlots moved = model::identity_slots(8);
+  std::swap(moved[1], moved[6]);
+  parallel::MeshShape shape;
+  shape.dp = P;
+  shape.ep = P;
+  std::mutex mu;
+  std::vector<std::vector<float>> sums(2, std::vector<float>(full.total_floats(), 0.0f));
+  test::run_group("shm", P, [&](int rank, comm::Group& world) {
+    auto mesh = parallel::ProcessMesh::build(world, shape);
+    ASSERT_TRUE(mesh.ok()) << mesh.status().message();
+    parallel::GroupExpertParallelComm comm((*mesh)->ep());
+    const int ep_rank = (*mesh)->coords().ep;
+    auto a = model::Model::create(s, kB, kT, {}, {}, {ep_rank, P, &comm});
+    auto b = model::Model::create(s, kB, kT, {}, {}, {ep_rank, P, &comm});
+    ASSERT_TRUE(a.ok() && b.ok());
+    (*a)->init_params(5);
+    (*b)->init_params(5);
+    for (auto* m : {&**a, &**b}) {
+      const size_t n = m->num_floats();
+      std::vector<float> none_m(n), none_v(n);
+      ASSERT_TRUE(m->move_experts({{0, moved}}, {none_m.data(), none_v.data()}).ok());
+    }
+    (*b)->reserve_expert_shadows(2);
+    const size_t reserved = (*b)->activation_bytes();
+    EXPECT_GT(reserved, (*a)->activation_bytes());
+    (*b)->set_expert_shadows(1, {5, 0});
+    (*b)->set_expert_shadows(0, {3});
+    EXPECT_EQ((*b)->expert_shadows(1), (std::vector<int>{0, 5}));
+    Rng data(11 + rank);
+    auto batch = [&](std::vector<int>* in, std::vector<int>* tg) {
+      in->resize(kB * kT);
+      tg->resize(kB * kT);
+      for (int i = 0; i < kB * kT; ++i) {
+        (*in)[i] = static_cast<int>(data.below(s.vocab_size));
+        (*tg)[i] = static_cast<int>(data.below(s.vocab_size));
+      }
+    };
+    for (int step = 0; step < 2; ++step) {
+      if (step == 1) {
+        // An update of every weight, the same on both models: b's copies are stale until told.
+        for (auto* m : {&**a, &**b})
+          for (size_t i = 0; i < m->num_floats(); ++i) m->params()[i] -= 0.05f * m->grads()[i];
+        (*b)->expert_weights_changed();
+      }
+      (*a)->zero_grads();
+      (*b)->zero_grads();
+      for (int micro = 0; micro < 2; ++micro) {
+        std::vector<int> in, tg;
+        batch(&in, &tg);
+        const double la = (*a)->forward(in.data(), tg.data(), kB, kT).loss;
+        (*a)->backward(0.5f);
+        const double lb = (*b)->forward(in.data(), tg.data(), kB, kT).loss;
+        (*b)->backward(0.5f);
+        ASSERT_TRUE((*a)->tp_status().ok() && (*b)->tp_status().ok());
+        EXPECT_NEAR(la, lb, 1e-6 * std::abs(la)) << "rank " << rank << " step " << step;
+      }
+    }
+    EXPECT_EQ((*b)->activation_bytes(), reserved) << "the copies outgrew their reserved room";
+    // Every rank's own (non-expert) gradients agree; the experts' are compared where they live.
+    for (const model::TensorInfo& t : (*a)->table().tensors()) {
+      if (t.expert) continue;
+      for (size_t i = 0; i < t.numel; ++i)
+        ASSERT_NEAR((*a)->grads()[t.offset + i], (*b)->grads()[t.offset + i],
+                    1e-5f + 1e-4f * std::abs((*a)->grads()[t.offset + i]))
+            << t.name << "[" << i << "] rank " << rank;
+    }
+    auto whole = [&](const model::Model& mdl, const float* buf) {
+      std::vector<float> out(full.total_floats(), 0.0f);
+      model::ShardPlace at{0, 1, ep_rank, P, mdl.expert_locator()};
+      model::place_into_full(
+          mdl.table(), buf, full, at, [](const model::TensorInfo& t) { return t.expert; },
+          out.data());
+      return out;
+    };
+    const std::vector<float> ga = whole(**a, (*a)->grads()), gb = whole(**b, (*b)->grads());
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < ga.size(); ++i) {
+      sums[0][i] += ga[i];
+      sums[1][i] += gb[i];
+    }
+  });
+  double largest = 0;
+  for (const float g : sums[0]) largest = std::max(largest, static_cast<double>(std::abs(g)));
+  ASSERT_GT(largest, 0.0);
+  for (const model::TensorInfo& t : full.tensors()) {
+    if (!t.expert) continue;
+    for (size_t i = 0; i < t.numel; ++i)
+      ASSERT_NEAR(sums[0][t.offset + i], sums[1][t.offset + i],
+                  1e-6 * largest + 1e-4 * std::abs(sums[0][t.offset + i]))
+          << P << " ranks: " << t.name << "[" << i << "]";
+  }
+}
+
+TEST(ExpertMigrationTest, ReplicatedExpertsComputeTheSameOverTwoAndFourRanks) {
+  expect_replicated_experts_compute_the_same(2);
+  expect_replicated_experts_compute_the_same(4);
+}
+
+// One expert with more rows than a rank's fair share: no placement can balance it, a copy on
+// every rank can, and is chosen when its per-step traffic is paid for.
+TEST(ExpertRebalancerTest, ReplicatesAnExpertNoPlacementCanBalance) {
+  const model::ModelSpec spec = moe_spec();
+  train::RunLayout layout;
+  layout.strategy.dp = 2;
+  layout.strategy.ep = 2;
+  train::ExpertRebalance config;
+  config.every = 10;
+  config.cluster = test_cluster();
+  std::vector<float> step(2 * 8, 100.0f);
+  step[8 + 2] = 20000.0f;  // layer 1, expert 2: 95% of the rows
+  const std::map<int, model::ExpertSlots> now = {{1, model::identity_slots(8)}};
+  {
+    train::ExpertRebalancer moves_only(config, spec, layout);
+    for (int i = 0; i < 10; ++i) moves_only.add(step);
+    // Moving cannot help: the rank holding expert 2 stays the busiest wherever it is.
+    EXPECT_TRUE(moves_only.decide(now).layers.empty());
+  }
+  config.replicas = 1;
+  train::ExpertRebalancer rb(config, spec, layout);
+  for (int i = 0; i < 10; ++i) rb.add(step);
+  const train::ExpertMove move = rb.decide(now);
+  ASSERT_EQ(move.layers.size(), 1u);
+  ASSERT_TRUE(move.replicate.count(1));
+  EXPECT_EQ(move.replicate.at(1), std::vector<int>{2});
+  EXPECT_EQ(move.layers[0].replicated, 1);
+  EXPECT_GT(move.layers[0].before, 1.8);
+  EXPECT_LT(move.layers[0].after, 1.05);
+  EXPECT_NE(train::describe_moves(move.layers).find("1 replicated on every rank"),
+            std::string::npos);
+  // Packed for the other stages and back, the count travels.
+  EXPECT_EQ(train::unpack_moves(train::pack_moves(move.layers, 2))[0].replicated, 1);
+  // With room for more, the hot expert is still among them; once replicated, the same load
+  // changes nothing (after the cooldown).
+  config.replicas = 3;
+  train::ExpertRebalancer more(config, spec, layout);
+  for (int i = 0; i < 10; ++i) more.add(step);
+  const train::ExpertMove wide = more.decide(now);
+  ASSERT_TRUE(wide.replicate.count(1));
+  const std::vector<int>& copies = wide.replicate.at(1);
+  EXPECT_TRUE(std::find(copies.begin(), copies.end(), 2) != copies.end());
+  const std::map<int, model::ExpertSlots> placed = {
+      {1, wide.to.count(1) ? wide.to.at(1) : now.at(1)}};
+  for (int cooled = 0; cooled < 2; ++cooled) {
+    for (int i = 0; i < 10; ++i) more.add(step);
+    EXPECT_TRUE(more.decide(placed, {{1, copies}}).layers.empty()) << cooled;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // serve is refused in one line. Under --elastic: fault_model_parallel_test.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -90,6 +91,37 @@ TEST_F(MultiProcExpertRebalanceTest, MovesExpertsAndTrainsExactlyAsWithout) {
   }
 }
 
+// Replicated experts: the copies' gradients reach their owners in another order of additions
+// than one GEMM over all rows, so the run agrees with the one without to float rounding.
+TEST_F(MultiProcExpertRebalanceTest, ReplicatesHotExpertsAndTrainsAsWithout) {
+  const auto fixed = run("fixed", {});
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
+  const auto copied = run("copied", {"--expert-rebalance", "every=2,cooldown=0,replicas=3"});
+  ASSERT_EQ(copied.exit_code, 0) << copied.output;
+  EXPECT_NE(copied.output.find("replicated on every rank"), std::string::npos) << copied.output;
+  // The room for the copies is in the memory the run reports, as the planner predicts it.
+  EXPECT_NE(copied.output.find("planner predicts"), std::string::npos);
+  EXPECT_NE(copied.output.find("(+0.0%)"), std::string::npos) << copied.output;
+  const std::vector<std::string> a = losses("fixed"), b = losses("copied");
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = std::stod(a[i].substr(7)), y = std::stod(b[i].substr(7));
+    EXPECT_NEAR(x, y, 1e-4 * std::abs(x)) << "step " << i + 1;
+  }
+  const auto ca = read("fixed"), cb = read("copied");
+  const ckpt::Section* x = ca.find("params");
+  const ckpt::Section* y = cb.find("params");
+  ASSERT_TRUE(x != nullptr && y != nullptr);
+  ASSERT_EQ(x->data.size(), y->data.size());
+  const float* p = reinterpret_cast<const float*>(x->data.data());
+  const float* q = reinterpret_cast<const float*>(y->data.data());
+  double worst = 0;
+  for (size_t i = 0; i < x->data.size() / sizeof(float); ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(p[i] - q[i])));
+  EXPECT_LT(worst, 1e-3) << "largest parameter difference after 8 steps";
+}
+
 TEST_F(MultiProcExpertRebalanceTest, RefusesRunsItCannotRebalance) {
   struct Case {
     std::string model, strategy, value;
@@ -101,6 +133,8 @@ TEST_F(MultiProcExpertRebalanceTest, RefusesRunsItCannotRebalance) {
            {"deepseek_tiny", "dp=2", "every=2", {}, "has ep=1"},
            {"deepseek_tiny", "dp=2,ep=2", "every=2", {"--compress", "onebit"}, "--compress onebit"},
            {"deepseek_tiny", "dp=2,ep=2", "cooldown=2", {}, "every=K is required"},
+           {"deepseek_tiny", "dp=2,ep=2", "every=2,replicas=8", {}, "is data parallelism"},
+           {"deepseek_tiny", "dp=2,ep=2,pp=2", "every=2,replicas=1", {}, "a pipeline holds"},
        }) {
     std::vector<std::string> extra = c.flags;
     extra.insert(extra.end(), {"--expert-rebalance", c.value});

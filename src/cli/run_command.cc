@@ -216,10 +216,13 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ->capture_default_str();
   auto rebalance_text = std::make_shared<std::string>();
   run->add_option("--expert-rebalance", *rebalance_text,
-                  "MoE under ep > 1: every=K[,cooldown=C]. Every K steps the experts' measured "
-                  "load decides a balanced placement over the expert-parallel ranks, and the "
-                  "experts move (with their optimizer state) where the planner prices the saved "
-                  "compute above the move; C decisions after a move keep it (default 1)")
+                  "MoE under ep > 1: every=K[,cooldown=C][,replicas=R]. Every K steps the "
+                  "experts' measured load decides a balanced placement over the expert-parallel "
+                  "ranks, and the experts move (with their optimizer state) where the planner "
+                  "prices the saved compute above the move; with R, up to R of a layer's hottest "
+                  "experts also get a copy on every expert-parallel rank (their gradients summed "
+                  "at the owner) where that pays for its traffic; C decisions after a change "
+                  "keep it (default 1)")
       ->group(kParallel);
   run->add_option("--compute-nice", config->compute_nice,
                   "Nice value for the compute threads of a multi-process run (0-19), so that "

@@ -112,6 +112,7 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
         }
     expert_slots_[layer] = slots;
   }
+  expert_weights_changed();  // a copy's owner may have changed
   return OkStatus();
 }
 

@@ -221,7 +221,7 @@ size_t Model::stage_io_floats(int B, int T) const {
 }
 
 size_t Model::activation_bytes() const {
-  return acts_.bytes() + ints_.bytes();
+  return acts_.bytes() + ints_.bytes() + shadow_bytes();
 }
 
 // Under tp the full model is initialized exactly as on one process and each tensor's shard is
@@ -286,7 +286,80 @@ long Model::expert_rows(int i) const {
   if (m.recv_count == nullptr) return 0;
   long rows = 0;
   for (int e = 0; e < spec_.num_local_experts; ++e) rows += m.recv_count[e];
+  // And the rows of its own tokens it computed through the replicated experts' copies.
+  const size_t l = static_cast<size_t>(moe_layer(i));
+  if (l < shadows_.size())
+    for (const int r : shadows_[l].rows) rows += r;
   return rows;
+}
+
+void Model::set_expert_shadows(int layer, std::vector<int> experts) {
+  CANN_CHECK(ep_.size > 1 && layer >= 0 && layer < static_cast<int>(expert_slots_.size()) &&
+             !expert_slots_[layer].empty())
+      << "layer " << layer << " has no expert slots here";
+  std::sort(experts.begin(), experts.end());
+  CANN_CHECK(std::adjacent_find(experts.begin(), experts.end()) == experts.end() &&
+             (experts.empty() ||
+              (experts.front() >= 0 && experts.back() < spec_.num_local_experts)))
+      << "replicated experts of layer " << layer << " are not distinct experts";
+  if (shadows_.size() < expert_slots_.size()) shadows_.resize(expert_slots_.size());
+  MoeShadows& sh = shadows_[layer];
+  const MoeDims d = moe_dims(max_seq_);
+  sh.params.resize(experts.size() * moe_expert_floats(d, offsets_for_layer(layer).moe));
+  sh.experts = std::move(experts);
+  sh.rows.assign(sh.experts.size(), 0);
+  sh.fresh = false;
+}
+
+const std::vector<int>& Model::expert_shadows(int layer) const {
+  static const std::vector<int> kNone;
+  return static_cast<size_t>(layer) < shadows_.size() ? shadows_[layer].experts : kNone;
+}
+
+void Model::reserve_expert_shadows(int replicas) {
+  if (ep_.size <= 1 || replicas <= 0) return;
+  shadow_room_ = replicas;
+  if (shadows_.size() < expert_slots_.size()) shadows_.resize(expert_slots_.size());
+  const MoeDims d = moe_dims(max_seq_);
+  const size_t R = static_cast<size_t>(replicas);
+  const size_t cap = static_cast<size_t>(moe_layer_capacity(d, static_cast<int>(max_tokens())));
+  size_t largest = 0;
+  for (const int l : expert_layers()) {
+    const size_t pe = moe_expert_floats(d, offsets_for_layer(l).moe);
+    largest = std::max(largest, pe);
+    shadows_[l].params.reserve(R * pe);
+    shadows_[l].acts.reserve(R * cap * moe_shadow_act_floats_per_row(d));
+  }
+  const size_t P = static_cast<size_t>(ep_.size);
+  shadow_scratch_.grads.reserve(R * largest);
+  shadow_scratch_.d.reserve(R * cap * moe_shadow_act_floats_per_row(d));
+  shadow_scratch_.send.reserve(P * R * largest);
+  shadow_scratch_.recv.reserve(P * R * largest);
+}
+
+const Model::LayerOffsets& Model::offsets_for_layer(int l) const {
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    if (l >= chunks_[c].first && l < chunks_[c].end)
+      return all_offsets_[chunk_offsets_[c] + static_cast<size_t>(l - chunks_[c].first)];
+  CANN_CHECK(false) << "layer " << l << " is not on this stage";
+  return all_offsets_.front();
+}
+
+void Model::expert_weights_changed() {
+  for (MoeShadows& sh : shadows_) sh.fresh = false;
+}
+
+void Model::wire_shadows(MoeDims& md, int l) {
+  if (static_cast<size_t>(l) >= shadows_.size() || shadows_[l].experts.empty()) return;
+  md.shadows = &shadows_[l];
+  md.shadow_scratch = &shadow_scratch_;
+}
+
+size_t Model::shadow_bytes() const {
+  size_t floats = shadow_scratch_.grads.capacity() + shadow_scratch_.d.capacity() +
+                  shadow_scratch_.send.capacity() + shadow_scratch_.recv.capacity();
+  for (const MoeShadows& sh : shadows_) floats += sh.params.capacity() + sh.acts.capacity();
+  return floats * sizeof(float);
 }
 
 void Model::set_expert_slots(int layer, const ExpertSlots& slots) {
@@ -298,6 +371,7 @@ void Model::set_expert_slots(int layer, const ExpertSlots& slots) {
   CANN_CHECK(sorted == identity_slots(spec_.num_local_experts))
       << "expert slots of layer " << layer << " are not a permutation";
   expert_slots_[layer] = slots;
+  expert_weights_changed();
 }
 
 std::vector<int> Model::expert_layers() const {
@@ -387,6 +461,7 @@ double Model::layer_forward(int i, const float* x, bool recomputing) {
     // computes the experts and the output for its own R rows only, so no reduction follows.
     MoeDims md = moe_dims(T);
     if (ep_.size > 1) md.slots = expert_slots_[first_layer_ + i].data();
+    wire_shadows(md, first_layer_ + i);
     MoeActs& kept = moe_layers_[a.moe_index];
     MoeActs& m = shared ? recompute_moe_acts_ : kept;
     const MoeTokenShard shard = sp ? MoeTokenShard{tp_.rank * R, R} : MoeTokenShard{};
@@ -561,6 +636,7 @@ void Model::backward(float grad_scale, const std::function<void(int)>& layer_don
       if (sp) moe_grads_sum_begin(o.moe);
       MoeDims lmd = md;
       if (ep_.size > 1) lmd.slots = expert_slots_[l].data();
+      wire_shadows(lmd, l);
       moe_backward(d_ln_, G, d_resid_, ln2_all, P, o.moe, *moe, moe_scratch_, lmd, moe_aux_grad,
                    d_branch_, &ep_, &tp_status_);
       if (sp) moe_grads_sum_end(o.moe);

@@ -195,6 +195,17 @@ class Model {
   // Says that this rank's expert buffers of `layer` hold the experts of `slots` (a restored
   // snapshot's placement); nothing moves.
   void set_expert_slots(int layer, const ExpertSlots& slots);
+  // Expert parallelism: the experts of MoE layer `layer` (a model layer of this stage) that
+  // every rank of the expert group holds a copy of and computes for its own tokens (MoeShadows
+  // in moe_layer.h); empty: none. Every rank of the group sets the same, between steps.
+  void set_expert_shadows(int layer, std::vector<int> experts);
+  const std::vector<int>& expert_shadows(int layer) const;
+  // Keeps room for `replicas` copies in every MoE layer of this stage from now on, so that
+  // the memory the run reports at its start holds them (activation_bytes).
+  void reserve_expert_shadows(int replicas);
+  // The experts' weights changed (an optimizer step, a restore, a move): the copies are
+  // refreshed from their owners at the next forward.
+  void expert_weights_changed();
 
  private:
   // A tensor the spec does not have (a bias, RMSNorm's shift, QK-norm): kAbsent, and
@@ -382,6 +393,15 @@ class Model {
   // Under ep: each MoE layer's slots by model layer (empty for the others).
   std::vector<ExpertSlots> expert_slots_;
   std::vector<float> move_send_, move_recv_, move_block_;  // move_experts' buffers
+  // Replicated experts per model layer (set_expert_shadows), and their shared scratch.
+  std::vector<MoeShadows> shadows_;
+  MoeShadowScratch shadow_scratch_;
+  int shadow_room_ = 0;  // copies reserved per layer (reserve_expert_shadows)
+  // The replicated experts of model layer l wired into md (none: left as it is).
+  void wire_shadows(MoeDims& md, int l);
+  // The offsets of model layer l, a layer of some chunk of this stage.
+  const LayerOffsets& offsets_for_layer(int l) const;
+  size_t shadow_bytes() const;
   ContextParallel cp_;
   Status tp_status_;  // the first failure of any of the model's collectives (tp or ep)
   const ActivationOp* custom_act_ = nullptr;  // spec_.custom_activation's op

@@ -26,6 +26,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe_balance.h"
 #include "kernels/cpu/residual.h"
+#include "core/check.h"
 #include "kernels/cpu/swiglu.h"
 
 namespace cann::model {
@@ -198,10 +199,233 @@ void route_families_backward(const MoeActs& a, const MoeScratch& s, const MoeDim
   moe_route_backward(s.d_router, s.d_gate, dscores, a.probs, a.expert_index, *d.router, N);
 }
 
+// The global slot holding expert e.
+int slot_holding(const int* slots, int E, int e) {
+  for (int s = 0; s < E; ++s)
+    if (expert_in(slots, s) == e) return s;
+  return -1;
+}
+
+// A replicated expert's block of weights: its tensors' offsets within the block, as the
+// MoeOffsets of local expert 0.
+MoeOffsets shadow_offsets(const MoeDims& d, const MoeOffsets& o) {
+  const size_t C = d.C, FM = d.FM, FC = d.FC();
+  MoeOffsets so;
+  so.fcw = 0;
+  so.projw = FC * C;
+  size_t at = FC * C + C * FM;
+  so.fcb = o.fcb == kNoMoeTensor ? kNoMoeTensor : at;
+  if (o.fcb != kNoMoeTensor) at += FC;
+  so.projb = o.projb == kNoMoeTensor ? kNoMoeTensor : at;
+  return so;
+}
+
+// Local expert j's weights (at o in base) copied into a block (at so), or a block added into
+// them (add).
+void expert_block(float* block, float* base, const MoeOffsets& so, const MoeOffsets& o,
+                  const MoeDims& d, int j, bool add) {
+  const size_t C = d.C, FM = d.FM, FC = d.FC();
+  const struct {
+    size_t at, in_block, n;
+  } pieces[4] = {{o.fcw + j * FC * C, so.fcw, FC * C},
+                 {o.projw + j * C * FM, so.projw, C * FM},
+                 {o.fcb == kNoMoeTensor ? 0 : o.fcb + j * FC, so.fcb, o.fcb == kNoMoeTensor ? 0 : FC},
+                 {o.projb == kNoMoeTensor ? 0 : o.projb + j * C, so.projb,
+                  o.projb == kNoMoeTensor ? 0 : C}};
+  for (const auto& p : pieces) {
+    if (p.n == 0) continue;
+    float* w = base + p.at;
+    float* b = block + p.in_block;
+    if (add)
+      for (size_t i = 0; i < p.n; ++i) w[i] += b[i];
+    else
+      std::memcpy(b, w, p.n * sizeof(float));
+  }
+}
+
+// Where the replicated experts live: each one's owner rank and local slot there.
+struct ShadowOwners {
+  std::vector<int> owner, local;
+  int of(int rank) const { return static_cast<int>(std::count(owner.begin(), owner.end(), rank)); }
+};
+
+ShadowOwners shadow_owners(const MoeShadows& sh, const MoeDims& d, int P) {
+  const int El = d.E / P;
+  ShadowOwners w;
+  for (const int h : sh.experts) {
+    const int s = slot_holding(d.slots, d.E, h);
+    CANN_CHECK(s >= 0) << "replicated expert " << h << " is in no slot";
+    w.owner.push_back(s / El);
+    w.local.push_back(s % El);
+  }
+  return w;
+}
+
+// Every rank receives each replicated expert's weights from its owner: one all-to-allv, the
+// owner sending each of its replicated experts (ascending) to every rank, itself included.
+void refresh_shadows(MoeShadows& sh, MoeShadowScratch& ss, const float* params,
+                     const MoeOffsets& o, const MoeDims& d, const ExpertParallel& ep,
+                     Status* ep_status) {
+  const int P = ep.size, R = static_cast<int>(sh.experts.size());
+  const size_t pe = moe_expert_floats(d, o);
+  const MoeOffsets so = shadow_offsets(d, o);
+  const ShadowOwners w = shadow_owners(sh, d, P);
+  const size_t mine = static_cast<size_t>(w.of(ep.rank));
+  ss.send.resize(static_cast<size_t>(P) * mine * pe);
+  ss.recv.resize(static_cast<size_t>(R) * pe);
+  std::vector<size_t> send_counts(static_cast<size_t>(P), mine * pe), recv_counts(P);
+  float* out = ss.send.data();
+  for (int q = 0; q < P; ++q) {
+    recv_counts[q] = static_cast<size_t>(w.of(q)) * pe;
+    for (int i = 0; i < R; ++i) {
+      if (w.owner[i] != ep.rank) continue;
+      expert_block(out, const_cast<float*>(params), so, o, d, w.local[i], false);
+      out += pe;
+    }
+  }
+  if (ep_status->ok())
+    *ep_status = ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(),
+                                    send_counts.data());
+  if (!ep_status->ok()) return;
+  const float* in = ss.recv.data();
+  for (int q = 0; q < P; ++q)
+    for (int i = 0; i < R; ++i) {
+      if (w.owner[i] != q) continue;
+      std::memcpy(sh.params.data() + static_cast<size_t>(i) * pe, in, pe * sizeof(float));
+      in += pe;
+    }
+  sh.fresh = true;
+}
+
+// The replicated experts' saved activations, as a MoeActs whose expert buffers are the copies'
+// (copy i at rows i*cap).
+MoeActs shadow_acts(const MoeActs& a, MoeShadows& sh, const MoeDims& d) {
+  const size_t rows = sh.experts.size() * static_cast<size_t>(a.shape.capacity);
+  MoeActs v = a;
+  v.xe = sh.acts.data();
+  v.he = v.xe + rows * d.C;
+  v.ge = v.he + rows * d.FC();
+  v.ye = v.ge + rows * d.FM;
+  return v;
+}
+
+// The row counts every rank exchanges: the routing's, less the replicated experts' rows, which
+// stay with their tokens.
+std::vector<int> exchanged_counts(const MoeActs& a, const MoeDims& d) {
+  std::vector<int> c(a.expert_count, a.expert_count + d.E);
+  if (d.shadows != nullptr)
+    for (const int h : d.shadows->experts) c[static_cast<size_t>(h)] = 0;
+  return c;
+}
+
+// This rank's rows of each replicated expert (in a.xe after dispatch) through its copy.
+void shadow_forward(MoeActs& a, const MoeOffsets& o, const MoeDims& d) {
+  MoeShadows& sh = *d.shadows;
+  const int R = static_cast<int>(sh.experts.size()), cap = a.shape.capacity, C = d.C;
+  const size_t pe = moe_expert_floats(d, o);
+  const MoeOffsets so = shadow_offsets(d, o);
+  sh.acts.resize(static_cast<size_t>(R) * cap * moe_shadow_act_floats_per_row(d));
+  sh.rows.assign(static_cast<size_t>(R), 0);
+  MoeActs v = shadow_acts(a, sh, d);
+  for (int i = 0; i < R; ++i) {
+    const int h = sh.experts[i], rows = a.expert_count[h];
+    sh.rows[i] = rows;
+    std::memcpy(v.xe + static_cast<size_t>(i) * cap * C, a.xe + static_cast<size_t>(h) * cap * C,
+                static_cast<size_t>(rows) * C * sizeof(float));
+    if (rows > 0)
+      expert_forward(v, sh.params.data() + i * pe, so, d, 0, static_cast<size_t>(i) * cap, rows);
+  }
+}
+
+// The replicated experts' rows of an (E, cap, C) buffer taken from (to_copies = false) or put
+// into (true) the copies' own buffer of (R, cap, C).
+void shadow_rows(float* by_expert, float* copies, const MoeShadows& sh, int cap, int C,
+                 bool into_expert_buffer) {
+  for (size_t i = 0; i < sh.experts.size(); ++i) {
+    float* e = by_expert + static_cast<size_t>(sh.experts[i]) * cap * C;
+    float* c = copies + i * cap * C;
+    const size_t n = static_cast<size_t>(sh.rows[i]) * C * sizeof(float);
+    if (into_expert_buffer)
+      std::memcpy(e, c, n);
+    else
+      std::memcpy(c, e, n);
+  }
+}
+
+// Backward through the copies: their weight gradients into the scratch, their rows' input
+// gradients kept for shadow_rows. s.d_ye holds every expert's output gradient (E, cap, C).
+MoeScratch shadow_backward(const MoeActs& a, const MoeScratch& s, const MoeOffsets& o,
+                           const MoeDims& d) {
+  MoeShadows& sh = *d.shadows;
+  MoeShadowScratch& ss = *d.shadow_scratch;
+  const int R = static_cast<int>(sh.experts.size()), cap = a.shape.capacity, C = d.C;
+  const size_t pe = moe_expert_floats(d, o), rows = static_cast<size_t>(R) * cap;
+  const MoeOffsets so = shadow_offsets(d, o);
+  ss.grads.assign(static_cast<size_t>(R) * pe, 0.0f);
+  ss.d.resize(rows * moe_shadow_act_floats_per_row(d));
+  MoeScratch v = s;
+  v.d_ye = ss.d.data();
+  v.d_ge = v.d_ye + rows * C;
+  v.d_he = d.swiglu ? v.d_ge + rows * d.FM : nullptr;
+  v.d_xe = v.d_ge + rows * d.FM + (d.swiglu ? rows * d.FC() : 0);
+  shadow_rows(s.d_ye, v.d_ye, sh, cap, C, false);
+  const MoeActs va = shadow_acts(a, sh, d);
+  for (int i = 0; i < R; ++i)
+    if (sh.rows[i] > 0)
+      expert_backward(va, v, ss.grads.data() + i * pe, sh.params.data() + i * pe, so, d, 0,
+                      static_cast<size_t>(i) * cap, sh.rows[i]);
+  return v;
+}
+
+// Each copy's weight gradients to its expert's owner, which adds them (sources in rank order)
+// to its own: one all-to-allv.
+void reduce_shadow_grads(float* grads, const MoeOffsets& o, const MoeDims& d,
+                         const ExpertParallel& ep, Status* ep_status) {
+  const MoeShadows& sh = *d.shadows;
+  MoeShadowScratch& ss = *d.shadow_scratch;
+  const int P = ep.size, R = static_cast<int>(sh.experts.size());
+  const size_t pe = moe_expert_floats(d, o);
+  const MoeOffsets so = shadow_offsets(d, o);
+  const ShadowOwners w = shadow_owners(sh, d, P);
+  const size_t mine = static_cast<size_t>(w.of(ep.rank));
+  ss.send.resize(static_cast<size_t>(R) * pe);
+  ss.recv.resize(static_cast<size_t>(P) * mine * pe);
+  std::vector<size_t> send_counts(static_cast<size_t>(P)), recv_counts(P, mine * pe);
+  float* out = ss.send.data();
+  for (int q = 0; q < P; ++q) {
+    send_counts[q] = static_cast<size_t>(w.of(q)) * pe;
+    for (int i = 0; i < R; ++i) {
+      if (w.owner[i] != q) continue;
+      std::memcpy(out, ss.grads.data() + i * pe, pe * sizeof(float));
+      out += pe;
+    }
+  }
+  if (ep_status->ok())
+    *ep_status = ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(),
+                                    send_counts.data());
+  if (!ep_status->ok()) return;
+  float* in = ss.recv.data();
+  for (int q = 0; q < P; ++q)
+    for (int i = 0; i < R; ++i) {
+      if (w.owner[i] != ep.rank) continue;
+      expert_block(in, grads, so, o, d, w.local[i], true);
+      in += pe;
+    }
+}
+
 }  // namespace
 
 int moe_layer_capacity(const MoeDims& d, int N) {
   return d.dropless ? N : moe_capacity(N, d.E, d.K, d.capacity_factor);
+}
+
+size_t moe_expert_floats(const MoeDims& d, const MoeOffsets& o) {
+  const size_t C = d.C, FM = d.FM, FC = d.FC();
+  return FC * C + C * FM + (o.fcb == kNoMoeTensor ? 0 : FC) + (o.projb == kNoMoeTensor ? 0 : C);
+}
+
+size_t moe_shadow_act_floats_per_row(const MoeDims& d) {
+  return 2 * static_cast<size_t>(d.C) + d.FC() + d.FM;
 }
 
 float moe_forward(float* out, const float* x, const float* params, const MoeOffsets& o, MoeActs& a,
@@ -237,11 +461,18 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   }
   CANN_CHECK(!sharded(a)) << "expert parallelism does not take a token shard";
   moe_dispatch(a.xe, x, a.expert_index, a.slot, a.shape, C);
+  const bool shadows = d.shadows != nullptr && !d.shadows->experts.empty();
+  if (shadows) {
+    if (!d.shadows->fresh)
+      refresh_shadows(*d.shadows, *d.shadow_scratch, params, o, d, *ep, ep_status);
+    shadow_forward(a, o, d);
+  }
+  const std::vector<int> exchanged = exchanged_counts(a, d);
   const int P = ep->size, El = E / P;
   std::vector<size_t> send_counts;
-  const std::vector<int> sent = counts_by_slot(a.expert_count, d.slots, E);
+  const std::vector<int> sent = counts_by_slot(exchanged.data(), d.slots, E);
   if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, sent.data(), El);
-  pack_by_expert(s.send, &send_counts, a.xe, a.expert_count, d.slots, E, P, cap, C);
+  pack_by_expert(s.send, &send_counts, a.xe, exchanged.data(), d.slots, E, P, cap, C);
   std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
@@ -253,7 +484,8 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   relayout(a.ye, s.recv, a.recv_count, P, El, cap, C, false);
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-  unpack_by_expert(a.ye, s.send, a.expert_count, d.slots, E, cap, C);
+  unpack_by_expert(a.ye, s.send, exchanged.data(), d.slots, E, cap, C);
+  if (shadows) shadow_rows(a.ye, shadow_acts(a, *d.shadows, d).ye, *d.shadows, cap, C, true);
   moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
   return a.aux;
 }
@@ -279,8 +511,12 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     // The output gradients go to the experts' ranks like the inputs did, and the input
     // gradients come back like the outputs did.
     const int P = ep->size, El = E / P;
+    const bool shadows = d.shadows != nullptr && !d.shadows->experts.empty();
+    MoeScratch copies{};
+    if (shadows) copies = shadow_backward(a, s, o, d);
+    const std::vector<int> exchanged = exchanged_counts(a, d);
     std::vector<size_t> send_counts;
-    pack_by_expert(s.send, &send_counts, s.d_ye, a.expert_count, d.slots, E, P, cap, C);
+    pack_by_expert(s.send, &send_counts, s.d_ye, exchanged.data(), d.slots, E, P, cap, C);
     std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
     if (ep_status->ok())
       *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
@@ -293,7 +529,11 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     relayout(s.d_xe, s.recv, a.recv_count, P, El, cap, C, false);
     if (ep_status->ok())
       *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-    unpack_by_expert(s.d_xe, s.send, a.expert_count, d.slots, E, cap, C);
+    unpack_by_expert(s.d_xe, s.send, exchanged.data(), d.slots, E, cap, C);
+    if (shadows) {
+      shadow_rows(s.d_xe, copies.d_xe, *d.shadows, cap, C, true);
+      reduce_shadow_grads(grads, o, d, *ep, ep_status);
+    }
   }
   if (d.router != nullptr)
     route_families_backward(a, s, d, aux_grad);

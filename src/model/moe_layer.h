@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/cpu/moe.h"
@@ -58,6 +59,27 @@ struct MoeTokenShard {
   int rows = -1;
 };
 
+// Expert parallelism with hot experts replicated (`--expert-rebalance ...,replicas=R`): every
+// rank of the expert group holds a copy of each listed expert's weights and computes that
+// expert for its own tokens, which then never cross ranks. Each copy's weight gradients go to
+// the expert's owner (the rank whose slot holds it), which adds them, in rank order, to its own:
+// the sum over all tokens, as without copies (up to the order of the float additions). The
+// copies are refreshed from the owners at the first forward after the owners' weights changed.
+// One per MoE layer; the layer's forward and backward use it, and all ranks of the expert group
+// list the same experts.
+struct MoeShadows {
+  std::vector<int> experts;   // replicated experts, ascending
+  std::vector<float> params;  // experts.size() blocks of the weights: fcw | projw | fcb | projb
+  std::vector<float> acts;    // saved per copy, capacity rows each: xe | he | ge | ye
+  std::vector<int> rows;      // this rank's rows of each copy in the last forward
+  bool fresh = false;         // the copies equal the owners' weights
+};
+// Shared by the MoE layers' backward passes: each copy's weight gradients, the backward's
+// activation gradients of the copies' rows, and the exchange staging.
+struct MoeShadowScratch {
+  std::vector<float> grads, d, send, recv;
+};
+
 struct MoeDims {
   int C;   // hidden size
   int FM;  // expert intermediate size
@@ -73,12 +95,20 @@ struct MoeDims {
   // Expert parallelism: the expert each global slot holds (model/expert_placement.h), E
   // entries; null: slot s holds expert s (contiguous blocks).
   const int* slots = nullptr;
+  // Expert parallelism: the layer's replicated experts and the shared scratch (null: none).
+  MoeShadows* shadows = nullptr;
+  MoeShadowScratch* shadow_scratch = nullptr;
   int FC() const { return swiglu ? 2 * FM : FM; }
 };
 
 // Slots per expert for N tokens: N when dropless (a token's experts are distinct), else
 // GShard's capacity.
 int moe_layer_capacity(const MoeDims& d, int N);
+
+// Floats of one expert's weights (both matrices and their biases where the spec has them),
+// and the floats a replicated expert keeps per capacity row (xe, he, ge, ye) or scratches.
+size_t moe_expert_floats(const MoeDims& d, const MoeOffsets& o);
+size_t moe_shadow_act_floats_per_row(const MoeDims& d);
 
 // out (N,C) = MoE(x); x (N,C) is the layernorm output. Returns the aux loss (unscaled).
 // With a token shard, out is (shard.rows, C): the output of those tokens only, and

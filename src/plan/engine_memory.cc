@@ -234,9 +234,29 @@ std::vector<int> engine_stage_bounds(const model::ModelSpec& m, const Strategy& 
   return partition_dp(stage_layer_costs(m, blocks), s.pp);
 }
 
+double engine_expert_copies_bytes(const model::ModelSpec& m, int batch, int seq, int cp, int ep,
+                                  int replicas) {
+  if (!m.is_moe() || ep <= 1 || replicas <= 0) return 0;
+  const double N = static_cast<double>(batch) * (seq / cp);
+  const double E = m.num_local_experts, K = m.num_experts_per_tok;
+  const double cap = m.routing == model::MoeRouting::kDropless
+                         ? N
+                         : engine_moe_capacity(static_cast<int>(N), static_cast<int>(E),
+                                               static_cast<int>(K), m.capacity_factor);
+  const double C = m.hidden_size, FM = m.moe_intermediate_size;
+  const double FC = m.mlp == model::MlpKind::kSwiGlu ? 2 * FM : FM;
+  const double weights = FC * C + C * FM + (m.mlp_bias ? FC + C : 0);
+  const double rows = cap * (2 * C + FC + FM);
+  int layers = 0;
+  for (int l = 0; l < m.num_hidden_layers; ++l) layers += m.is_moe_layer(l);
+  const double R = replicas;
+  return sizeof(float) *
+         (layers * R * (weights + rows) + R * weights + R * rows + 2.0 * ep * R * weights);
+}
+
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,
                                              int micro_batch, int seq_len,
-                                             const EngineBuckets& buckets) {
+                                             const EngineBuckets& buckets, int expert_replicas) {
   if (micro_batch <= 0 || seq_len <= 0 || seq_len > m.position_rows())
     return InvalidArgument("micro-batch " + std::to_string(micro_batch) + " x sequence " +
                            std::to_string(seq_len) + ": both must be positive and the sequence " +
@@ -270,6 +290,11 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
   e.activations = worst->activation_bytes + worst->scratch_bytes;
   e.staging = worst->transient_bytes - worst->scratch_bytes;
   e.total = worst->total_bytes;
+  const double copies =
+      s.pp == 1 ? engine_expert_copies_bytes(m, micro_batch, seq_len, s.cp, s.ep, expert_replicas)
+                : 0;
+  e.activations += copies;
+  e.total += copies;
   return e;
 }
 

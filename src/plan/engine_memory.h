@@ -44,9 +44,19 @@ struct EngineMemory {
 // run (engine_supports over dp*tp*pp*cp processes), or sizes that are not positive. The
 // figures are the fp32 planner's for the same strategy (`cann-train simulate` on an fp32
 // cluster).
+// expert_replicas: `run --expert-rebalance ...,replicas=R`, whose room for R copies of experts
+// per MoE layer (model/moe_layer.h, MoeShadows) counts with the activations.
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s,
                                              int micro_batch, int seq_len,
-                                             const EngineBuckets& buckets = {});
+                                             const EngineBuckets& buckets = {},
+                                             int expert_replicas = 0);
+
+// The room the engine keeps for `replicas` copies of experts in each MoE layer (without
+// pipeline stages: every layer on the rank) over ep ranks: per layer the copies' weights and
+// saved rows (xe, he, ge, ye at capacity), and once their gradients, the rows' backward
+// scratch and the weights' and gradients' exchange staging (ep blocks each way).
+double engine_expert_copies_bytes(const model::ModelSpec& m, int batch, int seq, int cp, int ep,
+                                  int replicas);
 
 // The cluster the engine's figures are priced on: `devices` fp32 devices on one node. Its
 // speeds shape only the pipeline partition's balance, not the memory of a given partition.

@@ -25,10 +25,11 @@ namespace cann::train {
 struct ExpertRebalance {
   int every = 0;     // decide every K steps; 0: never
   int cooldown = 1;  // decisions after a move that keep the placement
+  int replicas = 0;  // experts per layer that may get a copy on every expert-parallel rank
   // Prices a move against what it saves: the calibrated spec of this machine's processes.
   std::shared_ptr<const plan::ClusterSpec> cluster;
 };
-// "every=K[,cooldown=C]" -> the settings (cluster unset); errors name the bad item.
+// "every=K[,cooldown=C][,replicas=R]" -> the settings (cluster unset); errors name the bad item.
 StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text);
 
 struct TrainConfig {

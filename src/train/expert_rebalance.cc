@@ -17,7 +17,7 @@ StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text) {
   ExpertRebalance out;
   auto bad = [&](const std::string& why) {
     return InvalidArgument("--expert-rebalance '" + text + "': " + why +
-                           "; hint: --expert-rebalance every=K[,cooldown=C], e.g. every=20");
+                           "; hint: --expert-rebalance every=K[,cooldown=C][,replicas=R], e.g. every=20");
   };
   auto items = parse_int_items(text);
   if (!items.ok()) return bad(items.status().message());
@@ -30,6 +30,9 @@ StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text) {
     } else if (item.key == "cooldown") {
       if (item.value < 0) return bad("cooldown must not be negative");
       out.cooldown = static_cast<int>(item.value);
+    } else if (item.key == "replicas") {
+      if (item.value < 0) return bad("replicas must not be negative");
+      out.replicas = static_cast<int>(item.value);
     } else {
       return bad("unknown key '" + item.key + "'");
     }
@@ -52,12 +55,28 @@ Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec&
     return InvalidArgument(flag + "--compress " + plan::compression_name(config.compress) +
                            " keeps error-feedback state per rank that a move would leave "
                            "behind; hint: use --compress none");
+  const int R = config.expert_rebalance.replicas;
+  if (R > 0) {
+    const std::string with = flag + "replicas=" + std::to_string(R);
+    if (R >= spec.num_local_experts)
+      return InvalidArgument(with + ": a layer has " + std::to_string(spec.num_local_experts) +
+                             " experts, and replicating all of them is data parallelism; hint: "
+                             "replicas=1 to " +
+                             std::to_string(spec.num_local_experts - 1));
+    if (config.strategy.pp > 1)
+      return InvalidArgument(with + " keeps one set of copies per layer, and a pipeline holds "
+                             "several micro-batches of a layer at once; hint: drop replicas= "
+                             "or pp from --strategy");
+    if (config.strategy.zero == 3)
+      return InvalidArgument(with + ": the copies are read from the owners' weights, which "
+                             "ZeRO-3 does not keep whole; hint: zero=2 or lower");
+  }
   return OkStatus();
 }
 
 ExpertRebalancer::ExpertRebalancer(const ExpertRebalance& config, const model::ModelSpec& spec,
                                    const RunLayout& layout)
-    : config_(config), spec_(spec), ep_(layout.strategy.ep) {
+    : config_(config), spec_(spec), ep_(layout.strategy.ep), micro_(layout.accum_steps) {
   CANN_CHECK(config_.every > 0 && config_.cluster != nullptr && ep_ > 1)
       << "expert rebalancing needs every > 0, a cluster spec and ep > 1";
   // Each expert group (ep ranks of the data-parallel ones, per context-parallel rank) computes
@@ -99,7 +118,42 @@ double ExpertRebalancer::all_to_all_seconds(const std::vector<double>& load,
   return plan::p2p_seconds(c, bytes, ep_ > c.devices_per_node);
 }
 
-ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now) {
+double ExpertRebalancer::expert_bytes() const {
+  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size, FC = first_width();
+  return (FC * C + C * FM + (spec_.mlp_bias ? FC + C : 0)) * sizeof(float);
+}
+
+ExpertRebalancer::Priced ExpertRebalancer::price(const std::vector<double>& load,
+                                                 const model::ExpertSlots& at,
+                                                 const std::vector<int>& copies) const {
+  // The replicated experts' rows stay on their tokens' ranks: an equal share on each. The
+  // others' rows go to the ranks holding them.
+  std::vector<double> routed = load;
+  double shared = 0;
+  for (const int h : copies) {
+    shared += load[static_cast<size_t>(h)] / ep_;
+    routed[static_cast<size_t>(h)] = 0;
+  }
+  const std::vector<double> ranks = model::rank_loads(routed, at, ep_);
+  Priced p;
+  p.max = shared + *std::max_element(ranks.begin(), ranks.end());
+  p.step_s = expert_seconds(p.max) + all_to_all_seconds(routed, at);
+  if (copies.empty()) return p;
+  // Each owner sends its copies' weights to the ep - 1 others once a step and receives their
+  // gradients after every micro-batch: the busiest owner's link carries that much each way.
+  const std::vector<int> slot = model::slot_of(at);
+  const size_t El = at.size() / static_cast<size_t>(ep_);
+  std::vector<int> owned(static_cast<size_t>(ep_), 0);
+  for (const int h : copies) ++owned[static_cast<size_t>(slot[h]) / El];
+  const double busiest = *std::max_element(owned.begin(), owned.end());
+  const plan::ClusterSpec& c = *config_.cluster;
+  p.step_s += plan::p2p_seconds(c, busiest * (ep_ - 1) * expert_bytes() * (1 + micro_),
+                                ep_ > c.devices_per_node);
+  return p;
+}
+
+ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now,
+                                    const std::map<int, std::vector<int>>& replicated) {
   ExpertMove out;
   const int steps = steps_;
   std::vector<float> load_sum = window_;
@@ -111,40 +165,67 @@ ExpertMove ExpertRebalancer::decide(const std::map<int, model::ExpertSlots>& now
     return out;
   }
   const int E = spec_.num_local_experts;
-  const double C = spec_.hidden_size, FM = spec_.moe_intermediate_size, FC = first_width();
   // What one expert's move ships: its weights and biases, in the parameters and both moments.
-  const double per_expert = (FC * C + C * FM + (spec_.mlp_bias ? FC + C : 0)) * sizeof(float) * 3;
+  const double per_expert = expert_bytes() * 3;
   const plan::ClusterSpec& cluster = *config_.cluster;
   const bool inter_node = ep_ > cluster.devices_per_node;
   for (const auto& [layer, slots] : now) {
     std::vector<double> load(static_cast<size_t>(E));
     for (int e = 0; e < E; ++e)
       load[e] = load_sum[static_cast<size_t>(layer) * E + e] / (steps * groups_);
-    const std::vector<double> before = model::rank_loads(load, slots, ep_);
-    const double mean = std::accumulate(before.begin(), before.end(), 0.0) / ep_;
+    const double mean = std::accumulate(load.begin(), load.end(), 0.0) / ep_;
     if (mean <= 0) continue;
-    model::ExpertSlots to = model::balanced_slots(load, slots, ep_);
-    const int moved = model::experts_moved(slots, to, ep_);
-    if (moved == 0) continue;
-    const std::vector<double> after = model::rank_loads(load, to, ep_);
-    const double max_before = *std::max_element(before.begin(), before.end());
-    const double max_after = *std::max_element(after.begin(), after.end());
-    const double saved = expert_seconds(max_before) - expert_seconds(max_after) +
-                         all_to_all_seconds(load, slots) - all_to_all_seconds(load, to);
-    // The busiest rank's share of the move: experts it sends or receives, whichever is more
-    // (the link carries both ways at once).
-    const int busiest = model::busiest_rank_moves(slots, to, ep_);
-    const double cost = plan::p2p_seconds(cluster, busiest * per_expert, inter_node);
-    if (saved * config_.every <= cost) continue;
-    out.to[layer] = std::move(to);
-    out.layers.push_back({layer, moved, max_before / mean, max_after / mean, saved, cost});
+    const auto held_at = replicated.find(layer);
+    const std::vector<int> held =
+        held_at == replicated.end() ? std::vector<int>{} : held_at->second;
+    const Priced before = price(load, slots, held);
+    // The hottest experts first: candidate k replicates the first k.
+    std::vector<int> hottest(static_cast<size_t>(E));
+    std::iota(hottest.begin(), hottest.end(), 0);
+    std::stable_sort(hottest.begin(), hottest.end(),
+                     [&](int a, int b) { return load[a] > load[b]; });
+    double best_gain = 0;
+    LayerMove best;
+    model::ExpertSlots best_to;
+    std::vector<int> best_copies;
+    for (int k = 0; k <= std::min(config_.replicas, E - 1); ++k) {
+      std::vector<int> copies(hottest.begin(), hottest.begin() + k);
+      std::sort(copies.begin(), copies.end());
+      std::vector<double> routed = load;
+      for (const int h : copies) routed[static_cast<size_t>(h)] = 0;
+      model::ExpertSlots to = model::balanced_slots(routed, slots, ep_);
+      const int moved = model::experts_moved(slots, to, ep_);
+      if (moved == 0 && copies == held) continue;
+      const Priced after = price(load, to, copies);
+      // The busiest rank's share of the move: experts it sends or receives, whichever is more
+      // (the link carries both ways at once).
+      const double cost = plan::p2p_seconds(
+          cluster, model::busiest_rank_moves(slots, to, ep_) * per_expert, inter_node);
+      const double saved = before.step_s - after.step_s;
+      const double gain = saved * config_.every - cost;
+      if (gain <= best_gain) continue;
+      best_gain = gain;
+      best = {layer,
+              moved,
+              before.max / mean,
+              after.max / mean,
+              saved,
+              cost,
+              static_cast<int>(copies.size())};
+      best_to = std::move(to);
+      best_copies = std::move(copies);
+    }
+    if (best_gain <= 0) continue;
+    if (best.experts > 0) out.to[layer] = std::move(best_to);
+    if (best_copies != held) out.replicate[layer] = std::move(best_copies);
+    out.layers.push_back(best);
   }
-  if (!out.to.empty()) cooling_ = config_.cooldown;
+  if (!out.layers.empty()) cooling_ = config_.cooldown;
   return out;
 }
 
 std::string describe_moves(const std::vector<LayerMove>& layers) {
-  int experts = 0;
+  int experts = 0, replicated = 0;
   double before = 0, after = 0, saved = 0, cost = 0;
   std::string names;
   for (const LayerMove& m : layers) {
@@ -154,16 +235,19 @@ std::string describe_moves(const std::vector<LayerMove>& layers) {
     saved += m.saved_s;
     cost += m.cost_s;
     names += (names.empty() ? "" : ", ") + std::to_string(m.layer);
+    replicated += m.replicated;
   }
+  const std::string copies =
+      replicated > 0 ? ", " + std::to_string(replicated) + " replicated on every rank" : "";
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "%d expert(s) of layer(s) %s moved: max/mean rank load %.2f -> %.2f, %.3g ms "
+                "%d expert(s) of layer(s) %s moved%s: max/mean rank load %.2f -> %.2f, %.3g ms "
                 "less per step on the busiest ranks and links, the move %.3g ms",
-                experts, names.c_str(), before, after, 1e3 * saved, 1e3 * cost);
+                experts, names.c_str(), copies.c_str(), before, after, 1e3 * saved, 1e3 * cost);
   return buf;
 }
 
-constexpr int kMoveFields = 6;
+constexpr int kMoveFields = 7;
 
 std::vector<float> pack_moves(const std::vector<LayerMove>& layers, int num_layers) {
   std::vector<float> out(static_cast<size_t>(num_layers) * kMoveFields, 0.0f);
@@ -175,6 +259,7 @@ std::vector<float> pack_moves(const std::vector<LayerMove>& layers, int num_laye
     f[3] = static_cast<float>(m.after);
     f[4] = static_cast<float>(m.saved_s);
     f[5] = static_cast<float>(m.cost_s);
+    f[6] = static_cast<float>(m.replicated);
   }
   return out;
 }
@@ -184,8 +269,8 @@ std::vector<LayerMove> unpack_moves(const std::vector<float>& packed) {
   for (size_t l = 0; l < packed.size() / kMoveFields; ++l) {
     const float* f = packed.data() + l * kMoveFields;
     if (f[0] == 0.0f) continue;
-    out.push_back(
-        {static_cast<int>(l), static_cast<int>(std::lround(f[1])), f[2], f[3], f[4], f[5]});
+    out.push_back({static_cast<int>(l), static_cast<int>(std::lround(f[1])), f[2], f[3], f[4],
+                   f[5], static_cast<int>(std::lround(f[6]))});
   }
   return out;
 }

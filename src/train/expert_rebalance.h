@@ -37,11 +37,14 @@ struct LayerMove {
   double after = 0;    // and in the new one
   double saved_s = 0;  // predicted time saved per step: busiest rank's compute, busiest link
   double cost_s = 0;   // predicted time to move them
+  int replicated = 0;  // experts with a copy on every rank afterwards (replicas=R)
 };
 
 struct ExpertMove {
   std::map<int, model::ExpertSlots> to;  // this stage's moved layers -> their new slots
-  std::vector<LayerMove> layers;         // what moved (after tell_all: on every stage)
+  // This stage's layers whose replicated experts change -> the new ones (maybe none).
+  std::map<int, std::vector<int>> replicate;
+  std::vector<LayerMove> layers;  // what moved (after tell_all: on every stage)
 };
 
 // One line for the event log and the dashboard, over all `layers`.
@@ -64,9 +67,13 @@ class ExpertRebalancer {
   // The window's load on this rank, to be summed over the world in place, then cleared.
   std::vector<float>& window() { return window_; }
   // From the window's load summed over the world (counted once per tensor-parallel group) and
-  // the current placement of each MoE layer this stage holds: the layers worth moving, or none.
+  // the current placement of each MoE layer this stage holds (and its replicated experts): the
+  // layers worth changing, or none. With replicas=R each layer's candidates are its k hottest
+  // experts replicated (k = 0..R) and the others balanced; a copy costs, every step, its
+  // owner's sends of the weights to every rank and the gradients back after each micro-batch.
   // The same on every rank given the same sums.
-  ExpertMove decide(const std::map<int, model::ExpertSlots>& now);
+  ExpertMove decide(const std::map<int, model::ExpertSlots>& now,
+                    const std::map<int, std::vector<int>>& replicated = {});
 
  private:
   // Width of an expert's first matrix: SwiGLU's gate and up halves, or the GeLU MLP's.
@@ -77,10 +84,20 @@ class ExpertRebalancer {
   // every expert an equal share of the expert's rows: a rank receives (ep-1)/ep of its
   // experts' rows and sends 1/ep of everyone else's.
   double all_to_all_seconds(const std::vector<double>& load, const model::ExpertSlots& at) const;
+  // A layer's placement with its replicated experts `copies`, priced per step: the busiest
+  // rank's rows (max) and its expert compute, all-to-alls and copies' traffic (step_s).
+  struct Priced {
+    double max = 0, step_s = 0;
+  };
+  Priced price(const std::vector<double>& load, const model::ExpertSlots& at,
+               const std::vector<int>& copies) const;
+  // One expert's weights and biases, bytes.
+  double expert_bytes() const;
 
   ExpertRebalance config_;
   model::ModelSpec spec_;
   int ep_ = 1;
+  int micro_ = 1;      // micro-batches per step: the copies' gradients travel after each
   double groups_ = 1;  // expert groups whose tokens the world's load counts
   std::vector<float> window_;
   int steps_ = 0;    // steps in the window

@@ -174,6 +174,7 @@ Status ModelParts::sync_tied_embedding(StepOptimizer& opt) {
 
 void ModelParts::set_expert_rebalance(const ExpertRebalance& config) {
   rebalancer_ = std::make_unique<ExpertRebalancer>(config, model_->spec(), layout_);
+  model_->reserve_expert_shadows(config.replicas);
 }
 
 // Summed over the world in place (a no-op on one process).
@@ -198,12 +199,18 @@ Status ModelParts::sum_layer_load(std::vector<float>* load, const char* tag) {
 StatusOr<ExpertMove> ModelParts::rebalance_experts(const StepCompute& c, StepOptimizer& opt,
                                                    int done) {
   if (!rebalancer_) return ExpertMove{};
+  // The step changed the experts' weights: replicated experts' copies refresh before use.
+  model_->expert_weights_changed();
   rebalancer_->add(c.layer_load);
   if (!rebalancer_->due(done)) return ExpertMove{};
   CANN_RETURN_IF_ERROR(sum_layer_load(&rebalancer_->window(), "expert_rebalance_load"));
   std::map<int, model::ExpertSlots> now;
-  for (int layer : model_->expert_layers()) now[layer] = model_->expert_slots(layer);
-  ExpertMove move = rebalancer_->decide(now);
+  std::map<int, std::vector<int>> copies;
+  for (int layer : model_->expert_layers()) {
+    now[layer] = model_->expert_slots(layer);
+    copies[layer] = model_->expert_shadows(layer);
+  }
+  ExpertMove move = rebalancer_->decide(now, copies);
   if (!move.to.empty()) {
     // check_expert_rebalance admits only optimizers whose state is laid out like the
     // parameters: the moments travel with their experts.
@@ -212,6 +219,7 @@ StatusOr<ExpertMove> ModelParts::rebalance_experts(const StepCompute& c, StepOpt
     Status s = model_->move_experts(move.to, state);
     if (!s.ok()) return on_comm_failure_(s);
   }
+  for (auto& [layer, experts] : move.replicate) model_->set_expert_shadows(layer, experts);
   // Each stage decided its own layers: one rank of each tells the others (for the event).
   const model::ShardPlace at = mp_->shard_place();
   const bool tells = at.tp_rank == 0 && mp_->dp_rank() == 0 && mp_->context_parallel().rank == 0;

@@ -121,7 +121,8 @@ StatusOr<RunLayout> resolve_run_layout(const TrainConfig& config, const model::M
   // The planner's figure for this rank (plan/engine_memory.h): its fp32 engine on a cluster
   // of exactly these processes. Compressed reductions keep error buffers it does not price.
   auto memory = plan::predict_engine_memory(spec, s, s.mbs, l.seq_len,
-                                            plan::EngineBuckets::of_mib(config.bucket_mb));
+                                            plan::EngineBuckets::of_mib(config.bucket_mb),
+                                            config.expert_rebalance.replicas);
   if (memory.ok()) l.memory = *memory;
   l.memory_complete = memory.ok() && !config.compress.two_stage();
   return l;
