@@ -14,8 +14,15 @@ are reported beside it, not judged. Both runs start from these weights (--init-f
 train --steps (40) steps of 16 sequences on 2 processes, dp=2,ep=2; the rebalanced one decides
 every --every (10) steps.
 
+A last workload, "hot" (--hot-skew, 0.5; 0 leaves it out), raises the bias of expert 0 alone:
+it takes nearly every token, more than one rank's share of the rows, which no placement
+balances; its rebalanced runs add replicas=1 (a copy of a layer's hottest expert on every rank), and a
+third run per pair, "moved", rebalances without copies, to show what the copies add. Shown, not
+judged.
+
 Validation first: the two runs' losses are equal at every step (moving experts changes which
-rank computes them, not what is computed).
+rank computes them, not what is computed); with copies, whose gradients reach their owner in
+another order of float additions, to a relative 1e-4, and the runs must have replicated.
 
 Reported, --repeats (3) interleaved pairs, median (min..max):
     load     max/mean over the two expert-parallel places of the rows their experts computed
@@ -28,7 +35,7 @@ rebalancing the load is at most 1.15, and the step time at least 20% below the r
 both per step after the first decision and for the whole job end to end.
 
     /usr/bin/python3 bench/expert_rebalance/run.py [--steps 40] [--every 10] [--skews 0.5,0.2]
-                                                   [--repeats 3] [--build build]
+                                                   [--hot-skew 0.5] [--repeats 3] [--build build]
 
 Needs a built tree. Exit status 1 when validation or a target fails.
 """
@@ -132,6 +139,8 @@ def measure(a, cann, common, weights, work, load, skew, name=None, replicas=0):
         if mode == "rebalanced":
             argv += ["--expert-rebalance",
                      f"every={a.every}" + (f",replicas={replicas}" if replicas else "")]
+        elif mode == "moved":
+            argv += ["--expert-rebalance", f"every={a.every}"]
         t0 = time.monotonic()
         r = subprocess.run(argv, capture_output=True, text=True)
         wall = time.monotonic() - t0
@@ -143,9 +152,11 @@ def measure(a, cann, common, weights, work, load, skew, name=None, replicas=0):
         copies = sum(1 for e in events if "replicated on every rank" in e.get("detail", ""))
         return {"steps": steps_of(log), "wall": wall, "moves": len(events), "copies": copies}
 
-    runs = {"fixed": [], "rebalanced": []}
+    # With copies, also the runs that may only move experts: what the copies add.
+    runs = {"fixed": [], "moved": [], "rebalanced": []} if replicas else \
+        {"fixed": [], "rebalanced": []}
     for rep in range(a.repeats):
-        for mode in ("fixed", "rebalanced"):
+        for mode in runs:
             runs[mode].append(train(mode, rep))
 
     # Validation: the same losses at every step, in every pair; the rebalanced runs moved.
@@ -162,6 +173,10 @@ def measure(a, cann, common, weights, work, load, skew, name=None, replicas=0):
         if (la != lb) if replicas == 0 else worst > 1e-4:
             valid = False
             print(f"validation failed ({name}): losses differ (largest relative {worst:.2e})")
+    for f, b in zip(runs["fixed"], runs.get("moved", [])):
+        if [s["loss"] for s in f["steps"]] != [s["loss"] for s in b["steps"]]:
+            valid = False
+            print(f"validation failed ({name}): losses of the runs that moved experts differ")
     if min(r["moves"] for r in runs["rebalanced"]) == 0:
         valid = False
         print(f"validation failed ({name}): a rebalanced run changed no placement")
