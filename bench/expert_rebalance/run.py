@@ -14,7 +14,7 @@ are reported beside it, not judged. Both runs start from these weights (--init-f
 train --steps (40) steps of 16 sequences on 2 processes, dp=2,ep=2; the rebalanced one decides
 every --every (10) steps.
 
-A last workload, "hot" (--hot-skew, 0.5; 0 leaves it out), raises the bias of expert 0 alone:
+A last workload, "hot" (--hot-skew, 1.0; 0 leaves it out), raises the bias of expert 0 alone:
 it takes nearly every token, more than one rank's share of the rows, which no placement
 balances; its rebalanced runs add replicas=1 (a copy of a layer's hottest expert on every rank), and a
 third run per pair, "moved", rebalances without copies, to show what the copies add. Shown, not
@@ -35,7 +35,7 @@ rebalancing the load is at most 1.15, and the step time at least 20% below the r
 both per step after the first decision and for the whole job end to end.
 
     /usr/bin/python3 bench/expert_rebalance/run.py [--steps 40] [--every 10] [--skews 0.5,0.2]
-                                                   [--hot-skew 0.5] [--repeats 3] [--build build]
+                                                   [--hot-skew 1.0] [--repeats 3] [--build build]
 
 Needs a built tree. Exit status 1 when validation or a target fails.
 """
@@ -217,7 +217,7 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--skews", default="0.5,0.2")
-    ap.add_argument("--hot-skew", type=float, default=0.5,
+    ap.add_argument("--hot-skew", type=float, default=1.0,
                     help="the one-hot-expert workload's bias on expert 0 (0: not run)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -246,7 +246,7 @@ def main():
               f"{'whole run s':>22} {'moves':>6}")
         v = Verdicts()
         valid = True
-        skews = [float(x) for x in a.skews.split(",")]
+        skews = [float(x) for x in a.skews.split(",") if x]
         for i, skew in enumerate(skews):
             start = os.path.join(work, f"start-{skew}")
             shutil.copytree(weights, start)

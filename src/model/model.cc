@@ -298,9 +298,9 @@ void Model::set_expert_shadows(int layer, std::vector<int> experts) {
              !expert_slots_[layer].empty())
       << "layer " << layer << " has no expert slots here";
   std::sort(experts.begin(), experts.end());
-  CANN_CHECK(std::adjacent_find(experts.begin(), experts.end()) == experts.end() &&
-             (experts.empty() ||
-              (experts.front() >= 0 && experts.back() < spec_.num_local_experts)))
+  CANN_CHECK(
+      std::adjacent_find(experts.begin(), experts.end()) == experts.end() &&
+      (experts.empty() || (experts.front() >= 0 && experts.back() < spec_.num_local_experts)))
       << "replicated experts of layer " << layer << " are not distinct experts";
   if (shadows_.size() < expert_slots_.size()) shadows_.resize(expert_slots_.size());
   MoeShadows& sh = shadows_[layer];

@@ -16,17 +16,28 @@
 // the experts run on those rows only: each of tp ranks does 1/tp of the expert work. Worked
 // example, N = 4, K = 1, shard = tokens 2..3: tokens 0..3 chose experts 1, 0, 1, 1 and got
 // slots 0, 0, 1, 2; the shard's local slots are 0, 1 (expert 1), local counts {0, 2}.
+//
+// Replicated experts (MoeShadows): after dispatch each rank runs its own rows of a replicated
+// expert through its copy (saved in the copies' own buffers) and exchanges the routing's counts
+// less those rows; after the outputs come back, the copies' outputs are put into their experts'
+// rows, and combine runs as before. Backward takes the copies' output gradients out of the
+// (E, cap, C) buffer before the exchange overwrites it, puts their input gradients back after
+// it, and sends each copy's weight gradients to the expert's owner. Worked example, P = 2,
+// expert 5 (owned by rank 1) replicated: rank 0 routed 3 rows to it, rank 1 routed 4; rank 0
+// computes its 3 through its copy and sends rank 1 none of them, rank 1 its 4 through its own
+// copy; rank 1 then adds rank 0's gradients of expert 5, then its own, to expert 5's.
 #include "model/moe_layer.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe_balance.h"
 #include "kernels/cpu/residual.h"
-#include "core/check.h"
 #include "kernels/cpu/swiglu.h"
 
 namespace cann::model {
@@ -220,27 +231,33 @@ MoeOffsets shadow_offsets(const MoeDims& d, const MoeOffsets& o) {
   return so;
 }
 
-// Local expert j's weights (at o in base) copied into a block (at so), or a block added into
-// them (add).
-void expert_block(float* block, float* base, const MoeOffsets& so, const MoeOffsets& o,
-                  const MoeDims& d, int j, bool add) {
+// The pieces of local expert j's weights: where each lies in the layer's buffers (at), in a
+// block of one expert (in_block), and its floats (0: a bias the spec does not have).
+struct ExpertPiece {
+  size_t at, in_block, n;
+};
+std::array<ExpertPiece, 4> expert_pieces(const MoeOffsets& so, const MoeOffsets& o,
+                                         const MoeDims& d, int j) {
   const size_t C = d.C, FM = d.FM, FC = d.FC();
-  const struct {
-    size_t at, in_block, n;
-  } pieces[4] = {{o.fcw + j * FC * C, so.fcw, FC * C},
-                 {o.projw + j * C * FM, so.projw, C * FM},
-                 {o.fcb == kNoMoeTensor ? 0 : o.fcb + j * FC, so.fcb, o.fcb == kNoMoeTensor ? 0 : FC},
-                 {o.projb == kNoMoeTensor ? 0 : o.projb + j * C, so.projb,
-                  o.projb == kNoMoeTensor ? 0 : C}};
-  for (const auto& p : pieces) {
-    if (p.n == 0) continue;
-    float* w = base + p.at;
-    float* b = block + p.in_block;
-    if (add)
-      for (size_t i = 0; i < p.n; ++i) w[i] += b[i];
-    else
-      std::memcpy(b, w, p.n * sizeof(float));
-  }
+  const bool fcb = o.fcb != kNoMoeTensor, projb = o.projb != kNoMoeTensor;
+  return {{{o.fcw + j * FC * C, so.fcw, FC * C},
+           {o.projw + j * C * FM, so.projw, C * FM},
+           {fcb ? o.fcb + j * FC : 0, so.fcb, fcb ? FC : 0},
+           {projb ? o.projb + j * C : 0, so.projb, projb ? C : 0}}};
+}
+
+// Local expert j's weights (at o in base) copied into a block (at so).
+void copy_expert(float* block, const float* base, const MoeOffsets& so, const MoeOffsets& o,
+                 const MoeDims& d, int j) {
+  for (const ExpertPiece& p : expert_pieces(so, o, d, j))
+    std::memcpy(block + p.in_block, base + p.at, p.n * sizeof(float));
+}
+
+// A block (at so) added into local expert j's weights (at o in base).
+void add_expert(float* base, const float* block, const MoeOffsets& so, const MoeOffsets& o,
+                const MoeDims& d, int j) {
+  for (const ExpertPiece& p : expert_pieces(so, o, d, j))
+    for (size_t i = 0; i < p.n; ++i) base[p.at + i] += block[p.in_block + i];
 }
 
 // Where the replicated experts live: each one's owner rank and local slot there.
@@ -263,9 +280,8 @@ ShadowOwners shadow_owners(const MoeShadows& sh, const MoeDims& d, int P) {
 
 // Every rank receives each replicated expert's weights from its owner: one all-to-allv, the
 // owner sending each of its replicated experts (ascending) to every rank, itself included.
-void refresh_shadows(MoeShadows& sh, MoeShadowScratch& ss, const float* params,
-                     const MoeOffsets& o, const MoeDims& d, const ExpertParallel& ep,
-                     Status* ep_status) {
+void refresh_shadows(MoeShadows& sh, MoeShadowScratch& ss, const float* params, const MoeOffsets& o,
+                     const MoeDims& d, const ExpertParallel& ep, Status* ep_status) {
   const int P = ep.size, R = static_cast<int>(sh.experts.size());
   const size_t pe = moe_expert_floats(d, o);
   const MoeOffsets so = shadow_offsets(d, o);
@@ -279,13 +295,13 @@ void refresh_shadows(MoeShadows& sh, MoeShadowScratch& ss, const float* params,
     recv_counts[q] = static_cast<size_t>(w.of(q)) * pe;
     for (int i = 0; i < R; ++i) {
       if (w.owner[i] != ep.rank) continue;
-      expert_block(out, const_cast<float*>(params), so, o, d, w.local[i], false);
+      copy_expert(out, params, so, o, d, w.local[i]);
       out += pe;
     }
   }
   if (ep_status->ok())
-    *ep_status = ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(),
-                                    send_counts.data());
+    *ep_status =
+        ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(), send_counts.data());
   if (!ep_status->ok()) return;
   const float* in = ss.recv.data();
   for (int q = 0; q < P; ++q)
@@ -337,8 +353,8 @@ void shadow_forward(MoeActs& a, const MoeOffsets& o, const MoeDims& d) {
   }
 }
 
-// The replicated experts' rows of an (E, cap, C) buffer taken from (to_copies = false) or put
-// into (true) the copies' own buffer of (R, cap, C).
+// The replicated experts' rows copied between an (E, cap, C) buffer by expert and the copies'
+// own (R, cap, C) one: into the copies' (into_expert_buffer false) or back.
 void shadow_rows(float* by_expert, float* copies, const MoeShadows& sh, int cap, int C,
                  bool into_expert_buffer) {
   for (size_t i = 0; i < sh.experts.size(); ++i) {
@@ -401,14 +417,14 @@ void reduce_shadow_grads(float* grads, const MoeOffsets& o, const MoeDims& d,
     }
   }
   if (ep_status->ok())
-    *ep_status = ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(),
-                                    send_counts.data());
+    *ep_status =
+        ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(), send_counts.data());
   if (!ep_status->ok()) return;
-  float* in = ss.recv.data();
+  const float* in = ss.recv.data();
   for (int q = 0; q < P; ++q)
     for (int i = 0; i < R; ++i) {
       if (w.owner[i] != ep.rank) continue;
-      expert_block(in, grads, so, o, d, w.local[i], true);
+      add_expert(grads, in, so, o, d, w.local[i]);
       in += pe;
     }
 }

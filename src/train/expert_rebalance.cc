@@ -16,8 +16,9 @@ namespace cann::train {
 StatusOr<ExpertRebalance> parse_expert_rebalance(const std::string& text) {
   ExpertRebalance out;
   auto bad = [&](const std::string& why) {
-    return InvalidArgument("--expert-rebalance '" + text + "': " + why +
-                           "; hint: --expert-rebalance every=K[,cooldown=C][,replicas=R], e.g. every=20");
+    return InvalidArgument(
+        "--expert-rebalance '" + text + "': " + why +
+        "; hint: --expert-rebalance every=K[,cooldown=C][,replicas=R], e.g. every=20");
   };
   auto items = parse_int_items(text);
   if (!items.ok()) return bad(items.status().message());
@@ -64,11 +65,13 @@ Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec&
                              "replicas=1 to " +
                              std::to_string(spec.num_local_experts - 1));
     if (config.strategy.pp > 1)
-      return InvalidArgument(with + " keeps one set of copies per layer, and a pipeline holds "
+      return InvalidArgument(with +
+                             " keeps one set of copies per layer, and a pipeline holds "
                              "several micro-batches of a layer at once; hint: drop replicas= "
                              "or pp from --strategy");
     if (config.strategy.zero == 3)
-      return InvalidArgument(with + ": the copies are read from the owners' weights, which "
+      return InvalidArgument(with +
+                             ": the copies are read from the owners' weights, which "
                              "ZeRO-3 does not keep whole; hint: zero=2 or lower");
   }
   return OkStatus();
@@ -269,8 +272,8 @@ std::vector<LayerMove> unpack_moves(const std::vector<float>& packed) {
   for (size_t l = 0; l < packed.size() / kMoveFields; ++l) {
     const float* f = packed.data() + l * kMoveFields;
     if (f[0] == 0.0f) continue;
-    out.push_back({static_cast<int>(l), static_cast<int>(std::lround(f[1])), f[2], f[3], f[4],
-                   f[5], static_cast<int>(std::lround(f[6]))});
+    out.push_back({static_cast<int>(l), static_cast<int>(std::lround(f[1])), f[2], f[3], f[4], f[5],
+                   static_cast<int>(std::lround(f[6]))});
   }
   return out;
 }
