@@ -248,9 +248,11 @@ TEST(ExpertMigrationTest, MovedExpertsComputeTheSameOverTwoAndFourRanks) {
 
 // Replicated experts (replicas=R): model b of each rank holds copies of experts 0 and 5 of
 // layer 1 (and of expert 3 of layer 0 on a moved placement), computing them for its own tokens.
-// Two micro-batches accumulate, the weights change between two steps (the copies refresh): the
-// losses, every rank's own gradients and the experts' gradients summed at their owners agree
-// with the model without copies to float rounding (only the order of the additions differs).
+// Two micro-batches accumulate, held in two activation slots as a pipeline holds them (both
+// forwards, then the backwards in reverse), and the weights change between two steps (the
+// copies refresh): the losses, every rank's own gradients and the experts' gradients summed at
+// their owners agree with the model without copies to float rounding (only the order of the
+// additions differs).
 void expect_replicated_experts_compute_the_same(int P) {
   set_num_threads(1);
   const model::ModelSpec s = moe_spec();
@@ -268,8 +270,10 @@ void expect_replicated_experts_compute_the_same(int P) {
     ASSERT_TRUE(mesh.ok()) << mesh.status().message();
     parallel::GroupExpertParallelComm comm((*mesh)->ep());
     const int ep_rank = (*mesh)->coords().ep;
-    auto a = model::Model::create(s, kB, kT, {}, {}, {ep_rank, P, &comm});
-    auto b = model::Model::create(s, kB, kT, {}, {}, {ep_rank, P, &comm});
+    model::PipelineStage two_slots;
+    two_slots.slots = 2;
+    auto a = model::Model::create(s, kB, kT, {}, two_slots, {ep_rank, P, &comm});
+    auto b = model::Model::create(s, kB, kT, {}, two_slots, {ep_rank, P, &comm});
     ASSERT_TRUE(a.ok() && b.ok());
     (*a)->init_params(5);
     (*b)->init_params(5);
@@ -293,6 +297,7 @@ void expect_replicated_experts_compute_the_same(int P) {
         (*tg)[i] = static_cast<int>(data.below(s.vocab_size));
       }
     };
+    std::vector<double> step_loss;
     for (int step = 0; step < 2; ++step) {
       if (step == 1) {
         // An update of every weight, the same on both models: b's copies are stale until told.
@@ -302,15 +307,29 @@ void expect_replicated_experts_compute_the_same(int P) {
       }
       (*a)->zero_grads();
       (*b)->zero_grads();
-      for (int micro = 0; micro < 2; ++micro) {
-        std::vector<int> in, tg;
-        batch(&in, &tg);
-        const double la = (*a)->forward(in.data(), tg.data(), kB, kT).loss;
-        (*a)->backward(0.5f);
-        const double lb = (*b)->forward(in.data(), tg.data(), kB, kT).loss;
-        (*b)->backward(0.5f);
-        ASSERT_TRUE((*a)->tp_status().ok() && (*b)->tp_status().ok());
-        EXPECT_NEAR(la, lb, 1e-6 * std::abs(la)) << "rank " << rank << " step " << step;
+      for (auto* m : {&**a, &**b}) {
+        Rng again(100 * step + 11 + rank);  // the same two micro-batches for both models
+        std::swap(again, data);
+        std::vector<double> loss;
+        for (int micro = 0; micro < 2; ++micro) {
+          std::vector<int> in, tg;
+          batch(&in, &tg);
+          m->use_slot(micro);
+          loss.push_back(m->forward(in.data(), tg.data(), kB, kT).loss);
+        }
+        for (int micro = 1; micro >= 0; --micro) {
+          m->use_slot(micro);
+          m->backward(0.5f);
+        }
+        std::swap(again, data);
+        ASSERT_TRUE(m->tp_status().ok());
+        if (m == &**a) {
+          step_loss = loss;
+        } else {
+          for (int micro = 0; micro < 2; ++micro)
+            EXPECT_NEAR(step_loss[micro], loss[micro], 1e-6 * std::abs(step_loss[micro]))
+                << "rank " << rank << " step " << step << " micro-batch " << micro;
+        }
       }
     }
     EXPECT_EQ((*b)->activation_bytes(), reserved) << "the copies outgrew their reserved room";

@@ -134,7 +134,7 @@ TEST_F(MultiProcExpertRebalanceTest, RefusesRunsItCannotRebalance) {
            {"deepseek_tiny", "dp=2,ep=2", "every=2", {"--compress", "onebit"}, "--compress onebit"},
            {"deepseek_tiny", "dp=2,ep=2", "cooldown=2", {}, "every=K is required"},
            {"deepseek_tiny", "dp=2,ep=2", "every=2,replicas=8", {}, "is data parallelism"},
-           {"deepseek_tiny", "dp=2,ep=2,pp=2", "every=2,replicas=1", {}, "a pipeline holds"},
+           {"deepseek_tiny", "dp=2,ep=2,zero=3", "every=2,replicas=1", {}, "ZeRO-3"},
        }) {
     std::vector<std::string> extra = c.flags;
     extra.insert(extra.end(), {"--expert-rebalance", c.value});

@@ -215,6 +215,10 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
     auto group = train::make_world_group(workers, comm);
     if (!group.ok()) return fail(group.status());
     dense = std::move(*group);
+    // Timeouts nest: a worker waiting on a stopped shard gives up after --comm-timeout and
+    // names the shard; its peers, waiting on that worker in the dense all-reduce, wait twice
+    // as long, so that the shard, not the worker stuck on it, is named as the cause.
+    if (role.shards > 0) dense->set_default_timeout(2 * timeout);
     context.dense_group = dense.get();
   }
   std::unique_ptr<recsys::PsClient> client;

@@ -287,10 +287,17 @@ long Model::expert_rows(int i) const {
   long rows = 0;
   for (int e = 0; e < spec_.num_local_experts; ++e) rows += m.recv_count[e];
   // And the rows of its own tokens it computed through the replicated experts' copies.
-  const size_t l = static_cast<size_t>(moe_layer(i));
-  if (l < shadows_.size())
-    for (const int r : shadows_[l].rows) rows += r;
+  if (!shadow_saved_.empty())
+    for (const int r : saved_shadows(moe_layer(i)).rows) rows += r;
   return rows;
+}
+
+MoeShadowRows& Model::saved_shadows(int l) {
+  return shadow_saved_[static_cast<size_t>(slot_) * spec_.num_hidden_layers + l];
+}
+
+const MoeShadowRows& Model::saved_shadows(int l) const {
+  return shadow_saved_[static_cast<size_t>(slot_) * spec_.num_hidden_layers + l];
 }
 
 void Model::set_expert_shadows(int layer, std::vector<int> experts) {
@@ -302,12 +309,13 @@ void Model::set_expert_shadows(int layer, std::vector<int> experts) {
       std::adjacent_find(experts.begin(), experts.end()) == experts.end() &&
       (experts.empty() || (experts.front() >= 0 && experts.back() < spec_.num_local_experts)))
       << "replicated experts of layer " << layer << " are not distinct experts";
-  if (shadows_.size() < expert_slots_.size()) shadows_.resize(expert_slots_.size());
+  CANN_CHECK(static_cast<int>(experts.size()) <= shadow_room_)
+      << experts.size() << " replicated experts, room for " << shadow_room_
+      << " (reserve_expert_shadows)";
   MoeShadows& sh = shadows_[layer];
   const MoeDims d = moe_dims(max_seq_);
   sh.params.resize(experts.size() * moe_expert_floats(d, offsets_for_layer(layer).moe));
   sh.experts = std::move(experts);
-  sh.rows.assign(sh.experts.size(), 0);
   sh.fresh = false;
 }
 
@@ -319,20 +327,41 @@ const std::vector<int>& Model::expert_shadows(int layer) const {
 void Model::reserve_expert_shadows(int replicas) {
   if (ep_.size <= 1 || replicas <= 0) return;
   shadow_room_ = replicas;
-  if (shadows_.size() < expert_slots_.size()) shadows_.resize(expert_slots_.size());
+  const int L = spec_.num_hidden_layers;
+  shadows_.resize(static_cast<size_t>(L));
   const MoeDims d = moe_dims(max_seq_);
   const size_t R = static_cast<size_t>(replicas);
   const size_t cap = static_cast<size_t>(moe_layer_capacity(d, static_cast<int>(max_tokens())));
+  const size_t per_copy = cap * moe_shadow_act_floats_per_row(d);
   size_t largest = 0;
   for (const int l : expert_layers()) {
     const size_t pe = moe_expert_floats(d, offsets_for_layer(l).moe);
     largest = std::max(largest, pe);
     shadows_[l].params.reserve(R * pe);
-    shadows_[l].acts.reserve(R * cap * moe_shadow_act_floats_per_row(d));
+  }
+  // The MoE layers of each chunk, in order: a slot's region holds one chunk's at a time.
+  const size_t nchunks = chunks_.size();
+  std::vector<std::vector<int>> chunk_moe(nchunks);
+  size_t most = 0;
+  for (size_t c = 0; c < nchunks; ++c) {
+    for (int l = chunks_[c].first; l < chunks_[c].end; ++l)
+      if (spec_.is_moe_layer(l)) chunk_moe[c].push_back(l);
+    most = std::max(most, chunk_moe[c].size());
+  }
+  const size_t physical = slots_.size() / nchunks;
+  shadow_acts_.assign(physical * most * R * per_copy, 0.0f);
+  shadow_saved_.assign(slots_.size() * static_cast<size_t>(L), MoeShadowRows{});
+  for (size_t si = 0; si < slots_.size(); ++si) {
+    const size_t c = si % nchunks, region = si / nchunks;
+    for (size_t k = 0; k < chunk_moe[c].size(); ++k) {
+      MoeShadowRows& r = shadow_saved_[si * L + static_cast<size_t>(chunk_moe[c][k])];
+      r.acts = shadow_acts_.data() + (region * most + k) * R * per_copy;
+      r.room = replicas;
+    }
   }
   const size_t P = static_cast<size_t>(ep_.size);
   shadow_scratch_.grads.reserve(R * largest);
-  shadow_scratch_.d.reserve(R * cap * moe_shadow_act_floats_per_row(d));
+  shadow_scratch_.d.reserve(R * per_copy);
   shadow_scratch_.send.reserve(P * R * largest);
   shadow_scratch_.recv.reserve(P * R * largest);
 }
@@ -352,13 +381,15 @@ void Model::expert_weights_changed() {
 void Model::wire_shadows(MoeDims& md, int l) {
   if (static_cast<size_t>(l) >= shadows_.size() || shadows_[l].experts.empty()) return;
   md.shadows = &shadows_[l];
+  md.shadow_rows = &saved_shadows(l);
   md.shadow_scratch = &shadow_scratch_;
 }
 
 size_t Model::shadow_bytes() const {
   size_t floats = shadow_scratch_.grads.capacity() + shadow_scratch_.d.capacity() +
-                  shadow_scratch_.send.capacity() + shadow_scratch_.recv.capacity();
-  for (const MoeShadows& sh : shadows_) floats += sh.params.capacity() + sh.acts.capacity();
+                  shadow_scratch_.send.capacity() + shadow_scratch_.recv.capacity() +
+                  shadow_acts_.capacity();
+  for (const MoeShadows& sh : shadows_) floats += sh.params.capacity();
   return floats * sizeof(float);
 }
 

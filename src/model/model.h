@@ -397,8 +397,16 @@ class Model {
   std::vector<MoeShadows> shadows_;
   MoeShadowScratch shadow_scratch_;
   int shadow_room_ = 0;  // copies reserved per layer (reserve_expert_shadows)
+  // What each forward saves of the copies, per activation slot and model layer
+  // (slots_.size() x num_hidden_layers), its rows in shadow_acts_: like the arena, a slot's
+  // chunks share one region, as large as the chunk with the most MoE layers needs.
+  std::vector<MoeShadowRows> shadow_saved_;
+  std::vector<float> shadow_acts_;
   // The replicated experts of model layer l wired into md (none: left as it is).
   void wire_shadows(MoeDims& md, int l);
+  // The current slot's saved copies of model layer l.
+  MoeShadowRows& saved_shadows(int l);
+  const MoeShadowRows& saved_shadows(int l) const;
   // The offsets of model layer l, a layer of some chunk of this stage.
   const LayerOffsets& offsets_for_layer(int l) const;
   size_t shadow_bytes() const;

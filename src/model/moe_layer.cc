@@ -315,10 +315,10 @@ void refresh_shadows(MoeShadows& sh, MoeShadowScratch& ss, const float* params, 
 
 // The replicated experts' saved activations, as a MoeActs whose expert buffers are the copies'
 // (copy i at rows i*cap).
-MoeActs shadow_acts(const MoeActs& a, MoeShadows& sh, const MoeDims& d) {
-  const size_t rows = sh.experts.size() * static_cast<size_t>(a.shape.capacity);
+MoeActs shadow_acts(const MoeActs& a, const MoeDims& d) {
+  const size_t rows = d.shadows->experts.size() * static_cast<size_t>(a.shape.capacity);
   MoeActs v = a;
-  v.xe = sh.acts.data();
+  v.xe = d.shadow_rows->acts;
   v.he = v.xe + rows * d.C;
   v.ge = v.he + rows * d.FC();
   v.ye = v.ge + rows * d.FM;
@@ -336,16 +336,18 @@ std::vector<int> exchanged_counts(const MoeActs& a, const MoeDims& d) {
 
 // This rank's rows of each replicated expert (in a.xe after dispatch) through its copy.
 void shadow_forward(MoeActs& a, const MoeOffsets& o, const MoeDims& d) {
-  MoeShadows& sh = *d.shadows;
+  const MoeShadows& sh = *d.shadows;
+  MoeShadowRows& saved = *d.shadow_rows;
   const int R = static_cast<int>(sh.experts.size()), cap = a.shape.capacity, C = d.C;
+  CANN_CHECK(R <= saved.room && saved.acts != nullptr)
+      << R << " replicated experts, room for " << saved.room;
   const size_t pe = moe_expert_floats(d, o);
   const MoeOffsets so = shadow_offsets(d, o);
-  sh.acts.resize(static_cast<size_t>(R) * cap * moe_shadow_act_floats_per_row(d));
-  sh.rows.assign(static_cast<size_t>(R), 0);
-  MoeActs v = shadow_acts(a, sh, d);
+  saved.rows.assign(static_cast<size_t>(R), 0);
+  MoeActs v = shadow_acts(a, d);
   for (int i = 0; i < R; ++i) {
     const int h = sh.experts[i], rows = a.expert_count[h];
-    sh.rows[i] = rows;
+    saved.rows[i] = rows;
     std::memcpy(v.xe + static_cast<size_t>(i) * cap * C, a.xe + static_cast<size_t>(h) * cap * C,
                 static_cast<size_t>(rows) * C * sizeof(float));
     if (rows > 0)
@@ -355,12 +357,14 @@ void shadow_forward(MoeActs& a, const MoeOffsets& o, const MoeDims& d) {
 
 // The replicated experts' rows copied between an (E, cap, C) buffer by expert and the copies'
 // own (R, cap, C) one: into the copies' (into_expert_buffer false) or back.
-void shadow_rows(float* by_expert, float* copies, const MoeShadows& sh, int cap, int C,
+void shadow_rows(float* by_expert, float* copies, const MoeDims& d, int cap,
                  bool into_expert_buffer) {
+  const MoeShadows& sh = *d.shadows;
+  const int C = d.C;
   for (size_t i = 0; i < sh.experts.size(); ++i) {
     float* e = by_expert + static_cast<size_t>(sh.experts[i]) * cap * C;
     float* c = copies + i * cap * C;
-    const size_t n = static_cast<size_t>(sh.rows[i]) * C * sizeof(float);
+    const size_t n = static_cast<size_t>(d.shadow_rows->rows[i]) * C * sizeof(float);
     if (into_expert_buffer)
       std::memcpy(e, c, n);
     else
@@ -372,7 +376,8 @@ void shadow_rows(float* by_expert, float* copies, const MoeShadows& sh, int cap,
 // gradients kept for shadow_rows. s.d_ye holds every expert's output gradient (E, cap, C).
 MoeScratch shadow_backward(const MoeActs& a, const MoeScratch& s, const MoeOffsets& o,
                            const MoeDims& d) {
-  MoeShadows& sh = *d.shadows;
+  const MoeShadows& sh = *d.shadows;
+  const MoeShadowRows& saved = *d.shadow_rows;
   MoeShadowScratch& ss = *d.shadow_scratch;
   const int R = static_cast<int>(sh.experts.size()), cap = a.shape.capacity, C = d.C;
   const size_t pe = moe_expert_floats(d, o), rows = static_cast<size_t>(R) * cap;
@@ -384,12 +389,12 @@ MoeScratch shadow_backward(const MoeActs& a, const MoeScratch& s, const MoeOffse
   v.d_ge = v.d_ye + rows * C;
   v.d_he = d.swiglu ? v.d_ge + rows * d.FM : nullptr;
   v.d_xe = v.d_ge + rows * d.FM + (d.swiglu ? rows * d.FC() : 0);
-  shadow_rows(s.d_ye, v.d_ye, sh, cap, C, false);
-  const MoeActs va = shadow_acts(a, sh, d);
+  shadow_rows(s.d_ye, v.d_ye, d, cap, false);
+  const MoeActs va = shadow_acts(a, d);
   for (int i = 0; i < R; ++i)
-    if (sh.rows[i] > 0)
+    if (saved.rows[i] > 0)
       expert_backward(va, v, ss.grads.data() + i * pe, sh.params.data() + i * pe, so, d, 0,
-                      static_cast<size_t>(i) * cap, sh.rows[i]);
+                      static_cast<size_t>(i) * cap, saved.rows[i]);
   return v;
 }
 
@@ -501,7 +506,7 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
   unpack_by_expert(a.ye, s.send, exchanged.data(), d.slots, E, cap, C);
-  if (shadows) shadow_rows(a.ye, shadow_acts(a, *d.shadows, d).ye, *d.shadows, cap, C, true);
+  if (shadows) shadow_rows(a.ye, shadow_acts(a, d).ye, d, cap, true);
   moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
   return a.aux;
 }
@@ -547,7 +552,7 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
       *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
     unpack_by_expert(s.d_xe, s.send, exchanged.data(), d.slots, E, cap, C);
     if (shadows) {
-      shadow_rows(s.d_xe, copies.d_xe, *d.shadows, cap, C, true);
+      shadow_rows(s.d_xe, copies.d_xe, d, cap, true);
       reduce_shadow_grads(grads, o, d, *ep, ep_status);
     }
   }

@@ -70,9 +70,15 @@ struct MoeTokenShard {
 struct MoeShadows {
   std::vector<int> experts;   // replicated experts, ascending
   std::vector<float> params;  // experts.size() blocks of the weights: fcw | projw | fcb | projb
-  std::vector<float> acts;    // saved per copy, capacity rows each: xe | he | ge | ye
-  std::vector<int> rows;      // this rank's rows of each copy in the last forward
   bool fresh = false;         // the copies equal the owners' weights
+};
+// What one forward of the layer saves for its backward (one per micro-batch in flight): the
+// copies' rows, capacity rows per copy, xe | he | ge | ye (room for `room` copies), and this
+// rank's rows of each copy.
+struct MoeShadowRows {
+  float* acts = nullptr;
+  int room = 0;
+  std::vector<int> rows;
 };
 // Shared by the MoE layers' backward passes: each copy's weight gradients, the backward's
 // activation gradients of the copies' rows, and the exchange staging.
@@ -97,6 +103,7 @@ struct MoeDims {
   const int* slots = nullptr;
   // Expert parallelism: the layer's replicated experts and the shared scratch (null: none).
   MoeShadows* shadows = nullptr;
+  MoeShadowRows* shadow_rows = nullptr;
   MoeShadowScratch* shadow_scratch = nullptr;
   int FC() const { return swiglu ? 2 * FM : FM; }
 };

@@ -235,7 +235,8 @@ std::vector<int> engine_stage_bounds(const model::ModelSpec& m, const Strategy& 
 }
 
 double engine_expert_copies_bytes(const model::ModelSpec& m, int batch, int seq, int cp, int ep,
-                                  int replicas) {
+                                  int replicas, const std::vector<std::pair<int, int>>& chunks,
+                                  int slots) {
   if (!m.is_moe() || ep <= 1 || replicas <= 0) return 0;
   const double N = static_cast<double>(batch) * (seq / cp);
   const double E = m.num_local_experts, K = m.num_experts_per_tok;
@@ -247,11 +248,17 @@ double engine_expert_copies_bytes(const model::ModelSpec& m, int batch, int seq,
   const double FC = m.mlp == model::MlpKind::kSwiGlu ? 2 * FM : FM;
   const double weights = FC * C + C * FM + (m.mlp_bias ? FC + C : 0);
   const double rows = cap * (2 * C + FC + FM);
-  int layers = 0;
-  for (int l = 0; l < m.num_hidden_layers; ++l) layers += m.is_moe_layer(l);
+  int layers = 0, most = 0;
+  for (const auto& [first, last] : chunks) {
+    int here = 0;
+    for (int l = first; l <= last; ++l) here += m.is_moe_layer(l);
+    layers += here;
+    most = std::max(most, here);
+  }
+  if (layers == 0) return 0;
   const double R = replicas;
-  return sizeof(float) *
-         (layers * R * (weights + rows) + R * weights + R * rows + 2.0 * ep * R * weights);
+  return sizeof(float) * (layers * R * weights + std::max(1, slots) * most * R * rows +
+                          R * weights + R * rows + 2.0 * ep * R * weights);
 }
 
 StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const Strategy& s_in,
@@ -279,6 +286,18 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
   in.seq_len = seq_len;
   in.engine_buckets = buckets;
   CANN_ASSIGN_OR_RETURN(Prediction p, predict(in, s, Fidelity::kExact));
+  // Room for replicated experts' copies (--expert-rebalance replicas=R), per stage: its
+  // activation slots as the planner counts the engine's (predict.cc; 1F1B or interleaved).
+  const int stages = static_cast<int>(p.stages.size()), v = s.vpp, mb = s.micro_batches();
+  std::vector<double> copies(p.stages.size(), 0.0);
+  for (int i = 0; i < stages; ++i) {
+    const int slots = v == 1 ? std::min(stages - i, mb)
+                             : std::min(mb * v, (stages - i - 1) * 2 + (v - 1) * stages + 1);
+    copies[i] = engine_expert_copies_bytes(m, micro_batch, seq_len, s.cp, s.ep, expert_replicas,
+                                           p.stages[i].layers, slots);
+    p.stages[i].activation_bytes += copies[i];
+    p.stages[i].total_bytes += copies[i];
+  }
   const StageReport* worst = &p.stages[0];
   for (const StageReport& st : p.stages)
     if (st.total_bytes > worst->total_bytes) worst = &st;
@@ -290,11 +309,6 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
   e.activations = worst->activation_bytes + worst->scratch_bytes;
   e.staging = worst->transient_bytes - worst->scratch_bytes;
   e.total = worst->total_bytes;
-  const double copies =
-      s.pp == 1 ? engine_expert_copies_bytes(m, micro_batch, seq_len, s.cp, s.ep, expert_replicas)
-                : 0;
-  e.activations += copies;
-  e.total += copies;
   return e;
 }
 

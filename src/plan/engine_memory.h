@@ -19,6 +19,9 @@
 // ceil(n/D) floats: for buckets of 10 and 7 floats over D = 4, 3 + 2 = 5 shard floats.
 #pragma once
 
+#include <utility>
+#include <vector>
+
 #include "core/status.h"
 #include "model/spec.h"
 #include "plan/buckets.h"
@@ -51,12 +54,16 @@ StatusOr<EngineMemory> predict_engine_memory(const model::ModelSpec& m, const St
                                              const EngineBuckets& buckets = {},
                                              int expert_replicas = 0);
 
-// The room the engine keeps for `replicas` copies of experts in each MoE layer (without
-// pipeline stages: every layer on the rank) over ep ranks: per layer the copies' weights and
-// saved rows (xe, he, ge, ye at capacity), and once their gradients, the rows' backward
-// scratch and the weights' and gradients' exchange staging (ep blocks each way).
+// The room the engine keeps for `replicas` copies of experts in each MoE layer of a rank's
+// stage over ep ranks: per MoE layer the copies' weights; per activation slot (`slots`, the
+// micro-batches in flight) the saved rows (xe, he, ge, ye at capacity) of the chunk with the
+// most MoE layers (a slot holds one chunk at a time); and once the copies' gradients, the rows'
+// backward scratch and the weights' and gradients' exchange staging (ep blocks each way).
+// `chunks`: the stage's [first, last] layers per chunk (one chunk of every layer without a
+// pipeline).
 double engine_expert_copies_bytes(const model::ModelSpec& m, int batch, int seq, int cp, int ep,
-                                  int replicas);
+                                  int replicas, const std::vector<std::pair<int, int>>& chunks,
+                                  int slots);
 
 // The cluster the engine's figures are priced on: `devices` fp32 devices on one node. Its
 // speeds shape only the pipeline partition's balance, not the memory of a given partition.

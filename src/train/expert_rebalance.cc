@@ -64,11 +64,6 @@ Status check_expert_rebalance(const TrainConfig& config, const model::ModelSpec&
                              " experts, and replicating all of them is data parallelism; hint: "
                              "replicas=1 to " +
                              std::to_string(spec.num_local_experts - 1));
-    if (config.strategy.pp > 1)
-      return InvalidArgument(with +
-                             " keeps one set of copies per layer, and a pipeline holds "
-                             "several micro-batches of a layer at once; hint: drop replicas= "
-                             "or pp from --strategy");
     if (config.strategy.zero == 3)
       return InvalidArgument(with +
                              ": the copies are read from the owners' weights, which "

@@ -51,7 +51,7 @@ std::vector<std::string> describe_run(const model::ModelSpec& spec, const RunLay
                 "tokens | %d rank%s x %d threads (linear layers on oneDNN %s, fused attention on "
                 "oneDNN fp32) | "
                 "steps %d..%d",
-                spec.name.c_str(), std::string(model::architecture_name(spec.architecture)).c_str(),
+                spec.name.c_str(), std::string(model::family_name(spec.family)).c_str(),
                 spec.num_hidden_layers, spec.hidden_size, spec.num_attention_heads,
                 spec.is_moe() ? (", " + std::to_string(spec.num_local_experts) + " experts top-" +
                                  std::to_string(spec.num_experts_per_tok))
