@@ -20,8 +20,9 @@ struct ClusterSpec;
 
 namespace cann::train {
 
-// --expert-rebalance every=K[,cooldown=C]: MoE experts placed over the expert-parallel ranks by
-// their measured load (train/expert_rebalance.h).
+// --expert-rebalance every=K[,cooldown=C][,replicas=R]: MoE experts placed over the
+// expert-parallel ranks by their measured load, hot ones maybe replicated
+// (train/expert_rebalance.h).
 struct ExpertRebalance {
   int every = 0;     // decide every K steps; 0: never
   int cooldown = 1;  // decisions after a move that keep the placement

@@ -1,5 +1,5 @@
-// Load-aware expert placement (`run --expert-rebalance every=K[,cooldown=C]`). Under expert
-// parallelism each rank computes the rows routed to the experts it holds, so a router that
+// Load-aware expert placement (`run --expert-rebalance every=K[,cooldown=C][,replicas=R]`). Under
+// expert parallelism each rank computes the rows routed to the experts it holds, so a router that
 // favours a few experts leaves the ranks holding them busy while the others wait in the
 // all-to-all. Every K steps the measured load of each MoE layer's experts (the routing of all
 // ranks over those K steps) gives a balanced placement (model/expert_placement.h); a layer's
@@ -7,9 +7,11 @@
 // expert compute, and the busiest link's share of the layer's all-to-alls, which carries the
 // rows of the experts its rank holds) exceeds the time to ship the moved experts' parameters
 // and moments, all priced by the planner's GEMM and link models on the calibrated spec of this
-// machine. After a move the next
-// `cooldown` decisions keep the placement. Moving changes which rank computes an expert, not
-// what is computed: the loss curve is the one without rebalancing.
+// machine. With replicas=R a layer may also give up to R of its hottest experts a copy on every
+// rank of the expert group (model/moe_layer.h, MoeShadows), priced with the copies' per-step
+// traffic. After a change the next `cooldown` decisions keep the placement. Moving changes
+// which rank computes an expert, not what is computed: the loss curve is the one without
+// rebalancing (with copies, up to the order of float additions in their gradients' sum).
 #pragma once
 
 #include <map>
