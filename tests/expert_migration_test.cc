@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <numeric>
 
@@ -154,6 +155,31 @@ TEST(ExpertRebalancerTest, MovesWhenTheSavedComputeOutweighsTheMoveAndThenCoolsD
   EXPECT_TRUE(cheap.decide(now).to.empty());
 }
 
+// Ranks as threads over shared-memory groups, dp = ep = P: body(rank, its expert-parallel
+// setting) on each.
+void on_expert_group(int P, const std::function<void(int, const model::ExpertParallel&)>& body) {
+  parallel::MeshShape shape;
+  shape.dp = P;
+  shape.ep = P;
+  test::run_group("shm", P, [&](int rank, comm::Group& world) {
+    auto mesh = parallel::ProcessMesh::build(world, shape);
+    ASSERT_TRUE(mesh.ok()) << mesh.status().message();
+    parallel::GroupExpertParallelComm comm((*mesh)->ep());
+    body(rank, {(*mesh)->coords().ep, P, &comm});
+  });
+}
+
+// The expert tensors of mdl's buffer `buf` in the whole model's layout, each expert where mdl
+// holds it; zero elsewhere.
+std::vector<float> experts_in_full(const model::ParamTable& full, const model::Model& mdl,
+                                   const float* buf, const model::ExpertParallel& ep) {
+  std::vector<float> out(full.total_floats(), 0.0f);
+  model::ShardPlace at{0, 1, ep.rank, ep.size, mdl.expert_locator()};
+  model::place_into_full(
+      mdl.table(), buf, full, at, [](const model::TensorInfo& t) { return t.expert; }, out.data());
+  return out;
+}
+
 // Ranks as threads over shared-memory groups, dp = ep = P: each rank builds the model twice
 // from the same seed, moves the second one's experts of layer 1 to a shuffled placement (with
 // two state arrays made from the parameters), and runs one forward and backward on both.
@@ -168,20 +194,13 @@ void expect_moved_experts_compute_the_same(int P) {
   model::ExpertSlots shuffled = model::identity_slots(8);
   Rng rng(3);
   for (int i = 7; i > 0; --i) std::swap(shuffled[i], shuffled[rng.below(i + 1)]);
-  parallel::MeshShape shape;
-  shape.dp = P;
-  shape.ep = P;
   // The expert tensors of the whole model, summed over the ranks (each holds its own experts):
   // a's gradients, b's, a's parameters, b's.
   std::mutex mu;
   std::vector<std::vector<float>> sums(4, std::vector<float>(full.total_floats(), 0.0f));
-  test::run_group("shm", P, [&](int rank, comm::Group& world) {
-    auto mesh = parallel::ProcessMesh::build(world, shape);
-    ASSERT_TRUE(mesh.ok()) << mesh.status().message();
-    parallel::GroupExpertParallelComm comm((*mesh)->ep());
-    const int ep_rank = (*mesh)->coords().ep;
-    auto a = model::Model::create(s, kB, kT, {}, {}, {ep_rank, P, &comm});
-    auto b = model::Model::create(s, kB, kT, {}, {}, {ep_rank, P, &comm});
+  on_expert_group(P, [&](int rank, const model::ExpertParallel& ep) {
+    auto a = model::Model::create(s, kB, kT, {}, {}, ep);
+    auto b = model::Model::create(s, kB, kT, {}, {}, ep);
     ASSERT_TRUE(a.ok() && b.ok());
     (*a)->init_params(5);
     (*b)->init_params(5);
@@ -212,12 +231,7 @@ void expect_moved_experts_compute_the_same(int P) {
 
     // Into the whole layout, each expert where its model holds it.
     auto whole = [&](const model::Model& mdl, const float* buf) {
-      std::vector<float> out(full.total_floats(), 0.0f);
-      model::ShardPlace at{0, 1, ep_rank, P, mdl.expert_locator()};
-      model::place_into_full(
-          mdl.table(), buf, full, at, [](const model::TensorInfo& t) { return t.expert; },
-          out.data());
-      return out;
+      return experts_in_full(full, mdl, buf, ep);
     };
     const std::vector<float> ga = whole(**a, (*a)->grads()), gb = whole(**b, (*b)->grads());
     const std::vector<float> pa = whole(**a, (*a)->params()), pb = whole(**b, (*b)->params());
@@ -260,20 +274,13 @@ void expect_replicated_experts_compute_the_same(int P) {
   const model::ParamTable full = model::build_param_table(s);
   model::ExpertSlots moved = model::identity_slots(8);
   std::swap(moved[1], moved[6]);
-  parallel::MeshShape shape;
-  shape.dp = P;
-  shape.ep = P;
   std::mutex mu;
   std::vector<std::vector<float>> sums(2, std::vector<float>(full.total_floats(), 0.0f));
-  test::run_group("shm", P, [&](int rank, comm::Group& world) {
-    auto mesh = parallel::ProcessMesh::build(world, shape);
-    ASSERT_TRUE(mesh.ok()) << mesh.status().message();
-    parallel::GroupExpertParallelComm comm((*mesh)->ep());
-    const int ep_rank = (*mesh)->coords().ep;
+  on_expert_group(P, [&](int rank, const model::ExpertParallel& ep) {
     model::PipelineStage two_slots;
     two_slots.slots = 2;
-    auto a = model::Model::create(s, kB, kT, {}, two_slots, {ep_rank, P, &comm});
-    auto b = model::Model::create(s, kB, kT, {}, two_slots, {ep_rank, P, &comm});
+    auto a = model::Model::create(s, kB, kT, {}, two_slots, ep);
+    auto b = model::Model::create(s, kB, kT, {}, two_slots, ep);
     ASSERT_TRUE(a.ok() && b.ok());
     (*a)->init_params(5);
     (*b)->init_params(5);
@@ -341,15 +348,8 @@ void expect_replicated_experts_compute_the_same(int P) {
                     1e-5f + 1e-4f * std::abs((*a)->grads()[t.offset + i]))
             << t.name << "[" << i << "] rank " << rank;
     }
-    auto whole = [&](const model::Model& mdl, const float* buf) {
-      std::vector<float> out(full.total_floats(), 0.0f);
-      model::ShardPlace at{0, 1, ep_rank, P, mdl.expert_locator()};
-      model::place_into_full(
-          mdl.table(), buf, full, at, [](const model::TensorInfo& t) { return t.expert; },
-          out.data());
-      return out;
-    };
-    const std::vector<float> ga = whole(**a, (*a)->grads()), gb = whole(**b, (*b)->grads());
+    const std::vector<float> ga = experts_in_full(full, **a, (*a)->grads(), ep);
+    const std::vector<float> gb = experts_in_full(full, **b, (*b)->grads(), ep);
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < ga.size(); ++i) {
       sums[0][i] += ga[i];

@@ -278,6 +278,17 @@ ShadowOwners shadow_owners(const MoeShadows& sh, const MoeDims& d, int P) {
   return w;
 }
 
+// The staged blocks of ss.send to each rank, ss.recv from each (counts in floats), over the
+// expert group; false once a collective of the layer has failed.
+bool exchange_blocks(MoeShadowScratch& ss, const std::vector<size_t>& send_counts,
+                     const std::vector<size_t>& recv_counts, const ExpertParallel& ep,
+                     Status* ep_status) {
+  if (ep_status->ok())
+    *ep_status =
+        ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(), send_counts.data());
+  return ep_status->ok();
+}
+
 // Every rank receives each replicated expert's weights from its owner: one all-to-allv, the
 // owner sending each of its replicated experts (ascending) to every rank, itself included.
 void refresh_shadows(MoeShadows& sh, MoeShadowScratch& ss, const float* params, const MoeOffsets& o,
@@ -299,10 +310,7 @@ void refresh_shadows(MoeShadows& sh, MoeShadowScratch& ss, const float* params, 
       out += pe;
     }
   }
-  if (ep_status->ok())
-    *ep_status =
-        ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(), send_counts.data());
-  if (!ep_status->ok()) return;
+  if (!exchange_blocks(ss, send_counts, recv_counts, ep, ep_status)) return;
   const float* in = ss.recv.data();
   for (int q = 0; q < P; ++q)
     for (int i = 0; i < R; ++i) {
@@ -325,13 +333,13 @@ MoeActs shadow_acts(const MoeActs& a, const MoeDims& d) {
   return v;
 }
 
-// The row counts every rank exchanges: the routing's, less the replicated experts' rows, which
-// stay with their tokens.
-std::vector<int> exchanged_counts(const MoeActs& a, const MoeDims& d) {
-  std::vector<int> c(a.expert_count, a.expert_count + d.E);
-  if (d.shadows != nullptr)
-    for (const int h : d.shadows->experts) c[static_cast<size_t>(h)] = 0;
-  return c;
+// The row counts every rank exchanges: the routing's, or without the replicated experts' rows,
+// which stay with their tokens (then copied into *storage).
+const int* exchanged_counts(const MoeActs& a, const MoeDims& d, std::vector<int>* storage) {
+  if (d.shadows == nullptr || d.shadows->experts.empty()) return a.expert_count;
+  storage->assign(a.expert_count, a.expert_count + d.E);
+  for (const int h : d.shadows->experts) (*storage)[static_cast<size_t>(h)] = 0;
+  return storage->data();
 }
 
 // This rank's rows of each replicated expert (in a.xe after dispatch) through its copy.
@@ -421,10 +429,7 @@ void reduce_shadow_grads(float* grads, const MoeOffsets& o, const MoeDims& d,
       out += pe;
     }
   }
-  if (ep_status->ok())
-    *ep_status =
-        ep.comm->alltoallv(ss.recv.data(), recv_counts.data(), ss.send.data(), send_counts.data());
-  if (!ep_status->ok()) return;
+  if (!exchange_blocks(ss, send_counts, recv_counts, ep, ep_status)) return;
   const float* in = ss.recv.data();
   for (int q = 0; q < P; ++q)
     for (int i = 0; i < R; ++i) {
@@ -488,12 +493,13 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
       refresh_shadows(*d.shadows, *d.shadow_scratch, params, o, d, *ep, ep_status);
     shadow_forward(a, o, d);
   }
-  const std::vector<int> exchanged = exchanged_counts(a, d);
+  std::vector<int> without_copies;
+  const int* exchanged = exchanged_counts(a, d, &without_copies);
   const int P = ep->size, El = E / P;
   std::vector<size_t> send_counts;
-  const std::vector<int> sent = counts_by_slot(exchanged.data(), d.slots, E);
+  const std::vector<int> sent = counts_by_slot(exchanged, d.slots, E);
   if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, sent.data(), El);
-  pack_by_expert(s.send, &send_counts, a.xe, exchanged.data(), d.slots, E, P, cap, C);
+  pack_by_expert(s.send, &send_counts, a.xe, exchanged, d.slots, E, P, cap, C);
   std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
@@ -505,7 +511,7 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   relayout(a.ye, s.recv, a.recv_count, P, El, cap, C, false);
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-  unpack_by_expert(a.ye, s.send, exchanged.data(), d.slots, E, cap, C);
+  unpack_by_expert(a.ye, s.send, exchanged, d.slots, E, cap, C);
   if (shadows) shadow_rows(a.ye, shadow_acts(a, d).ye, d, cap, true);
   moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
   return a.aux;
@@ -535,9 +541,10 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     const bool shadows = d.shadows != nullptr && !d.shadows->experts.empty();
     MoeScratch copies{};
     if (shadows) copies = shadow_backward(a, s, o, d);
-    const std::vector<int> exchanged = exchanged_counts(a, d);
+    std::vector<int> without_copies;
+    const int* exchanged = exchanged_counts(a, d, &without_copies);
     std::vector<size_t> send_counts;
-    pack_by_expert(s.send, &send_counts, s.d_ye, exchanged.data(), d.slots, E, P, cap, C);
+    pack_by_expert(s.send, &send_counts, s.d_ye, exchanged, d.slots, E, P, cap, C);
     std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
     if (ep_status->ok())
       *ep_status = ep->comm->alltoallv(s.recv, recv_counts.data(), s.send, send_counts.data());
@@ -550,7 +557,7 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     relayout(s.d_xe, s.recv, a.recv_count, P, El, cap, C, false);
     if (ep_status->ok())
       *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-    unpack_by_expert(s.d_xe, s.send, exchanged.data(), d.slots, E, cap, C);
+    unpack_by_expert(s.d_xe, s.send, exchanged, d.slots, E, cap, C);
     if (shadows) {
       shadow_rows(s.d_xe, copies.d_xe, d, cap, true);
       reduce_shadow_grads(grads, o, d, *ep, ep_status);
