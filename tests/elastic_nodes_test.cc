@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -155,6 +156,7 @@ class MultiProcElasticNodesTest : public ::testing::Test {
   // One node's agent in namespace `node` (0 or 1), writing into `run`'s directory.
   std::unique_ptr<Process> start_node(int node, const std::string& run, const std::string& job,
                                       const std::vector<std::string>& extra = {}) {
+    const std::string model = model_.empty() ? dir_.file("m.yaml") : model_;
     std::vector<std::string> argv = {"/usr/sbin/ip",
                                      "netns",
                                      "exec",
@@ -162,7 +164,7 @@ class MultiProcElasticNodesTest : public ::testing::Test {
                                      CANN_TRAIN_BINARY,
                                      "run",
                                      "--model",
-                                     dir_.file("m.yaml"),
+                                     model,
                                      "--steps",
                                      std::to_string(steps_),
                                      "--batch-size",
@@ -242,40 +244,117 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     return "node A:\n" + a->output() + "\nnode B:\n" + b->output();
   }
 
+  struct Lost {
+    std::string output;  // the survivor's
+    std::string scaled;  // the scaled event's detail
+  };
+  // A whole node dies (agent and workers SIGKILLed) at step 120 of a run with `extra` flags:
+  // the other trains on at world size 2 from the committed step and finishes.
+  Lost lose_a_node(const std::string& job, const std::vector<std::string>& extra = {}) {
+    const std::string run = dir_.path();
+    auto a = start_node(0, run, job, extra);
+    auto b = start_node(1, run, job, extra);
+    EXPECT_TRUE(wait_for_step(run, 120)) << out(a, b);
+    // The node without rank 0 dies (rank 0 writes the step log; when its node dies, the line of
+    // the step it was finishing can be missing although the step is committed,
+    // docs/elastic.md). Rank 0 printed its checkpoint of step 100.
+    const int victim = a->output().find("[rank 0]") != std::string::npos ? 1 : 0;
+    const double killed_at = now_s();
+    // Every process of the node but the store (which runs in the first namespace).
+    std::system(("for p in $(ip netns pids " + ns_[victim] +
+                 "); do [ \"$(cat /proc/$p/comm)\" = redis-server ] || kill -9 $p; done")
+                    .c_str());
+    auto& survivor = victim == 1 ? a : b;
+    EXPECT_EQ(survivor->wait(180), 0) << out(a, b);
+    const auto ev = log_lines(run + "/log.jsonl", true);
+    const auto* scaled = find_event(ev, "scaled");
+    const auto* restored = find_event(ev, "state_restored");
+    const auto* resumed = find_event(ev, "training_resumed");
+    EXPECT_TRUE(scaled && restored && resumed) << out(a, b);
+    if (resumed)
+      std::printf("node killed (%s): training again %.2f s later\n", job.c_str(),
+                  (*resumed)["time"].get<double>() - killed_at);
+    // A step trained again after the restore, on the new layout, has the loss it had before
+    // (the same parameters and samples; float sums in another order): the state was resharded.
+    std::map<int, double> first;
+    int repeated = 0;
+    for (const auto& j : log_lines(run + "/log.jsonl", false)) {
+      if (!j.contains("step") || !j.contains("loss")) continue;
+      const int step = j["step"].get<int>();
+      const double loss = j["loss"].get<double>();
+      if (auto [it, fresh] = first.emplace(step, loss); !fresh) {
+        ++repeated;
+        EXPECT_NEAR(loss, it->second, 1e-3 * it->second) << "step " << step;
+      }
+    }
+    std::printf("%d step(s) trained again after the restore; %s\n", repeated,
+                test::line_with(survivor->output(), "generation 1 of").c_str());
+    if (scaled)
+      EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos)
+          << (*scaled)["detail"];
+    if (restored)
+      EXPECT_NE((*restored)["detail"].get<std::string>().find("world size 2"), std::string::npos)
+          << (*restored)["detail"];
+    expect_no_step_lost(run, false);
+    return {survivor->output(), scaled ? (*scaled)["detail"].get<std::string>() : ""};
+  }
+
+  // A second node starts while the first trains alone: it is admitted at the next generation
+  // (world 2 -> 4), its ranks receive the state from a rank of the first, and no step is trained
+  // twice (admission stops the workers at a step boundary).
+  void admit_a_late_node(const std::string& job, const std::vector<std::string>& extra = {}) {
+    steps_ = 2000;  // long enough to outlast the admission (a few seconds)
+    const std::string run = dir_.path();
+    auto a = start_node(0, run, job, extra);
+    ASSERT_TRUE(wait_for_step(run, 80)) << a->output();
+    auto b = start_node(1, run, job, extra);
+    EXPECT_EQ(a->wait(180), 0) << out(a, b);
+    EXPECT_EQ(b->wait(30), 0) << out(a, b);
+    const auto ev = log_lines(run + "/log.jsonl", true);
+    const auto* scaled = find_event(ev, "scaled");
+    ASSERT_TRUE(scaled) << out(a, b);
+    EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 2 -> 4"), std::string::npos);
+    EXPECT_NE(b->output().find("received the snapshot of step"), std::string::npos) << out(a, b);
+    expect_no_step_lost(run, true);
+  }
+
   TempDir dir_{"cann-elastic-nodes"};
   std::string suffix_, ns_[2], veth_[2], password_, rdzv_;
   std::unique_ptr<Process> redis_;
   bool ready_ = false;
   int steps_ = kSteps;
+  std::string model_;  // empty: the small gpt of m.yaml
+};
+
+// Under model parallelism each agent plans at launch the layout of every node count (the
+// planner prices the spec in CANN_TRAIN_HOME, which the test brings so that no calibration
+// runs): the workers see it through the environment they inherit.
+class MultiProcElasticNodesModelParallelTest : public MultiProcElasticNodesTest {
+ protected:
+  void SetUp() override {
+    MultiProcElasticNodesTest::SetUp();
+    test::write_text(home_.file("clusters/local.yaml"),
+                     "name: local\nnodes: 1\ndevices_per_node: 2\n"
+                     "device: {name: cpu-core, peak_tflops: 0.1, memory_gb: 8, "
+                     "memory_bandwidth_GBps: 20, compute_units: 1, gemm_efficiency: 1.0, "
+                     "memory_efficiency: 1.0, precision: fp32}\n"
+                     "intra_node: {bandwidth_GBps: 8, latency_us: 20, topology: switch, "
+                     "efficiency: 1.0}\n"
+                     "inter_node: {bandwidth_GBps: 1.5, latency_us: 50, efficiency: 1.0}\n");
+    setenv("CANN_TRAIN_HOME", home_.path().c_str(), 1);
+  }
+  void TearDown() override {
+    unsetenv("CANN_TRAIN_HOME");
+    MultiProcElasticNodesTest::TearDown();
+  }
+
+  TempDir home_{"cann-elastic-home"};
 };
 
 // (a) A whole node dies (agent and workers SIGKILLed): the other finishes on the smaller world.
 TEST_F(MultiProcElasticNodesTest, NodeKilledTheOtherFinishes) {
-  const std::string run = dir_.path();
-  auto a = start_node(0, run, "kill-" + suffix_);
-  auto b = start_node(1, run, "kill-" + suffix_);
-  ASSERT_TRUE(wait_for_step(run, 120)) << out(a, b);
-  // The node without rank 0 dies (rank 0 writes the step log; when its node dies, the line of
-  // the step it was finishing can be missing although the step is committed, docs/elastic.md).
-  // Rank 0 printed its checkpoint of step 100.
-  const int victim = a->output().find("[rank 0]") != std::string::npos ? 1 : 0;
-  const double killed_at = now_s();
-  // Every process of the node but the store (which runs in the first namespace).
-  std::system(("for p in $(ip netns pids " + ns_[victim] +
-               "); do [ \"$(cat /proc/$p/comm)\" = redis-server ] || kill -9 $p; done")
-                  .c_str());
-  auto& survivor = victim == 1 ? a : b;
-  EXPECT_EQ(survivor->wait(120), 0) << out(a, b);
-  const auto ev = log_lines(run + "/log.jsonl", true);
-  const auto* scaled = find_event(ev, "scaled");
-  const auto* resumed = find_event(ev, "training_resumed");
-  ASSERT_TRUE(scaled && resumed) << out(a, b);
-  EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
-  EXPECT_TRUE(find_event(ev, "failure_detected"));
-  EXPECT_TRUE(find_event(ev, "state_restored"));
-  std::printf("node killed: training again %.2f s later\n",
-              (*resumed)["time"].get<double>() - killed_at);
-  expect_no_step_lost(run, false);
+  const Lost lost = lose_a_node("kill-" + suffix_);
+  EXPECT_TRUE(find_event(log_lines(dir_.path() + "/log.jsonl", true), "failure_detected"));
 }
 
 // --max-restarts bounds failure generations across nodes too: with 0, a lost node ends the job
@@ -294,21 +373,7 @@ TEST_F(MultiProcElasticNodesTest, MaxRestartsEndsTheJob) {
 
 // (d) A node started later is admitted at the next generation and receives the state.
 TEST_F(MultiProcElasticNodesTest, LateNodeIsAdmitted) {
-  steps_ = 2000;  // long enough to outlast the admission (a few seconds)
-  const std::string run = dir_.path();
-  auto a = start_node(0, run, "late-" + suffix_);
-  ASSERT_TRUE(wait_for_step(run, 80)) << a->output();
-  auto b = start_node(1, run, "late-" + suffix_);
-  EXPECT_EQ(a->wait(120), 0) << out(a, b);
-  EXPECT_EQ(b->wait(30), 0) << out(a, b);
-  const auto ev = log_lines(run + "/log.jsonl", true);
-  const auto* scaled = find_event(ev, "scaled");
-  ASSERT_TRUE(scaled) << out(a, b);
-  EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 2 -> 4"), std::string::npos);
-  // The joiner's ranks had no snapshot: they received the step from a rank of node A.
-  EXPECT_NE(b->output().find("received the snapshot of step"), std::string::npos) << out(a, b);
-  // Admission stops the workers at a step boundary: nothing is trained twice.
-  expect_no_step_lost(run, true);
+  admit_a_late_node("late-" + suffix_);
 }
 
 // (c) The store is killed and restarted (empty) mid-run: the job rides out the outage.
@@ -412,6 +477,38 @@ TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
   ASSERT_TRUE(scaled) << out(a, b);
   EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
   expect_no_step_lost(run, true);
+}
+
+// dp=2 x tp=2 over two nodes loses one: tp=2 fits the two ranks left (dp 2 -> 1), so the
+// launch's split stands and the state is sliced onto it from the whole snapshot.
+TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorParallelismKeepsTheSplit) {
+  const Lost lost = lose_a_node("mp-tp-" + suffix_, {"--strategy", "tp=2"});
+  EXPECT_NE(lost.scaled.find("-> dp=1,tp=2,pp=1,ep=1,cp=1,"), std::string::npos) << lost.scaled;
+  EXPECT_EQ(lost.output.find("re-planned"), std::string::npos) << lost.output;
+}
+
+// tp=2 x pp=2 needs four ranks: the node left alone trains the layout the planner chose for
+// two, resharded from the whole state of the committed step.
+TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorAndPipelineIsReplanned) {
+  const Lost lost = lose_a_node("mp-tppp-" + suffix_, {"--strategy", "tp=2,pp=2"});
+  EXPECT_NE(lost.scaled.find("--strategy dp=1,tp=2,pp=2"), std::string::npos) << lost.scaled;
+  EXPECT_NE(lost.output.find("re-planned from tp=2,pp=2"), std::string::npos) << lost.output;
+}
+
+// Experts on both nodes (dp=4 x ep=4: two of the 8 experts per rank) and one node lost: the two
+// ranks left hold every expert between them in the layout planned for them, from the whole
+// state of the committed step.
+TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderExpertParallelismSpreadsItsExperts) {
+  model_ = "deepseek_tiny";
+  steps_ = 200;
+  const Lost lost = lose_a_node("mp-ep-" + suffix_, {"--strategy", "ep=4"});
+  EXPECT_NE(lost.output.find("re-planned from ep=4"), std::string::npos) << lost.output;
+}
+
+// One node trains pp=2; a second joins and the job goes on at dp=2 x pp=2, the joiner's ranks
+// receiving the whole state of the step the first stopped at: no step is trained twice.
+TEST_F(MultiProcElasticNodesModelParallelTest, ANodeJoinsAPipelineRun) {
+  admit_a_late_node("mp-join-" + suffix_, {"--strategy", "pp=2"});
 }
 
 }  // namespace

@@ -239,24 +239,40 @@ TEST(ElasticLayoutTest, RankSnapshotLoadsOnlyIntoItsOwnRankAndLayout) {
   }
 }
 
-// Across nodes a generation may change the world, which a model-parallel layout would have to
-// re-plan: refused before any worker starts, in one line (exit 2).
-TEST(ElasticLayoutTest, ModelParallelAcrossElasticNodesIsRefused) {
-  const std::pair<const char*, const char*> layouts[] = {
-      {"gpt_tiny", "tp=2"}, {"gpt_tiny", "pp=2"}, {"gpt_tiny", "cp=2"}, {"moe_bert_tiny", "ep=2"}};
-  for (const auto& [model, strategy] : layouts) {
-    auto r = test::run_cann(test::RunArgs().model(model).steps(2).nproc(2).strategy(strategy).flags(
-                                {"--elastic", "--nnodes", "1:2", "--rdzv", "redis://127.0.0.1:1",
-                                 "--rdzv-id", "refused"}),
-                            60);
-    EXPECT_EQ(r.exit_code, 2) << strategy << ": " << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-    EXPECT_NE(r.output.find("--elastic across nodes with tp, pp, cp or ep > 1: a generation may "
-                            "change the world size"),
-              std::string::npos)
-        << strategy << ": " << r.output;
-    EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
-  }
+// Across nodes a generation may change the world, so a model-parallel layout is planned at
+// launch for every node count the range allows (train/elastic_layouts.h). Where no count has
+// one (here a batch of 3 that tp=2's data-parallel ranks cannot share, and a spec whose 1 MB
+// devices hold no other layout the planner could choose), the launch is refused in one line (exit
+// 2), naming each count's reason.
+TEST(ElasticLayoutTest, AModelParallelLayoutNoWorldAdmitsIsRefused) {
+  TempDir home("cann-mp-home");
+  test::write_text(
+      home.file("clusters/local.yaml"),
+      "name: local\nnodes: 1\ndevices_per_node: 2\n"
+      "device: {name: cpu-core, peak_tflops: 0.1, memory_gb: 0.001, memory_bandwidth_GBps: 20, "
+      "compute_units: 1, gemm_efficiency: 1.0, memory_efficiency: 1.0, precision: fp32}\n"
+      "intra_node: {bandwidth_GBps: 8, latency_us: 20, topology: switch, efficiency: 1.0}\n"
+      "inter_node: {bandwidth_GBps: 1.5, latency_us: 50, efficiency: 1.0}\n");
+  std::vector<std::string> argv = {CANN_TRAIN_BINARY};
+  const std::vector<std::string> args =
+      test::RunArgs()
+          .model("gpt_tiny")
+          .steps(2)
+          .nproc(2)
+          .strategy("tp=2")
+          .flags({"--batch-size", "3", "--elastic", "--nnodes", "2:2", "--rdzv",
+                  "redis://127.0.0.1:1", "--rdzv-id", "refused"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = test::run_command(argv, 60, {"CANN_TRAIN_HOME=" + home.path()});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("no node count in the range has a layout the engine trains"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("global batch 3 does not divide over 2 data-parallel ranks"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
 }
 
 }  // namespace

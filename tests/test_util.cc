@@ -93,6 +93,9 @@ CommandResult run_cann(const std::vector<std::string>& args, double timeout_s) {
 }
 
 void write_text(const std::string& path, const std::string& text) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::ofstream f(path, std::ios::binary);
   f << text;
 }

@@ -49,6 +49,7 @@ void expect_one_line_error(const CommandResult& r, int exit_code,
                            const std::vector<std::string>& parts,
                            const std::string& prefix = "cann-train ");
 
+// Writes `text` to `path`, making its directory first.
 void write_text(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
 // The line of `out` that starts at the first occurrence of `start` (to its end), or "".

@@ -3,10 +3,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
+#include "cli/local_cluster.h"
 #include "cli/validators.h"
+#include "core/threads.h"
 #include "elastic/agent.h"
 #include "elastic/node_membership.h"
+#include "model/spec.h"
+#include "plan/cluster.h"
+#include "plan/strategy.h"
 #include "train/config.h"
+#include "train/elastic_layouts.h"
 
 namespace cann::cli {
 
@@ -52,9 +60,39 @@ std::string check_resilience_flags(const ResilienceFlags& flags) {
 }
 
 std::string check_elastic_nodes(const train::TrainConfig& config, int min_nodes, int max_nodes,
-                                int nproc_per_node, int* global_batch) {
+                                int nproc_per_node, int* global_batch,
+                                std::map<int, std::string>* layouts,
+                                const plan::LinkSpec* inter_node) {
   const int gbs = config.strategy.gbs > 0 ? config.strategy.gbs : config.batch_size;
   *global_batch = gbs;
+  if (layouts != nullptr && config.strategy.model_parallel()) {
+    StatusOr<model::ModelSpec> spec = model::load_model_spec(config.model);
+    if (!spec.ok()) return spec.status().message();
+    const train::ElasticLayouts planned = train::plan_elastic_layouts(
+        config, *spec, nproc_per_node, min_nodes, max_nodes,
+        [&](int nodes) -> StatusOr<plan::ClusterSpec> {
+          CANN_ASSIGN_OR_RETURN(
+              plan::ClusterSpec c,
+              local_cluster(nproc_per_node, hardware_threads(), "elastic layouts", config.quiet));
+          c.nodes = nodes;
+          if (inter_node != nullptr) c.inter_node = *inter_node;
+          return c;
+        });
+    std::string lines, why;
+    for (const std::string& line : planned.lines) {
+      lines += "\n  " + line;
+      why += (why.empty() ? "" : "; ") + line;
+    }
+    if (planned.layouts.empty())
+      return "--elastic --nnodes " + std::to_string(min_nodes) + ":" + std::to_string(max_nodes) +
+             " with --strategy " + plan::strategy_brief(config.strategy) +
+             ": no node count in the range has a layout the engine trains (" + why +
+             "); hint: pick a --batch-size and --nproc-per-node that the split divides";
+    if (!config.quiet)
+      std::printf("elastic layouts, planned for every node count:%s\n", lines.c_str());
+    *layouts = planned.layouts;
+    return "";
+  }
   elastic::NodeBounds bounds;
   bounds.min_nodes = min_nodes;
   bounds.max_nodes = max_nodes;

@@ -3,6 +3,7 @@
 // run_command.cc so that file stays a list of the training flags.
 #pragma once
 
+#include <map>
 #include <string>
 
 namespace CLI {
@@ -13,6 +14,9 @@ struct TrainConfig;
 }
 namespace cann::elastic {
 struct AgentConfig;
+}
+namespace cann::plan {
+struct LinkSpec;
 }
 
 namespace cann::cli {
@@ -33,8 +37,14 @@ std::string check_resilience_flags(const ResilienceFlags& flags);
 // --elastic across nodes (--nnodes MIN:MAX): a generation's world size (nodes x nproc_per_node)
 // must divide the global batch, so that every rank keeps an equal share of the same global
 // batch. Sets *global_batch; returns an error line when no node count in [min, max] fits.
+// Under model parallelism (`layouts` given and the strategy's tp, pp, cp or ep > 1) the layout
+// of each node count is planned instead (train/elastic_layouts.h; the planner prices the
+// machine's calibrated spec, the nodes joined by `inter_node` where given) and printed unless
+// config.quiet; the error line then says that no count has one.
 std::string check_elastic_nodes(const train::TrainConfig& config, int min_nodes, int max_nodes,
-                                int nproc_per_node, int* global_batch);
+                                int nproc_per_node, int* global_batch,
+                                std::map<int, std::string>* layouts = nullptr,
+                                const plan::LinkSpec* inter_node = nullptr);
 
 // Fills the agent's elastic settings.
 void apply_resilience_flags(const ResilienceFlags& flags, const train::TrainConfig& config,

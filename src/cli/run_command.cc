@@ -520,8 +520,17 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
       ac.min_nodes = launch->min_nodes;
       ac.max_nodes = launch->nnodes;
       if (resilience->elastic && launch->nnodes > 1 && !auto_nodes) {
-        if (const std::string bad = check_elastic_nodes(*config, launch->min_nodes, launch->nnodes,
-                                                        launch->nproc_per_node, &ac.global_batch);
+        std::optional<plan::LinkSpec> inter;
+        if (tuning && tuning->inter_node) {
+          inter.emplace();
+          inter->bandwidth_GBps = tuning->inter_node->bandwidth_GBps;
+          inter->latency_us = tuning->inter_node->latency_us;
+          inter->efficiency = 1.0;  // a measured bus bandwidth
+          inter->interconnect = "measured by bench tune (" + launch->comm_config + ")";
+        }
+        if (const std::string bad = check_elastic_nodes(
+                *config, launch->min_nodes, launch->nnodes, launch->nproc_per_node,
+                &ac.global_batch, &ac.node_layouts, inter ? &*inter : nullptr);
             !bad.empty()) {
           std::fprintf(stderr, "cann-train run: %s\n", bad.c_str());
           return 2;

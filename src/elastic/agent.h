@@ -28,6 +28,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct AgentConfig {
   int min_nodes = 1;
   int max_nodes = 1;
   int global_batch = 0;  // sequences per step; a generation's world size must divide it
+  // Model parallelism across elastic nodes: node count -> the layout a generation of that size
+  // trains (train/elastic_layouts.h), written into its membership record. Replaces the rule
+  // above: only the counts named here are formed. Empty: the launch flags' layout at any size.
+  std::map<int, std::string> node_layouts;
   double heartbeat_interval_s = 0.1;
   double heartbeat_timeout_s = 1.0;
   double start_timeout_s = 120.0;  // a worker must send its first heartbeat within this

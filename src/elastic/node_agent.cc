@@ -149,7 +149,7 @@ Status NodeAgent::spawn_generation(double now) {
     Worker& w = workers_[l];
     w.local_rank = l;
     w.rank = index * P_ + l;
-    const std::vector<std::string> env = {
+    std::vector<std::string> env = {
         "RANK=" + std::to_string(w.rank),
         "WORLD_SIZE=" + std::to_string(world),
         "LOCAL_RANK=" + std::to_string(l),
@@ -170,6 +170,7 @@ Status NodeAgent::spawn_generation(double now) {
         std::string("CANN_TRAIN_HEARTBEAT_INTERVAL=") + interval,
         "CANN_TRAIN_MICRO_BATCH=" + std::to_string(micro_batch),
     };
+    if (!r.strategy.empty()) env.push_back("CANN_TRAIN_STRATEGY=" + r.strategy);
     CANN_RETURN_IF_ERROR(start_worker(w, config_.worker_args, env, config_.plain_rank0_stdout));
   }
   my_gen_ = r.generation;

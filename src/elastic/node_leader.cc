@@ -86,6 +86,10 @@ int NodeAgent::leader(double now) const {
 bool NodeAgent::propose(NodeRecord next) {
   const std::optional<std::string> expected =
       record_ ? std::optional<std::string>(record_raw_) : std::nullopt;
+  if (next.state == JobState::kRunning && !config_.node_layouts.empty()) {
+    const auto it = config_.node_layouts.find(static_cast<int>(next.nodes.size()));
+    next.strategy = it != config_.node_layouts.end() ? it->second : "";
+  }
   const std::string desired = node_record_json(next);
   auto got = store_->compare_set(keys_ + "/membership", expected, desired);
   if (!got.ok() || *got != desired) return false;
@@ -94,9 +98,13 @@ bool NodeAgent::propose(NodeRecord next) {
     if (record_ && old_world != next.world_size())
       event("scaled", -1, next.generation,
             "world size " + std::to_string(old_world) + " -> " + std::to_string(next.world_size()) +
-                " (" + describe_nodes(record_->nodes) + " -> " + describe_nodes(next.nodes) + ")");
+                " (" + describe_nodes(record_->nodes) + " -> " + describe_nodes(next.nodes) + ")" +
+                (next.strategy.empty() || next.strategy == record_->strategy
+                     ? ""
+                     : ", --strategy " + record_->strategy + " -> " + next.strategy));
     say("generation " + std::to_string(next.generation) + " on " + describe_nodes(next.nodes) +
-        ", world size " + std::to_string(next.world_size()) + ": " + next.reason);
+        ", world size " + std::to_string(next.world_size()) +
+        (next.strategy.empty() ? "" : ", --strategy " + next.strategy) + ": " + next.reason);
   }
   record_ = next;
   record_raw_ = desired;
@@ -112,7 +120,7 @@ void NodeAgent::lead(double now) {
     if (static_cast<int>(live.size()) < bounds_.max_nodes &&
         now - min_reached_at_ < kLastCallSeconds)
       return;
-    auto members = next_members({}, live, bounds_, P_, config_.global_batch);
+    auto members = next_members({}, live, bounds_, P_, config_.global_batch, config_.node_layouts);
     if (!members) return;
     NodeRecord r;
     r.generation = 0;
@@ -130,7 +138,8 @@ void NodeAgent::lead(double now) {
   NodeRecord next = *record_;
   next.generation = record_->generation + 1;
   if (!gone.empty()) {
-    auto members = next_members(current_live, waiting, bounds_, P_, config_.global_batch);
+    auto members = next_members(current_live, waiting, bounds_, P_, config_.global_batch,
+                                config_.node_layouts);
     const std::string cause = describe_nodes(gone) + " gone (agent heartbeat stale for more than " +
                               seconds_text(config_.heartbeat_timeout_s) + ")";
     if (short_since_ == 0.0) {
@@ -171,7 +180,8 @@ void NodeAgent::lead(double now) {
   }
   // Scaling: only between settled generations (every worker of this one has joined).
   if (rendezvous_pending_ || now - change_at_ < kLastCallSeconds) return;
-  auto members = next_members(current_live, waiting, bounds_, P_, config_.global_batch);
+  auto members =
+      next_members(current_live, waiting, bounds_, P_, config_.global_batch, config_.node_layouts);
   if (!members || *members == record_->nodes) return;
   next.nodes = *members;
   next.graceful = true;

@@ -22,7 +22,8 @@ const char* state_name(JobState s) {
   return "running";
 }
 
-bool fits(int count, int nproc_per_node, int global_batch) {
+bool fits(int count, int nproc_per_node, int global_batch, const NodeLayouts& layouts) {
+  if (!layouts.empty()) return layouts.count(count) > 0;
   return global_batch <= 0 || global_batch % (count * nproc_per_node) == 0;
 }
 
@@ -49,6 +50,7 @@ std::string node_record_json(const NodeRecord& r) {
   j["graceful"] = r.graceful;
   j["state"] = state_name(r.state);
   j["reason"] = r.reason;
+  if (!r.strategy.empty()) j["strategy"] = r.strategy;
   return j.dump();
 }
 
@@ -66,6 +68,7 @@ StatusOr<NodeRecord> parse_node_record(const std::string& json) {
               : state == "failed" ? JobState::kFailed
                                   : JobState::kRunning;
     r.reason = j.value("reason", "");
+    r.strategy = j.value("strategy", "");
     return r;
   } catch (const std::exception& e) {
     return DataLoss(std::string("malformed membership record (") + e.what() + ")");
@@ -101,23 +104,25 @@ StatusOr<NodeBounds> parse_bounds(const std::string& json) {
 std::optional<std::vector<int>> next_members(const std::vector<int>& current_live,
                                              const std::vector<int>& waiting_live,
                                              const NodeBounds& bounds, int nproc_per_node,
-                                             int global_batch) {
+                                             int global_batch, const NodeLayouts& layouts) {
   std::vector<int> members = current_live;
   std::vector<int> waiting = waiting_live;
   std::sort(waiting.begin(), waiting.end());
   for (int id : waiting)
     if (std::find(members.begin(), members.end(), id) == members.end()) members.push_back(id);
   int count = std::min<int>(static_cast<int>(members.size()), bounds.max_nodes);
-  while (count >= bounds.min_nodes && count > 0 && !fits(count, nproc_per_node, global_batch))
+  while (count >= bounds.min_nodes && count > 0 &&
+         !fits(count, nproc_per_node, global_batch, layouts))
     --count;
   if (count < bounds.min_nodes || count <= 0) return std::nullopt;
   members.resize(static_cast<size_t>(count));
   return members;
 }
 
-int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global_batch) {
+int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global_batch,
+                        const NodeLayouts& layouts) {
   for (int n = bounds.min_nodes; n <= bounds.max_nodes; ++n)
-    if (fits(n, nproc_per_node, global_batch)) return n;
+    if (fits(n, nproc_per_node, global_batch, layouts)) return n;
   return 0;
 }
 

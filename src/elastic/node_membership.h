@@ -14,6 +14,7 @@
 // their order from one generation to the next, so rank 0 is always a survivor holding the state.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ struct NodeRecord {
   bool graceful = false;   // workers stop at a step boundary (scaling), not killed (failure)
   JobState state = JobState::kRunning;
   std::string reason;  // why this generation began (or why the job ended)
+  // The layout this generation trains (a canonical strategy string), where the job's layout
+  // depends on its size (model parallelism, train/elastic_layouts.h); empty: the launch flags'.
+  std::string strategy;
 
   int world_size() const { return static_cast<int>(nodes.size()) * nproc_per_node; }
   // Position of node `id` in the generation, or -1 when it is not a member.
@@ -58,17 +62,23 @@ StatusOr<NodeRecord> parse_node_record(const std::string& json);
 std::string bounds_json(const NodeBounds& b);
 StatusOr<NodeBounds> parse_bounds(const std::string& json);
 
+// Node count -> the layout a generation of that many nodes trains (train/elastic_layouts.h).
+// Empty: the job's layout fits any size (data parallelism).
+using NodeLayouts = std::map<int, std::string>;
+
 // The members of the next generation: the live members of the current one in their order, then
-// live waiting nodes by id, at most max_nodes, and trimmed to the largest count whose world size
-// (count x nproc_per_node) divides the global batch (global_batch 0: any count). nullopt when
-// fewer than min_nodes remain.
+// live waiting nodes by id, at most max_nodes, and trimmed to the largest admissible count:
+// one `layouts` names, or, when it is empty, one whose world size (count x nproc_per_node)
+// divides the global batch (global_batch 0: any count). nullopt when fewer than min_nodes
+// remain.
 std::optional<std::vector<int>> next_members(const std::vector<int>& current_live,
                                              const std::vector<int>& waiting_live,
                                              const NodeBounds& bounds, int nproc_per_node,
-                                             int global_batch);
+                                             int global_batch, const NodeLayouts& layouts = {});
 
-// The smallest node count in [min, max] that fits the global batch, or 0 when none does.
-int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global_batch);
+// The smallest admissible node count in [min, max] (as above), or 0 when none is.
+int smallest_admissible(const NodeBounds& bounds, int nproc_per_node, int global_batch,
+                        const NodeLayouts& layouts = {});
 
 // `cann-train scale`: replaces job's bounds in the store (compare_set, version + 1; the launch
 // range is kept, `reason` recorded for the leader's bounds_changed event) and returns the

@@ -200,11 +200,6 @@ Status engine_supports(const Strategy& s, const model::ModelSpec& spec, const En
   const int seq = run.seq_len > 0 ? run.seq_len : spec.seq_length;
   CANN_RETURN_IF_ERROR(check_model_split(s, spec, seq));
   CANN_RETURN_IF_ERROR(check_reduction(s, run));
-  if (run.elastic_nodes && s.model_parallel())
-    return InvalidArgument(
-        "--elastic across nodes with tp, pp, cp or ep > 1: a generation may change the world "
-        "size, which needs a re-plan of the model-parallel layout (not built yet); hint: use a "
-        "data-parallel --strategy across nodes, or --elastic on one node");
   return OkStatus();
 }
 

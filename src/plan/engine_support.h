@@ -18,7 +18,8 @@
 //                  the plain data-parallel layout, ep only the fp32 reduction, ZeRO none;
 //   elasticity     on one node a generation refills lost ranks and keeps the layout, so every
 //                  layout is elastic there; across nodes (--nnodes MIN:MAX) a generation may
-//                  change the world, which model parallelism would have to re-plan.
+//                  change the world, and each size trains the layout planned for it
+//                  (train/elastic_layouts.h), whose dp follows the world.
 #pragma once
 
 #include <string>

@@ -43,6 +43,9 @@ struct DistEnv {
   // CANN_TRAIN_MICRO_BATCH (multi-node elastic): sequences per forward/backward, fixed for the
   // job, so a smaller world keeps the global batch through more accumulation micro-steps.
   int micro_batch = 0;
+  // CANN_TRAIN_STRATEGY (multi-node elastic under model parallelism): the layout this
+  // generation trains, in place of --strategy (train/elastic_layouts.h).
+  std::string strategy;
   double heartbeat_interval_s = 0.1;  // CANN_TRAIN_HEARTBEAT_INTERVAL
   int snapshot_every = 1;             // CANN_TRAIN_SNAPSHOT_EVERY
   bool elastic() const { return generation >= 0; }

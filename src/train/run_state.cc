@@ -132,6 +132,20 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
     writer_->prepare(std::vector<size_t>(3, n * sizeof(float)));
   }
   if (!snapshot_due(done)) return OkStatus();
+  if (whole_model_snapshots()) {
+    // Across elastic nodes: the whole state, which any layout of a re-planned world loads;
+    // every rank takes part in the gather, one per node writes it (peer_restore.cc reads a
+    // node's copies whichever rank wrote them).
+    bool whole = false;
+    CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, gathered_state(&whole));
+    if (local_rank_ != 0) return OkStatus();
+    ResumeState st = resume_state(done);
+    st.step_log = step_log;
+    Status s =
+        snapshot(training_checkpoint(*run_.spec, run_.model->full_table(), snap, st, config_));
+    if (!s.ok()) log_warning(s.message());
+    return OkStatus();
+  }
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
   // collective across the mesh, nor over the data-parallel group (ZeRO's shards as they are).
   StatusOr<OptimizerSnapshot> own =
@@ -174,23 +188,29 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
   return OkStatus();
 }
 
+StatusOr<OptimizerSnapshot> StateKeeper::gathered_state(bool* whole) {
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  ModelParts& parts = *run_.model;
+  *whole = parts.model_parallel() != nullptr;
+  if (!*whole) return snap;
+  // Every rank sends its part; every rank then holds the whole model, loadable at any strategy.
+  const size_t n = parts.full_table().total_floats();
+  full_state_.resize(3 * n);
+  const float* params = snap.params != nullptr ? snap.params : parts.model().params();  // ZeRO-3
+  CANN_RETURN_IF_ERROR(parts.gather_full({params, snap.m, snap.v}, full_state_.data()));
+  snap.params = full_state_.data();
+  snap.m = full_state_.data() + n;
+  snap.v = full_state_.data() + 2 * n;
+  return snap;
+}
+
 // A collective under data parallelism (sharded or per-rank optimizer state is gathered first);
 // rank 0 copies the state and a background thread writes it.
 StatusOr<std::string> StateKeeper::save(int step, bool wait, StepProfiler* profiler) {
   const ResumeState st = resume_state(step);
-  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
+  bool whole = false;
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, gathered_state(&whole));
   ModelParts& parts = *run_.model;
-  const bool whole = parts.model_parallel() != nullptr;
-  if (whole) {
-    // Every rank sends its part; the leader writes the whole model, loadable at any strategy.
-    const size_t n = parts.full_table().total_floats();
-    full_state_.resize(3 * n);
-    const float* params = snap.params != nullptr ? snap.params : parts.model().params();  // ZeRO-3
-    CANN_RETURN_IF_ERROR(parts.gather_full({params, snap.m, snap.v}, full_state_.data()));
-    snap.params = full_state_.data();
-    snap.m = full_state_.data() + n;
-    snap.v = full_state_.data() + 2 * n;
-  }
   if (!leader_) return std::string();
   Stopwatch sw;
   const double t0 = now_seconds();

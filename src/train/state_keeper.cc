@@ -42,6 +42,7 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
   k->keep_checkpoints_ = config.keep_checkpoints;
   if (env != nullptr) {
     k->rank_ = env->rank;
+    k->local_rank_ = env->local_rank;
     k->generation_ = env->generation;
     k->snapshot_every_ = std::max(1, env->snapshot_every);
     k->restore_from_ = env->restore_from;
@@ -101,7 +102,8 @@ bool StateKeeper::snapshot_due(int done) const {
 }
 
 Status StateKeeper::before_update(int done) {
-  if (snapshots_ == nullptr || run_.optimizer == nullptr || !run_.optimizer->placeable())
+  if (snapshots_ == nullptr || run_.optimizer == nullptr || !run_.optimizer->placeable() ||
+      whole_model_snapshots())
     return OkStatus();
   const bool due = snapshot_due(done);
   if (!placed_ && !due) return OkStatus();  // lives in its own buffers until the first snapshot

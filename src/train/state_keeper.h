@@ -13,7 +13,10 @@
 //     or the newest disk checkpoint when no snapshot survived. Under model parallelism a
 //     snapshot is the rank's own part in its own layout (its shards, stage or experts, with
 //     their moments; nothing is gathered across the mesh), marked with the layout and rank
-//     (ckpt::RankSnapshotMark): only that rank loads it, and a mismatch is an error.
+//     (ckpt::RankSnapshotMark): only that rank loads it, and a mismatch is an error. Across
+//     elastic nodes, where a generation may re-plan the layout for a changed world, the
+//     snapshot is the whole state instead, gathered over the mesh and written once per node
+//     (by its first local rank), and any layout loads it by slicing.
 //   - Where the optimizer's whole state is the parameters and both moments
 //     (StepOptimizer::placeable: data parallelism without ZeRO or compression, one process),
 //     that state lives in the snapshot files themselves from the first snapshot on: each step's
@@ -158,6 +161,16 @@ class StateKeeper {
   Status agree_on_restored_step(int step);
   // Multi-node elastic (peer_restore.cc).
   StatusOr<int> restore_from_peers();
+  // Model parallelism across elastic nodes: a changed world re-plans the layout
+  // (elastic_layouts.h), so the snapshots keep the whole state, as a disk checkpoint does, and
+  // a restore slices it onto the new layout.
+  bool whole_model_snapshots() const {
+    return run_.model != nullptr && run_.model->model_parallel() != nullptr &&
+           run_.rank_layout.empty();
+  }
+  // The optimizer's state with, under model parallelism, the whole model gathered into
+  // full_state_ (a collective over the world); `whole` says which table it follows.
+  StatusOr<OptimizerSnapshot> gathered_state(bool* whole);
   // The state back in buffers of the model's and the optimizer's own (before a restore, a new
   // binding, the keeper's end): the snapshot slots may go.
   void unplace();
@@ -172,6 +185,7 @@ class StateKeeper {
   // per bind(), not every step.
   std::string snapshot_meta_;
   int rank_ = 0;
+  int local_rank_ = 0;
   std::atomic<int> generation_{-1};  // -1: not an elastic job
   bool leader_ = false;
   int snapshot_every_ = 1;

@@ -57,6 +57,18 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                              "drop the flag");
     spec_.expert_bias_update_speed = config_.expert_bias_update_speed;
   }
+  if (env != nullptr && !env->strategy.empty()) {
+    // Multi-node elastic under model parallelism: this generation's size trains the layout
+    // planned for it (train/elastic_layouts.h).
+    CANN_ASSIGN_OR_RETURN(plan::Strategy s, plan::parse_strategy(env->strategy));
+    const plan::Strategy& was = config_.strategy;
+    if (rank == 0 && (s.tp != was.tp || s.pp != was.pp || s.cp != was.cp || s.ep != was.ep ||
+                      s.vpp != was.vpp || s.zero != was.zero))
+      log_info("generation " + std::to_string(env->generation) + " of " + std::to_string(world) +
+               " processes trains --strategy " + plan::strategy_brief(s) + ", re-planned from " +
+               plan::strategy_brief(config_.strategy) + " (docs/elastic.md)");
+    config_.strategy = s;
+  }
   const ElasticShape elastic{env != nullptr && env->elastic(),
                              env != nullptr && !env->node_snapshots.empty(),
                              env ? env->micro_batch : 0};
@@ -102,12 +114,12 @@ void Trainer::watch_grads() {
 }
 
 void Trainer::bind_state() {
-  // A rank's snapshot holds only its own part of the state under model parallelism, and under
-  // ZeRO on one node, where a lost rank's place is refilled in the same layout: its shards as
-  // it holds them, with no gather of the moments every step. Across elastic nodes a changed
-  // world reshards from the whole state, which the snapshots then keep.
-  const bool own = parts_->model_parallel() != nullptr ||
-                   (layout_.strategy.zero > 0 && env_ != nullptr && env_->node_snapshots.empty());
+  // A rank's snapshot holds only its own part of the state under model parallelism and ZeRO
+  // on one node, where a lost rank's place is refilled in the same layout: its shards as it
+  // holds them, with no gather every step. Across elastic nodes a changed world is re-planned
+  // and resharded from the whole state, which the snapshots then keep.
+  const bool nodes = env_ != nullptr && !env_->node_snapshots.empty();
+  const bool own = !nodes && (parts_->model_parallel() != nullptr || layout_.strategy.zero > 0);
   keeper_->bind({&spec_, parts_.get(), opt_.get(), batches_.get(), world_.get(),
                  [this](const Status& s) { return comm_failure(s); },
                  own ? plan::strategy_string(layout_.strategy) : ""});

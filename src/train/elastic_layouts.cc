@@ -1,0 +1,108 @@
+// The layout of each world size a multi-node elastic job may have (see elastic_layouts.h).
+#include "train/elastic_layouts.h"
+
+#include <cstdio>
+
+#include "plan/predict.h"
+#include "plan/search.h"
+#include "plan/strategy.h"
+#include "train/run_layout.h"
+
+namespace cann::train {
+namespace {
+
+// `s` checked by every rule a worker of a `world`-rank generation applies; its resolved
+// strategy (dp, mbs, gbs filled in) or why not.
+StatusOr<plan::Strategy> admitted(const TrainConfig& config, const model::ModelSpec& spec,
+                                  const plan::Strategy& s, int world) {
+  TrainConfig c = config;
+  c.strategy = s;
+  CANN_ASSIGN_OR_RETURN(RunLayout l, resolve_run_layout(c, spec, world, 0, {true, true, 0}));
+  return l.strategy;
+}
+
+std::string first_line(const Status& s) {
+  const std::string& m = s.message();
+  return m.substr(0, m.find('\n'));
+}
+
+}  // namespace
+
+ElasticLayouts plan_elastic_layouts(
+    const TrainConfig& config, const model::ModelSpec& spec, int nproc_per_node, int min_nodes,
+    int max_nodes, const std::function<StatusOr<plan::ClusterSpec>(int nodes)>& cluster) {
+  ElasticLayouts out;
+  const plan::Strategy& launch = config.strategy;
+  const int gbs = launch.gbs > 0 ? launch.gbs : config.batch_size;
+  const int split = launch.tp * launch.pp * launch.cp;
+  const int max_world = max_nodes * nproc_per_node;
+  // The micro-batch of the largest world: one micro-step per rank there.
+  int micro = launch.mbs;
+  if (micro == 0 && launch.pp > 1) micro = 1;
+  if (micro == 0 && config.grad_accum == 0 && max_world % split == 0 &&
+      gbs % (max_world / split) == 0)
+    micro = gbs / (max_world / split);
+  const int seq = config.seq_len > 0 ? config.seq_len : spec.seq_length;
+  for (int n = min_nodes; n <= max_nodes; ++n) {
+    const int world = n * nproc_per_node;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%d node%s (world %d): ", n, n == 1 ? "" : "s", world);
+    const std::string head = buf;
+    plan::Strategy kept = launch;
+    kept.dp = 0;
+    kept.mbs = micro;
+    kept.gbs = gbs;
+    StatusOr<plan::Strategy> s = admitted(config, spec, kept, world);
+    if (!s.ok() && micro != launch.mbs) {  // the micro-batch may not divide this world's share
+      kept.mbs = launch.mbs;
+      if (StatusOr<plan::Strategy> one = admitted(config, spec, kept, world); one.ok()) s = one;
+    }
+    if (s.ok()) {
+      out.layouts[n] = plan::strategy_string(*s);
+      out.lines.push_back(head + plan::strategy_brief(*s) + " (the launch's split)");
+      continue;
+    }
+    const std::string why = first_line(s.status());
+    // The planner's choice for this many devices.
+    std::string replanned;
+    StatusOr<plan::ClusterSpec> c = cluster(n);
+    if (!c.ok()) {
+      out.lines.push_back(head + "none: the launch's split does not fit (" + why +
+                          ") and the planner has no spec to price another (" +
+                          first_line(c.status()) + ")");
+      continue;
+    }
+    StatusOr<plan::PlanInput> in = plan::make_plan_input(spec, *c, 0);
+    if (in.ok()) {
+      in->seq_len = seq;
+      in->engine_buckets = plan::EngineBuckets::of_mib(config.bucket_mb);
+      plan::SearchOptions opt;
+      opt.global_batch = gbs;
+      opt.engine_only = true;
+      opt.engine.world = world;
+      opt.engine.seq_len = seq;
+      opt.engine.compress = config.compress;
+      opt.engine.elastic_nodes = true;
+      opt.top_k = 16;
+      if (StatusOr<plan::SearchResult> found = plan::search(*in, opt); found.ok()) {
+        for (const plan::Prediction& p : found->top) {
+          if (!p.fits) continue;
+          StatusOr<plan::Strategy> chosen = admitted(config, spec, p.strategy, world);
+          if (!chosen.ok()) continue;
+          out.layouts[n] = plan::strategy_string(*chosen);
+          char tail[96];
+          std::snprintf(tail, sizeof(tail), "; the planner predicts %.3f s/step", p.step_time_s);
+          replanned = head + plan::strategy_brief(*chosen) +
+                      " (re-planned: the launch's split does not fit: " + why + tail + ")";
+          break;
+        }
+      }
+    }
+    out.lines.push_back(!replanned.empty() ? replanned
+                                           : head + "none: the launch's split does not fit (" +
+                                                 why + ") and the planner found no layout");
+  }
+  return out;
+}
+
+}  // namespace cann::train
