@@ -5,6 +5,10 @@
 //
 // In each the job must finish every step with no committed step lost; where the world size ends
 // as it began (the store outage), the final checkpoint equals a fault-free run's byte for byte.
+// Survivors keep their processes where their peers' connections closed (a node killed) and on
+// graceful changes (a node admitted, scaled away); a cut link leaves them blocked, and they are
+// replaced. Model-parallel layouts are planned per node count and resharded from whole-state
+// snapshots.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -289,13 +293,19 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     }
     std::printf("%d step(s) trained again after the restore; %s\n", repeated,
                 test::line_with(survivor->output(), "generation 1 of").c_str());
-    if (scaled)
+    if (scaled) {
       EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos)
           << (*scaled)["detail"];
-    if (restored)
+    }
+    if (restored) {
       EXPECT_NE((*restored)["detail"].get<std::string>().find("world size 2"), std::string::npos)
           << (*restored)["detail"];
+    }
     expect_no_step_lost(run, false);
+    // The peers' connections closed with their processes: the survivors kept theirs.
+    EXPECT_NE(survivor->output().find("workers keep their processes"), std::string::npos)
+        << survivor->output();
+    EXPECT_NE(survivor->output().find("its process kept"), std::string::npos) << survivor->output();
     return {survivor->output(), scaled ? (*scaled)["detail"].get<std::string>() : ""};
   }
 
@@ -315,6 +325,9 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     ASSERT_TRUE(scaled) << out(a, b);
     EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 2 -> 4"), std::string::npos);
     EXPECT_NE(b->output().find("received the snapshot of step"), std::string::npos) << out(a, b);
+    // The first node's workers stopped at the agreed step and rejoined in their processes.
+    EXPECT_NE(a->output().find("workers keep their processes"), std::string::npos) << a->output();
+    EXPECT_NE(a->output().find("for the next generation"), std::string::npos) << a->output();
     expect_no_step_lost(run, true);
   }
 
@@ -420,6 +433,8 @@ TEST_F(MultiProcElasticNodesTest, LinkDownTheStoreSideFinishes) {
   ASSERT_TRUE(scaled) << out(a, b);
   EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos);
   EXPECT_NE(a->output().find("agent heartbeat stale"), std::string::npos) << a->output();
+  // No connection closed: the survivors stayed blocked in a collective and were replaced.
+  EXPECT_EQ(a->output().find("workers keep their processes"), std::string::npos) << a->output();
   expect_no_step_lost(run, false);
 }
 
@@ -466,6 +481,8 @@ TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
   EXPECT_EQ(a->wait(120), 0) << out(a, b);
   EXPECT_EQ(b->wait(30), 0) << out(a, b);
   EXPECT_NE(out(a, b).find("leaving the job"), std::string::npos) << out(a, b);
+  // The node that stays kept its workers' processes.
+  EXPECT_NE(out(a, b).find("workers keep their processes"), std::string::npos) << out(a, b);
   const auto ev = log_lines(run + "/log.jsonl", true);
   // The first change, by hand, carries its reason into the leader's event.
   const auto* bounds = find_event(ev, "bounds_changed");

@@ -48,8 +48,17 @@ timeout, the documented knob for how soon a worker gives up on a peer (30 minute
 torchrun restarts the survivors' workers when their collective fails, on a new rendezvous of
 the surviving node, from the newest checkpoint. --worlds "" measures the node losses alone.
 
+Node loss under model parallelism (--node-layouts, default "tp=2;tp=2,pp=2;ep=4", cann-train
+only). The same loss, --node-kills times per layout, of a job launched with that --strategy
+over the two nodes (the 4-layer GPT above; with 4 experts in every second layer for ep): the
+survivors train the layout planned for two ranks (the launch's split where it fits, else the
+planner's choice, priced on a cluster spec the benchmark writes, so no calibration runs during
+it) from the whole-state snapshot their node kept. Same target: training again within 2.5 s,
+at most one step lost. "" skips them.
+
     /usr/bin/python3 bench/recovery/run.py [--worlds 2,4] [--kills 5] [--steps 300] [--seed 7]
                                            [--node-kills 5] [--torchrun-pg-timeout 5]
+                                           [--node-layouts "tp=2;tp=2,pp=2;ep=4"]
                                            [--overhead-steps 150] [--repeats 3] [--build build]
     /usr/bin/python3 bench/recovery/run.py --layouts default [--steps 300] [--repeats 3]
 
@@ -82,6 +91,15 @@ MOE = LAYERED + "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2
 # strategy@world, separated by ';'.
 DEFAULT_LAYOUTS = ("dp=2,tp=2@4;pp=2,mbs=2@2;pp=2,vpp=2,mbs=2@2;cp=2@2;dp=2,ep=2@2;"
                    "dp=2,zero=1@2;dp=2,tp=2,sp=on,zero=3@4")
+NODE_LAYOUTS = "tp=2;tp=2,pp=2;ep=4"
+# The spec the agents' layout planner prices (elastic_layouts.h) in the node losses under model
+# parallelism: written by the benchmark so that no calibration runs while it measures.
+PLAN_SPEC = (
+    "name: local\nnodes: 1\ndevices_per_node: 2\n"
+    "device: {name: cpu-core, peak_tflops: 0.1, memory_gb: 8, memory_bandwidth_GBps: 20, "
+    "compute_units: 1, gemm_efficiency: 1.0, memory_efficiency: 1.0, precision: fp32}\n"
+    "intra_node: {bandwidth_GBps: 8, latency_us: 20, topology: switch, efficiency: 1.0}\n"
+    "inter_node: {bandwidth_GBps: 0.1, latency_us: 100, efficiency: 1.0}\n")
 MID = ("architecture: gpt\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 4\n"
        "vocab_size: 256\nseq_length: 128\n")
 
@@ -446,12 +464,14 @@ def lose_node(link, logf, survivor, kill_step, frac, what, work, timeout):
     return killed
 
 
-def node_loss(a, model, tmp, k, kill_step, frac):
+def node_loss(a, model, tmp, k, kill_step, frac, strategy="", home=None):
     """One node of two (2 workers each, --nnodes 1:2, Redis as the store in the first node's
     namespace) lost without a word: at a random point of a random step the second namespace's
     link goes down and then every process in it is SIGKILLed, so no connection is reset and the
-    survivors learn of the loss only from its missing heartbeats (1 s timeout, the default)."""
-    work = os.path.join(tmp, f"node-{k}")
+    survivors learn of the loss only from its missing heartbeats (1 s timeout, the default).
+    `strategy`: the job's --strategy ("": data parallelism); `home`: its CANN_TRAIN_HOME."""
+    tag = strategy.replace(",", "-").replace("=", "")
+    work = os.path.join(tmp, f"node-{tag}-{k}" if tag else f"node-{k}")
     os.makedirs(work)
     logf = os.path.join(work, "log.jsonl")
     link = dp_link()
@@ -464,8 +484,12 @@ def node_loss(a, model, tmp, k, kill_step, frac):
             "--monitor", "off", "--threads", "1", "--nproc-per-node", "2", "--elastic",
             "--nnodes", "1:2", "--rdzv", link.redis_url(), "--rdzv-id", f"bench-node-{k}",
             "--log-json", logf, "--checkpoint-dir", os.path.join(work, "ck"),
-            "--checkpoint-every", "100000"], os.path.join(work, f"node{i}.txt")) for i in (0, 1)]
-        log(f"node loss {k + 1} of {a.node_kills}: the second node at step {kill_step}")
+            "--checkpoint-every", "100000"] + (["--strategy", strategy] if strategy else []),
+            os.path.join(work, f"node{i}.txt"),
+            env=dp_vs_ddp().clean_env(CANN_TRAIN_HOME=home) if home else None)
+            for i in (0, 1)]
+        log(f"node loss {k + 1} of {a.node_kills}{' under ' + strategy if strategy else ''}: "
+            f"the second node at step {kill_step}")
         killed = lose_node(link, logf, nodes[0], kill_step, frac, "cann-train", work, 300)
     finally:
         link.close()
@@ -556,6 +580,62 @@ def node_loss_runs(a, rng, tmp, model):
     return runs
 
 
+def node_layout_runs(a, rng, tmp):
+    """--node-kills node losses per layout of --node-layouts ({strategy: [...]}), cann-train
+    alone, or the reason none was measured."""
+    layouts = [s for s in a.node_layouts.split(";") if s]
+    if a.node_kills == 0 or not layouts:
+        return "node loss under model parallelism not measured"
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("redis-server"):
+        return ("node loss under model parallelism not measured: it needs root (network "
+                "namespaces), ip and redis-server")
+    home = os.path.join(tmp, "home")
+    os.makedirs(os.path.join(home, "clusters"), exist_ok=True)
+    with open(os.path.join(home, "clusters", "local.yaml"), "w") as f:
+        f.write(PLAN_SPEC)
+    models = {}
+    for name, text in (("layered", LAYERED), ("moe", MOE)):
+        models[name] = os.path.join(tmp, name + ".yaml")
+        with open(models[name], "w") as f:
+            f.write(text)
+    runs = {}
+    for strategy in layouts:
+        model = models["moe" if "ep=" in strategy else "layered"]
+        runs[strategy] = []
+        for k in range(a.node_kills):
+            kill_step = rng.randint(int(a.steps * 0.2), int(a.steps * 0.7))
+            runs[strategy].append(node_loss(a, model, tmp, k, kill_step, rng.random(), strategy,
+                                            home))
+    return runs
+
+
+def node_layout_report(a, runs, v):
+    """Prints the table of node losses under model parallelism and judges it into v; False when
+    a run failed validation."""
+    if isinstance(runs, str):
+        print(runs)
+        return True
+    print(f"node loss under model parallelism: the same loss, {a.node_kills} times per layout "
+          f"(gpt 4x64, experts 4 in every second layer for ep); the survivors train the layout "
+          f"planned for 2 ranks; seconds after the loss, median (min..max)")
+    print(f"{'launched as':<12s} {'detect':>22} {'restore':>22} {'first step':>22} "
+          f"{'most lost':>9}  new layout")
+    for strategy, rows in runs.items():
+        scaled = rows[0]["scaled"]
+        new = scaled[scaled.find(" -> ", scaled.find("--strategy")) + 4:] \
+            if "--strategy" in scaled else "as launched"
+        print(f"{strategy:<12s} {spread([r['detect'] for r in rows], '{:.3f}'):>22} "
+              f"{spread([r['restore'] for r in rows], '{:.3f}'):>22} "
+              f"{spread([r['first_step'] for r in rows], '{:.3f}'):>22} "
+              f"{max(r['steps_lost'] for r in rows):>9d}  {new}")
+        med = statistics.median(r["first_step"] for r in rows)
+        v.judge(med < 2.5, f"node loss under {strategy}: training again {med:.3f} s after the "
+                f"loss (median; under 2.5 s)")
+        lost = max(r["steps_lost"] for r in rows)
+        v.judge(lost <= 1, f"node loss under {strategy}: at most {lost} step(s) lost (at most 1)")
+    return all(r["valid"] for rows in runs.values() for r in rows)
+
+
 def node_loss_report(a, runs, v):
     """Prints the node-loss table and judges it into v; False when a run failed validation."""
     if isinstance(runs, str):
@@ -611,6 +691,9 @@ def main():
     p.add_argument("--torchrun-pg-timeout", type=float, default=5.0,
                    help="torchrun's workers' Gloo timeout in the node losses: how soon they "
                         "learn that a node is gone (DDP's default is 30 minutes)")
+    p.add_argument("--node-layouts", default=NODE_LAYOUTS,
+                   help="the node losses again under these --strategy values, ';'-separated "
+                        "(\"\": none)")
     p.add_argument("--layouts", default="",
                    help="model-parallel refill instead: 'default' or STRATEGY@WORLD;...")
     a = p.parse_args()
@@ -659,6 +742,8 @@ def main():
                 load.mark()
         node_runs = node_loss_runs(a, rng, tmp, model)
         load.mark()
+        layout_runs = node_layout_runs(a, rng, tmp)
+        load.mark()
         ck = None if a.skip_overhead else overhead(a, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -704,6 +789,8 @@ def main():
                             "fault-free run)" if ok else "FAILED"))
     if not node_loss_report(a, node_runs, v):
         v.fail("node loss: a run did not finish every step")
+    if not node_layout_report(a, layout_runs, v):
+        v.fail("node loss under model parallelism: a run did not finish every step")
     if ck is not None:
         times, copy_share = ck
         base = statistics.median(times["none"])

@@ -158,6 +158,7 @@ Status NodeAgent::spawn_generation(double now) {
         "CANN_TRAIN_STORE=" + url_,
         "CANN_TRAIN_JOB=" + job_,
         "CANN_TRAIN_HOST_ID=" + job_ + "/node" + std::to_string(node_id_),
+        "CANN_TRAIN_NODE_ID=" + std::to_string(node_id_),
         "CANN_TRAIN_COMM_ADDR=" + comm_addr_,
         "CANN_TRAIN_BACKEND=" + config_.backend,
         "CANN_TRAIN_DEFAULT_THREADS=" + std::to_string(threads),
@@ -173,13 +174,55 @@ Status NodeAgent::spawn_generation(double now) {
     if (!r.strategy.empty()) env.push_back("CANN_TRAIN_STRATEGY=" + r.strategy);
     CANN_RETURN_IF_ERROR(start_worker(w, config_.worker_args, env, config_.plain_rank0_stdout));
   }
+  begin_generation(now);
+  return OkStatus();
+}
+
+void NodeAgent::begin_generation(double now) {
+  const NodeRecord& r = *record_;
   my_gen_ = r.generation;
   was_member_ = true;
   local_failure_at_ = 0.0;
   stop_deadline_ = 0.0;
-  heartbeats_->start_generation(r.generation, world, now);
+  regrouping_ = false;
+  heartbeats_->start_generation(r.generation, r.world_size(), now);
   rendezvous_pending_ = true;
-  return OkStatus();
+}
+
+bool NodeAgent::stays_whole() const {
+  const NodeRecord& r = *record_;
+  return local_failure_at_ == 0.0 && my_gen_ >= 0 && r.index_of(node_id_) >= 0 &&
+         r.nproc_per_node == P_ && static_cast<int>(workers_.size()) == P_;
+}
+
+bool NodeAgent::workers_rejoin() const {
+  const NodeRecord& r = *record_;
+  if (!stays_whole() || (stop_deadline_ > 0.0 && !regrouping_) || (r.graceful && !regrouping_))
+    return false;
+  for (const Worker& w : workers_) {
+    if (!w.running) return false;
+    auto v = store_->try_get(keys_ + "/rejoining/rank" + std::to_string(w.rank));
+    if (!v.ok() || !v->has_value() || std::atoi((*v)->c_str()) != my_gen_) return false;
+  }
+  return true;
+}
+
+void NodeAgent::keep_workers(double now) {
+  const NodeRecord& r = *record_;
+  const int index = r.index_of(node_id_);
+  ckpt::prune_node_snapshots(snapshot_root_, 2);
+  for (int l = 0; l < P_; ++l) {
+    Worker& w = workers_[l];
+    w.rank = index * P_ + l;
+    w.stopped_by_agent = false;
+    const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
+    if (w.out) w.out->set_prefix(config_.plain_rank0_stdout && w.rank == 0 ? "" : prefix);
+    if (w.err) w.err->set_prefix(prefix);
+  }
+  say("generation " + std::to_string(r.generation) + ": this node's " + std::to_string(P_) +
+      " workers keep their processes as ranks " + std::to_string(index * P_) + ".." +
+      std::to_string(index * P_ + P_ - 1));
+  begin_generation(now);
 }
 
 StatusOr<int> NodeAgent::run() {
@@ -351,9 +394,17 @@ StatusOr<int> NodeAgent::run() {
     // A new generation: stop this node's workers (at a step boundary when graceful), then
     // start the new ones, or leave when no longer a member.
     if (record_ && record_->state == JobState::kRunning && record_->generation > my_gen_) {
+      if (any_running() && workers_rejoin()) {
+        keep_workers(now);
+        continue;
+      }
       if (any_running()) {
         if (stop_deadline_ == 0.0) {
-          kill_workers(record_->graceful ? SIGTERM : SIGKILL);
+          // A graceful generation this node stays in: its workers stop at the agreed step
+          // boundary and, on SIGUSR1, wait to rejoin rather than exit (kept above once they
+          // all say so); leaving nodes' workers stop and exit on SIGTERM.
+          regrouping_ = record_->graceful && stays_whole();
+          kill_workers(!record_->graceful ? SIGKILL : regrouping_ ? SIGUSR1 : SIGTERM);
           stop_deadline_ = now + config_.grace_s;
         } else if (now > stop_deadline_) {
           kill_workers(SIGKILL);

@@ -13,12 +13,19 @@
 // proposes a restart generation itself. Every record is written with compare_set against the
 // record it replaces, so concurrent proposals cannot both win.
 //
-// On a new generation each member agent stops its workers and starts fresh ones with the new
-// rank, world size and generation; they load the committed step from the in-memory snapshots of
-// this node or, when this node lacks it (it just joined), receive it from a node that holds it
-// over the new group (train/peer_restore.cc). A member dropped by a scale-down exits 0; a node not
-// admitted waits. Failure generations count against max_restarts; the next one ends the job (exit
-// 1).
+// On a failure generation, a member node whose workers all left the old generation and wait for
+// the next (each said so under rejoining/rank<r> when its collective failed) keeps their
+// processes: they find their new rank in the record and rebuild the run themselves
+// (train/trainer_rejoin.cc). On a graceful one (admission, scaling down) a node that stays asks
+// its workers with SIGUSR1 to stop at the agreed step boundary and rejoin, and keeps them once
+// they all wait; leaving nodes' workers get SIGTERM and exit. Otherwise (this node's own worker
+// failed, a worker still blocked in a collective, or one that does not answer within the grace)
+// the agent stops its workers and starts fresh ones with the new rank, world size and
+// generation. Either way they load the committed step from the
+// in-memory snapshots of this node or, when this node lacks it (it just joined), receive it from a
+// node that holds it over the new group (train/peer_restore.cc). A member dropped by a scale-down
+// exits 0; a node not admitted waits. Failure generations count against max_restarts; the next one
+// ends the job (exit 1).
 //
 // Store outages: every store operation of the loop may fail; while the store is unreachable no
 // beat is judged stale and no decision is made, and a record that the restarted store lost is
@@ -80,6 +87,17 @@ class NodeAgent {
   void kill_workers(int sig);
   bool any_running() const;
   Status spawn_generation(double now);
+  // A failure generation this node stays in, whose workers all wait to rejoin it (each left
+  // its generation when a collective failed and said so under rejoining/rank<r>): they keep
+  // their processes and rebuild their groups themselves (train/trainer_rejoin.cc). False when
+  // any of them did not (a worker blocked in a collective on a peer that vanished without a
+  // closed connection), which is then replaced as before.
+  bool workers_rejoin() const;
+  // This node is a member of the new generation with the same workers, none of them failed.
+  bool stays_whole() const;
+  void keep_workers(double now);
+  // What a generation this node's workers take part in starts with, spawned or kept.
+  void begin_generation(double now);
   void check_rendezvous(double now);
   void event(const std::string& name, int rank, int generation, const std::string& detail);
   void say(const std::string& line);
@@ -109,6 +127,7 @@ class NodeAgent {
   double local_failure_at_ = 0.0;  // when this node's workers failed; 0: they did not
   double change_at_ = 0.0;         // when the current generation was decided
   double stop_deadline_ = 0.0;     // SIGKILL stopping workers after this
+  bool regrouping_ = false;        // workers asked (SIGUSR1) to stop and rejoin a graceful one
   double store_down_since_ = 0.0;
   double min_reached_at_ = 0.0;  // first generation: when min_nodes agents were live
   double short_since_ = 0.0;     // fewer than min_nodes live members since

@@ -13,6 +13,8 @@ class OutputForwarder {
  public:
   OutputForwarder(FILE* out, std::string prefix) : out_(out), prefix_(std::move(prefix)) {}
   void write(std::string_view bytes);
+  // A worker that keeps its process into a generation where it has another rank.
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
   // Ends a partial last line (the worker died mid-line).
   void finish();
 

@@ -92,6 +92,7 @@ StatusOr<std::optional<DistEnv>> detect_dist_env() {
     if (const char* r = env("CANN_TRAIN_RESTORE_FROM")) e.restore_from = r;
     if (const char* n = env("CANN_TRAIN_NODE_SNAPSHOTS")) e.node_snapshots = n;
     if (const char* s = env("CANN_TRAIN_STRATEGY")) e.strategy = s;
+    CANN_ASSIGN_OR_RETURN(e.node_id, env_int("CANN_TRAIN_NODE_ID", -1, false));
     CANN_ASSIGN_OR_RETURN(e.micro_batch, env_int("CANN_TRAIN_MICRO_BATCH", 0, false));
     if (const char* h = env("CANN_TRAIN_HEARTBEAT_INTERVAL")) {
       char* end = nullptr;

@@ -43,6 +43,9 @@ struct DistEnv {
   // CANN_TRAIN_MICRO_BATCH (multi-node elastic): sequences per forward/backward, fixed for the
   // job, so a smaller world keeps the global batch through more accumulation micro-steps.
   int micro_batch = 0;
+  // CANN_TRAIN_NODE_ID (multi-node elastic): this node's id in the membership record, where a
+  // survivor finds its rank in the next generation (trainer_rejoin.cc); -1 when not given.
+  int node_id = -1;
   // CANN_TRAIN_STRATEGY (multi-node elastic under model parallelism): the layout this
   // generation trains, in place of --strategy (train/elastic_layouts.h).
   std::string strategy;

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -179,7 +180,7 @@ void StateKeeper::event(const std::string& name, const std::string& detail) {
   if (!s.ok()) log_warning(s.message());
 }
 
-StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()) {
+StatusOr<std::string> StateKeeper::next_membership_record(double timeout_s, bool (*stop)()) {
   if (!store_) return FailedPrecondition("rejoining needs the elastic agent's store");
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -191,17 +192,8 @@ StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()
     auto text = store_->try_get(membership_key_);
     if (text.ok() && text->has_value()) {
       try {
-        const nlohmann::json m = nlohmann::json::parse(**text);
-        const int gen = m.at("generation").get<int>();
-        if (gen > generation_) {
-          std::string from;
-          if (m.contains("restore_from") && static_cast<int>(m["restore_from"].size()) > rank_)
-            from = m["restore_from"][rank_].get<std::string>();
-          restore_from_ = from;
-          generation_ = gen;
-          if (heartbeat_) heartbeat_->set_generation(gen);
-          return gen;
-        }
+        if (nlohmann::json::parse(**text).at("generation").get<int>() > generation_)
+          return std::move(**text);
       } catch (const std::exception& e) {
         return DataLoss(membership_key_ + ": malformed membership record (" + e.what() + ")");
       }
@@ -210,6 +202,59 @@ StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()
   }
   return IoError("rank " + std::to_string(rank_) + ": no new generation within " +
                  fixed(timeout_s, 0) + " s of the failure");
+}
+
+StatusOr<int> StateKeeper::join_next_generation(double timeout_s, bool (*stop)()) {
+  CANN_ASSIGN_OR_RETURN(const std::string text, next_membership_record(timeout_s, stop));
+  try {
+    const nlohmann::json m = nlohmann::json::parse(text);
+    const int gen = m.at("generation").get<int>();
+    std::string from;
+    if (m.contains("restore_from") && static_cast<int>(m["restore_from"].size()) > rank_)
+      from = m["restore_from"][rank_].get<std::string>();
+    restore_from_ = from;
+    generation_ = gen;
+    if (heartbeat_) heartbeat_->set_generation(gen);
+    return gen;
+  } catch (const std::exception& e) {
+    return DataLoss(membership_key_ + ": malformed membership record (" + e.what() + ")");
+  }
+}
+
+Status StateKeeper::leave_generation() {
+  if (!store_) return FailedPrecondition("rejoining needs the elastic agent's store");
+  const std::string prefix = membership_key_.substr(0, membership_key_.rfind('/'));
+  return store_->set(prefix + "/rejoining/rank" + std::to_string(rank_),
+                     std::to_string(generation()));
+}
+
+StatusOr<StateKeeper::NodeGeneration> StateKeeper::join_next_node_generation(double timeout_s,
+                                                                             bool (*stop)(),
+                                                                             int node_id,
+                                                                             int local_rank) {
+  CANN_ASSIGN_OR_RETURN(const std::string text, next_membership_record(timeout_s, stop));
+  try {
+    const nlohmann::json m = nlohmann::json::parse(text);
+    const int gen = m.at("generation").get<int>();
+    if (m.value("state", "running") != "running")
+      return IoError("the job ended (" + m.value("reason", std::string()) + ") while rank " +
+                     std::to_string(rank_) + " waited for the next generation");
+    const std::vector<int> nodes = m.at("nodes").get<std::vector<int>>();
+    const int per_node = m.at("nproc_per_node").get<int>();
+    const auto at = std::find(nodes.begin(), nodes.end(), node_id);
+    if (at == nodes.end())
+      return NotFound("node " + std::to_string(node_id) + " is not a member of generation " +
+                      std::to_string(gen));
+    NodeGeneration next;
+    next.generation = gen;
+    next.node_index = static_cast<int>(at - nodes.begin());
+    next.rank = next.node_index * per_node + local_rank;
+    next.world_size = static_cast<int>(nodes.size()) * per_node;
+    next.strategy = m.value("strategy", std::string());
+    return next;
+  } catch (const std::exception& e) {
+    return DataLoss(membership_key_ + ": malformed membership record (" + e.what() + ")");
+  }
 }
 
 StatusOr<std::optional<ckpt::LoadedCheckpoint>> StateKeeper::recovery_state(

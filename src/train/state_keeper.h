@@ -151,9 +151,30 @@ class StateKeeper {
   // `stop` is polled too: when it returns true the wait ends with an error (the job is ending).
   StatusOr<int> join_next_generation(double timeout_s, bool (*stop)());
 
+  // Multi-node elastic: a survivor's place in the next generation of the membership record.
+  struct NodeGeneration {
+    int generation = 0;
+    int node_index = 0;  // position of this node in the record's nodes
+    int rank = 0;
+    int world_size = 0;
+    std::string strategy;  // the layout planned for its size ("" : the launch flags')
+  };
+  // Says in the store that this rank left its generation and waits for the next
+  // (cann/<job>/rejoining/rank<r> = the generation left: the node's agent keeps the processes
+  // of workers that all did, elastic/node_agent.h).
+  Status leave_generation();
+  // Polls the membership record until a newer generation appears, up to timeout_s. NotFound
+  // when this node (`node_id`) is not a member of it; an error when the job ended, on timeout,
+  // or when `stop` returns true.
+  StatusOr<NodeGeneration> join_next_node_generation(double timeout_s, bool (*stop)(), int node_id,
+                                                     int local_rank);
+
  private:
   StateKeeper() = default;
   StatusOr<OptimizerSnapshot> optimizer_snapshot();
+  // Polls the membership record until its generation exceeds this keeper's (up to timeout_s,
+  // `stop` polled too); returns the record's text.
+  StatusOr<std::string> next_membership_record(double timeout_s, bool (*stop)());
   ResumeState resume_state(int step) const;
   // Loads `ck` into the bound state; returns its step.
   StatusOr<int> restore(const ckpt::LoadedCheckpoint& ck);

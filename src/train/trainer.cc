@@ -143,20 +143,37 @@ Status Trainer::run(RunSummary* summary) {
   g_stop_signal = 0;
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
+  // Across elastic nodes the agent asks with SIGUSR1 for a stop at the agreed step boundary
+  // after which this process rejoins the next (graceful) generation instead of exiting.
+  const bool regroups = env_ && !env_->node_snapshots.empty() && env_->node_id >= 0;
+  auto old_usr1 = regroups ? std::signal(SIGUSR1, on_stop_signal) : SIG_DFL;
   struct RestoreSignals {
-    decltype(old_int) i, t;
+    decltype(old_int) i, t, u;
+    bool usr1;
     ~RestoreSignals() {
       std::signal(SIGINT, i);
       std::signal(SIGTERM, t);
+      if (usr1) std::signal(SIGUSR1, u);
     }
-  } restore{old_int, old_term};
+  } restore{old_int, old_term, old_usr1, regroups};
 
   summary->first_step = start_step_;
   summary->last_step = start_step_;
   // Under --elastic, a survivor of a lost peer rejoins the next generation and trains on.
   Status trained = train_steps(summary);
-  while (!trained.ok() && rejoinable()) {
-    CANN_RETURN_IF_ERROR(rejoin(trained));
+  while (true) {
+    if (!trained.ok() && (rejoinable() || node_rejoinable())) {
+      CANN_RETURN_IF_ERROR(rejoinable() ? rejoin(trained)
+                                        : rejoin_nodes(trained.message(), trained.code()));
+    } else if (trained.ok() && regroups && summary->interrupted && g_stop_signal == SIGUSR1) {
+      g_stop_signal = 0;
+      summary->interrupted = false;
+      CANN_RETURN_IF_ERROR(rejoin_nodes("stopped after step " + std::to_string(summary->last_step) +
+                                            " for the next generation (graceful)",
+                                        StatusCode::kIoError));
+    } else {
+      break;
+    }
     trained = train_steps(summary);
   }
   CANN_RETURN_IF_ERROR(trained);
@@ -263,10 +280,11 @@ Status Trainer::train_steps(RunSummary* summary) {
     if (stop_now) {
       summary->interrupted = stop_requested;
       if (leader())
-        reporter_->line(summary->interrupted
-                            ? "stop requested (signal or /api/stop) after step " +
-                                  std::to_string(done)
-                            : "exit interval reached after step " + std::to_string(done));
+        reporter_->line(
+            !summary->interrupted ? "exit interval reached after step " + std::to_string(done)
+            : g_stop_signal == SIGUSR1
+                ? "stopped after step " + std::to_string(done) + " for the next generation"
+                : "stop requested (signal or /api/stop) after step " + std::to_string(done));
       break;
     }
   }

@@ -70,7 +70,7 @@ class Trainer {
   const model::Model& model() const { return parts_->model(); }
 
  private:
-  explicit Trainer(TrainConfig config) : config_(std::move(config)) {}
+  explicit Trainer(TrainConfig config) : config_(config), launch_config_(std::move(config)) {}
   Status setup(const DistEnv* env, const CommConfig& comm);
   // The collaborators that depend on the world group (built again after a rejoin).
   // --init-from: every rank reads the directory and keeps its part (before the optimizer
@@ -101,8 +101,18 @@ class Trainer {
   bool rejoinable() const;
   static bool stop_signalled();  // SIGINT/SIGTERM arrived
   Status rejoin(const Status& cause);
+  // Across elastic nodes the next generation may have another world size, rank and layout:
+  // a survivor keeps its process but builds the run again from the launch's flags, as a fresh
+  // worker of that generation would (teardown, then setup), and restores the committed step.
+  bool node_rejoinable() const;
+  // `why`: the failure (or the graceful stop) that ended the generation; an error that stops
+  // the rejoin carries `code`.
+  Status rejoin_nodes(const std::string& why, StatusCode code);
+  // Everything setup built, in the reverse order.
+  void teardown();
 
   TrainConfig config_;
+  TrainConfig launch_config_;  // as given, before a generation's layout replaced the strategy
   model::ModelSpec spec_;
   RunLayout layout_;
   std::unique_ptr<DistEnv> env_;  // a copy of the launcher's environment (multi-process)

@@ -12,6 +12,14 @@
 // builds them (mesh, model, optimizer), so the replacement's collectives meet the survivors'.
 // The parameters it allocates are overwritten by the committed step. The rebuild's time, in
 // the rejoin line, includes the wait for the replacement to build the same groups.
+//
+// Across elastic nodes the next generation may have another world size, and with it another
+// rank for this process and another layout (train/elastic_layouts.h). The survivor says in the
+// store that it waits (its node's agent then keeps its process rather than replacing it),
+// reads its place in the membership record, and builds the whole run again from the launch's
+// flags as a fresh worker of that generation does; the committed step comes from the ranks'
+// agreement over the new world (peer_restore.cc).
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/trainer.h"
@@ -27,9 +35,65 @@ constexpr double kRejoinTimeoutSeconds = 30.0;
 }  // namespace
 
 bool Trainer::rejoinable() const {
-  // Across nodes a generation may change the world size: the agent starts fresh workers.
+  // Across nodes a generation may change the world size: rejoin_nodes.
   return comm_failed_ && keeper_ && keeper_->elastic() && env_ && world_ &&
          env_->node_snapshots.empty();
+}
+
+bool Trainer::node_rejoinable() const {
+  return comm_failed_ && keeper_ && keeper_->elastic() && env_ && world_ &&
+         !env_->node_snapshots.empty() && env_->node_id >= 0;
+}
+
+void Trainer::teardown() {
+  // The beacon thread reads the group's flight recorder: stop it before the group goes.
+  if (beacon_) beacon_->stop();
+  grad_watch_.reset();
+  profiler_.reset();
+  reporter_.reset();
+  if (keeper_) keeper_->unbind();
+  keeper_.reset();  // its heartbeat stops: the agent waits for the new generation's first beat
+  opt_.reset();
+  parts_.reset();
+  batches_.reset();
+  beacon_.reset();
+  world_.reset();
+  store_.reset();
+}
+
+Status Trainer::rejoin_nodes(const std::string& why, StatusCode code) {
+  const double t0 = now_seconds();
+  const int was = layout_.rank;
+  log_warning(why + "; rank " + std::to_string(was) + " waits for the next generation");
+  // Said first, and then every group of the old world dropped, so that a peer of this node
+  // still waiting on this rank in one of them (a shared-memory step of a hierarchical
+  // collective whose cross-node step failed here) fails at once and waits too: the agent keeps
+  // the processes only when all of them do. The heartbeat goes on meanwhile.
+  CANN_RETURN_IF_ERROR(keeper_->leave_generation());
+  if (beacon_) beacon_->stop();
+  keeper_->unbind();
+  opt_.reset();
+  parts_.reset();
+  world_.reset();
+  StatusOr<StateKeeper::NodeGeneration> next = keeper_->join_next_node_generation(
+      kRejoinTimeoutSeconds, &Trainer::stop_signalled, env_->node_id, env_->local_rank);
+  if (!next.ok()) return Status(code, why + " (" + next.status().message() + ")");
+  DistEnv env = *env_;
+  env.generation = next->generation;
+  env.rank = next->rank;
+  env.world_size = next->world_size;
+  env.node_rank = next->node_index;
+  env.strategy = next->strategy;
+  env.snapshot_dir = join_path(env.node_snapshots, "gen" + std::to_string(next->generation));
+  teardown();
+  config_ = launch_config_;
+  comm_failed_ = false;
+  CANN_RETURN_IF_ERROR(setup(&env, comm_));
+  log_info("rank " + std::to_string(layout_.rank) + " (rank " + std::to_string(was) +
+           " before) rejoined generation " + std::to_string(next->generation) + " of " +
+           std::to_string(next->world_size) + " processes at step " + std::to_string(start_step_) +
+           " in " + std::to_string(now_seconds() - t0) + " s, its process kept");
+  return OkStatus();
 }
 
 Status Trainer::rejoin(const Status& cause) {
