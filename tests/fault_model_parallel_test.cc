@@ -156,6 +156,12 @@ TEST_F(MultiProcModelParallelFaultTest, SigkillExpertParallelMoe) {
   refill_ends_like_a_fault_free_run({"dp=2,ep=2", 2, 1, SIGKILL, kMoe});
 }
 
+// ep=4: one expert of each MoE layer per rank, so the killed rank held the only copy of its
+// experts outside the snapshots.
+TEST_F(MultiProcModelParallelFaultTest, SigkillFourWayExpertParallelMoe) {
+  refill_ends_like_a_fault_free_run({"dp=4,ep=4", 4, 2, SIGKILL, kMoe});
+}
+
 // Experts moving every 2 steps (--expert-rebalance) while a rank is killed: the refilled rank
 // and the survivors take their experts' placement from their own snapshots, and the end is the
 // fault-free run's. The moves are priced on a spec the test brings (no calibration runs).

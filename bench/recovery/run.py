@@ -756,8 +756,9 @@ def main():
     print("torchrun: --standalone --monitor_interval 0.1 --max_restarts 3, DDP checkpointing every "
           "step (ddp_resume.py); cann-train: --elastic at its defaults (in-memory snapshot every "
           "step)")
-    print(f"{'world':>5}  {'engine':<11s}{'detect':>21}{'restore':>21}{'first step':>21}"
-          f"{'most lost':>10}")
+    if worlds:
+        print(f"{'world':>5}  {'engine':<11s}{'detect':>21}{'restore':>21}{'first step':>21}"
+              f"{'most lost':>10}")
     v = Verdicts()
     if a.kills < MIN_REPEATS:
         v.fail(f"only {a.kills} kills per world size: the rules ask for at least {MIN_REPEATS}")
