@@ -32,7 +32,10 @@ TEST(LaunchAgreementTest, NodeZeroDecidesOnceAndEveryNodeLaunchesThat) {
   int decided = 0;
   auto decide = [&]() -> StatusOr<AgentConfig::NodeLaunch> {
     ++decided;
-    return AgentConfig::NodeLaunch{2, {"run", "--strategy", "gbs=8,zero=1", "--seq-len", ""}, 8};
+    return AgentConfig::NodeLaunch{2,
+                                   {"run", "--strategy", "gbs=8,zero=1", "--seq-len", ""},
+                                   8,
+                                   {{1, "dp=2,pp=1,mbs=4,gbs=8"}, {2, "dp=2,tp=2,mbs=4,gbs=8"}}};
   };
   auto other = agree_on_launch(**store, "job/launch", false, decide, 0.0);
   EXPECT_FALSE(other.ok());
@@ -47,6 +50,8 @@ TEST(LaunchAgreementTest, NodeZeroDecidesOnceAndEveryNodeLaunchesThat) {
     EXPECT_EQ(got->nproc_per_node, 2);
     EXPECT_EQ(got->global_batch, 8);
     EXPECT_EQ(got->worker_args, first->worker_args);
+    EXPECT_EQ(got->node_layouts, first->node_layouts);
+    EXPECT_EQ(got->node_layouts.at(2), "dp=2,tp=2,mbs=4,gbs=8");
   }
   EXPECT_EQ(decided, 1);
   EXPECT_EQ(first->worker_args.back(), "");

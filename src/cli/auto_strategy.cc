@@ -109,8 +109,7 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
     if (auto found = plan::search(in, opt); found.ok()) {
       planned += found->feasible.size();
       for (const plan::Prediction& p : found->top)
-        if (p.fits && !(elastic_nodes && p.strategy.model_parallel()))
-          out->push_back({p.strategy, p.step_time_s, p.memory_peak_bytes});
+        if (p.fits) out->push_back({p.strategy, p.step_time_s, p.memory_peak_bytes});
     }
     return OkStatus();
   };

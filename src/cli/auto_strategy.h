@@ -33,9 +33,9 @@ struct AutoChoice {
 // this one, `inter_node` is the link between them as `bench tune` measured it (comm.yaml's
 // links.inter_node): the candidates are then one process per node using every core, and one
 // single-threaded process per core, each split over all nodes by the same engine-only search.
-// With elastic_nodes (`--elastic` across nodes), only data parallelism and ZeRO: a
-// model-parallel layout there needs a layout for every world size the job may have
-// (train/elastic_layouts.h), which an explicit --strategy gets at launch.
+// With elastic_nodes (`--elastic` across nodes), the layouts such a job trains at its largest
+// size (plan::EngineShape::elastic_nodes); the caller then plans the other sizes from the
+// choice (train/elastic_layouts.h).
 StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int cores,
                                           int nodes = 1, const plan::LinkSpec* inter_node = nullptr,
                                           bool elastic_nodes = false);

@@ -493,9 +493,9 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
         ac.node0_decides = [cfg = *config, cores, nodes = launch->nnodes,
                             min_nodes = launch->min_nodes, inter, worker_args,
                             elastic_nodes]() -> StatusOr<elastic::AgentConfig::NodeLaunch> {
-          // Elastic: planned for the most nodes the job may have, among the layouts a changed
-          // world keeps (data parallelism, ZeRO); dp and the micro-batch then follow each
-          // generation's world (the agent's rule), so the same choice serves every generation.
+          // Elastic: planned for the most nodes the job may have; dp and the micro-batch then
+          // follow each generation's world, and under model parallelism each node count
+          // trains the layout planned for it from this choice (train/elastic_layouts.h).
           CANN_ASSIGN_OR_RETURN(AutoChoice choice,
                                 choose_auto_strategy(cfg, cores, nodes, &inter, elastic_nodes));
           if (elastic_nodes) {
@@ -507,11 +507,16 @@ CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_b
           if (auto spec = model::load_model_spec(cfg.model); spec.ok())
             CANN_RETURN_IF_ERROR(
                 train::check_launch(cfg, *spec, choice.processes * nodes, elastic_nodes));
-          elastic::AgentConfig::NodeLaunch launch{choice.processes,
-                                                  with_chosen_layout(worker_args, choice)};
+          elastic::AgentConfig::NodeLaunch launch;
+          launch.nproc_per_node = choice.processes;
+          launch.worker_args = with_chosen_layout(worker_args, choice);
           if (elastic_nodes) {
+            // Under model parallelism the layout of every node count, planned from the choice.
+            train::TrainConfig chosen = cfg;
+            chosen.strategy = choice.strategy;
             const std::string bad =
-                check_elastic_nodes(cfg, min_nodes, nodes, choice.processes, &launch.global_batch);
+                check_elastic_nodes(chosen, min_nodes, nodes, choice.processes,
+                                    &launch.global_batch, &launch.node_layouts, &inter);
             if (!bad.empty()) return InvalidArgument(bad);
           }
           return launch;

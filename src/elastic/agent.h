@@ -81,6 +81,7 @@ struct AgentConfig {
     int nproc_per_node = 1;
     std::vector<std::string> worker_args;
     int global_batch = 0;  // multi-node elastic: as global_batch below
+    std::map<int, std::string> node_layouts;  // multi-node elastic: as node_layouts below
   };
   std::function<StatusOr<NodeLaunch>()> node0_decides;
   // Elastic on one node: called on the agent's thread each time it replaces failed workers,

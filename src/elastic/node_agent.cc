@@ -65,6 +65,7 @@ Status NodeAgent::setup() {
     P_ = launch.nproc_per_node;
     config_.worker_args = std::move(launch.worker_args);
     config_.global_batch = launch.global_batch;
+    config_.node_layouts = std::move(launch.node_layouts);
   }
   comm_addr_ = !config_.comm_addr.empty() ? config_.comm_addr : local_address_towards(url_);
   char host[256] = {};

@@ -77,14 +77,22 @@ std::string local_address_towards(const std::string& store_url) {
 
 namespace {
 
-// "ok", the processes per node, the global batch, then the arguments; or "error" and the
+// "ok", the processes per node, the global batch, the layout of each node count
+// ("N:STRATEGY" joined by '|', empty when none), then the arguments; or "error" and the
 // message. Fields are separated by the unit separator, which no argument holds.
 constexpr char kSep = '\x1f';
 
 std::string launch_record(const StatusOr<AgentConfig::NodeLaunch>& launch) {
   if (!launch.ok()) return "error" + std::string(1, kSep) + launch.status().message();
+  std::string layouts;
+  for (const auto& [nodes, strategy] : launch->node_layouts) {
+    if (!layouts.empty()) layouts += '|';
+    layouts += std::to_string(nodes);
+    layouts += ':';
+    layouts += strategy;
+  }
   std::string value = "ok" + std::string(1, kSep) + std::to_string(launch->nproc_per_node) + kSep +
-                      std::to_string(launch->global_batch);
+                      std::to_string(launch->global_batch) + kSep + layouts;
   for (const std::string& a : launch->worker_args) value += kSep + a;
   return value;
 }
@@ -103,11 +111,21 @@ StatusOr<AgentConfig::NodeLaunch> parse_launch_record(const std::string& value,
   if (parts[0] == "error" && parts.size() == 2)
     return FailedPrecondition("node 0 could not choose what to launch: " + parts[1]);
   AgentConfig::NodeLaunch launch;
-  if (parts[0] != "ok" || parts.size() < 3 ||
+  if (parts[0] != "ok" || parts.size() < 4 ||
       (launch.nproc_per_node = std::atoi(parts[1].c_str())) < 1)
     return Internal("node 0's launch record under " + key + " is malformed");
   launch.global_batch = std::atoi(parts[2].c_str());
-  launch.worker_args.assign(parts.begin() + 3, parts.end());
+  for (size_t at = 0; at < parts[3].size();) {
+    size_t end = parts[3].find('|', at);
+    if (end == std::string::npos) end = parts[3].size();
+    const std::string entry = parts[3].substr(at, end - at);
+    const size_t colon = entry.find(':');
+    if (colon == std::string::npos)
+      return Internal("node 0's launch record under " + key + " is malformed");
+    launch.node_layouts[std::atoi(entry.c_str())] = entry.substr(colon + 1);
+    at = end + 1;
+  }
+  launch.worker_args.assign(parts.begin() + 4, parts.end());
   return launch;
 }
 
