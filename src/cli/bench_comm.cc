@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "comm/group.h"
+#include "comm/store.h"
 #include "core/fs.h"
 #include "core/host.h"
 #include "core/json_line.h"
@@ -265,13 +266,14 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
     }
     return times;
   };
+  std::shared_ptr<comm::Store> store;  // the job's, for the parting below
   for (const std::string& backend : config.backends) {
     train::DistEnv e = env;
     e.job_id = env.job_id + "/bench-" + backend;
     train::CommConfig cc;
     cc.backend = backend;
     cc.timeout_s = config.timeout_s;
-    CANN_ASSIGN_OR_RETURN(auto group, train::make_world_group(e, cc));
+    CANN_ASSIGN_OR_RETURN(auto group, train::make_world_group(e, cc, &store));
     for (const std::string& op : config.ops) {
       for (size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) {
         const size_t count = per_rank_count(op, bytes, P);
@@ -295,7 +297,7 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
     e.job_id = env.job_id + "/bench-raw";
     train::CommConfig cc;
     cc.backend = "gloo";
-    CANN_ASSIGN_OR_RETURN(auto sync, train::make_world_group(e, cc));
+    CANN_ASSIGN_OR_RETURN(auto sync, train::make_world_group(e, cc, &store));
     for (size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) {
       const size_t count = bytes / 4;
       in.assign(count, 0.0f);
@@ -309,6 +311,16 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
       rows.push_back(timed_row("gloo-raw", "allreduce", P, count * 4, times));
       if (bytes > config.max_bytes / config.factor) break;
     }
+  }
+  // No rank leaves before every rank has finished its last collective: a process that exits
+  // while a peer still waits for its last message can reset the connection under it (the
+  // peer's unread bytes are dropped), failing a run that measured correctly.
+  if (store) {
+    const std::string done = "cann/" + env.job_id + "/bench-comm-done/rank";
+    CANN_RETURN_IF_ERROR(store->set(done + std::to_string(env.rank), "1"));
+    std::vector<std::string> keys;
+    for (int r = 0; r < P; ++r) keys.push_back(done + std::to_string(r));
+    CANN_RETURN_IF_ERROR(store->wait(keys, opts.timeout));
   }
   set_raw_ratios(rows);
   const CommTarget target = judge_comm_target(rows);
