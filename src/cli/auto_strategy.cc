@@ -12,6 +12,7 @@
 #include "plan/predict.h"
 #include "plan/search.h"
 #include "plan/strategy.h"
+#include "train/engine_search.h"
 
 namespace cann::cli {
 namespace {
@@ -96,17 +97,7 @@ StatusOr<AutoChoice> choose_auto_strategy(const train::TrainConfig& config, int 
   size_t planned = 0;
   // Every split the engine trains over the cluster's devices, in one search.
   auto search = [&](const plan::ClusterSpec& c, std::vector<Priced>* out) -> Status {
-    CANN_ASSIGN_OR_RETURN(plan::PlanInput in, plan::make_plan_input(spec, c, 0));
-    in.seq_len = seq;
-    in.engine_buckets = buckets;
-    plan::SearchOptions opt;
-    opt.global_batch = gbs;
-    opt.engine_only = true;
-    opt.engine.world = c.num_devices();
-    opt.engine.seq_len = seq;
-    opt.engine.compress = config.compress;
-    opt.engine.elastic_nodes = elastic_nodes;
-    if (auto found = plan::search(in, opt); found.ok()) {
+    if (auto found = train::search_engine_layouts(config, spec, c, elastic_nodes, 5); found.ok()) {
       planned += found->feasible.size();
       for (const plan::Prediction& p : found->top)
         if (p.fits) out->push_back({p.strategy, p.step_time_s, p.memory_peak_bytes});

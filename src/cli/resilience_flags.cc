@@ -70,11 +70,10 @@ std::string check_elastic_nodes(const train::TrainConfig& config, int min_nodes,
     if (!spec.ok()) return spec.status().message();
     const train::ElasticLayouts planned = train::plan_elastic_layouts(
         config, *spec, nproc_per_node, min_nodes, max_nodes,
-        [&](int nodes) -> StatusOr<plan::ClusterSpec> {
+        [&](int) -> StatusOr<plan::ClusterSpec> {
           CANN_ASSIGN_OR_RETURN(
               plan::ClusterSpec c,
               local_cluster(nproc_per_node, hardware_threads(), "elastic layouts", config.quiet));
-          c.nodes = nodes;
           if (inter_node != nullptr) c.inter_node = *inter_node;
           return c;
         });

@@ -198,8 +198,9 @@ bool NodeAgent::stays_whole() const {
 
 bool NodeAgent::workers_rejoin() const {
   const NodeRecord& r = *record_;
-  if (!stays_whole() || (stop_deadline_ > 0.0 && !regrouping_) || (r.graceful && !regrouping_))
-    return false;
+  // Unless this agent asked for the regrouping, a graceful generation or a stop under way
+  // means the workers are going.
+  if (!stays_whole() || (!regrouping_ && (r.graceful || stop_deadline_ > 0.0))) return false;
   for (const Worker& w : workers_) {
     if (!w.running) return false;
     auto v = store_->try_get(keys_ + "/rejoining/rank" + std::to_string(w.rank));
@@ -216,9 +217,7 @@ void NodeAgent::keep_workers(double now) {
     Worker& w = workers_[l];
     w.rank = index * P_ + l;
     w.stopped_by_agent = false;
-    const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
-    if (w.out) w.out->set_prefix(config_.plain_rank0_stdout && w.rank == 0 ? "" : prefix);
-    if (w.err) w.err->set_prefix(prefix);
+    label_output(w, config_.plain_rank0_stdout);
   }
   say("generation " + std::to_string(r.generation) + ": this node's " + std::to_string(P_) +
       " workers keep their processes as ranks " + std::to_string(index * P_) + ".." +

@@ -85,11 +85,16 @@ Status start_worker(Worker& w, const std::vector<std::string>& args,
   w.err_fd = err[0];
   fcntl(w.out_fd, F_SETFL, O_NONBLOCK);
   fcntl(w.err_fd, F_SETFL, O_NONBLOCK);
-  const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
-  w.out = std::make_unique<OutputForwarder>(
-      stdout, plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
-  w.err = std::make_unique<OutputForwarder>(stderr, prefix);
+  w.out = std::make_unique<OutputForwarder>(stdout, std::string());
+  w.err = std::make_unique<OutputForwarder>(stderr, std::string());
+  label_output(w, plain_rank0_stdout);
   return OkStatus();
+}
+
+void label_output(Worker& w, bool plain_rank0_stdout) {
+  const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
+  if (w.out) w.out->set_prefix(plain_rank0_stdout && w.rank == 0 ? std::string() : prefix);
+  if (w.err) w.err->set_prefix(prefix);
 }
 
 bool pump(int fd, OutputForwarder& fwd) {

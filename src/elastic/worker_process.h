@@ -45,6 +45,10 @@ StatusOr<pid_t> spawn(const std::vector<std::string>& args, const std::vector<st
 Status start_worker(Worker& w, const std::vector<std::string>& args,
                     const std::vector<std::string>& env, bool plain_rank0_stdout);
 
+// Prefixes the running worker's output lines with its rank, w.rank (none on rank 0's stdout
+// with plain_rank0_stdout); again when a kept worker takes another rank.
+void label_output(Worker& w, bool plain_rank0_stdout);
+
 // Reads what is available on fd into the forwarder; returns false at end of file.
 bool pump(int fd, OutputForwarder& fwd);
 // Reads both pipes of an exited worker to their end, closes them and flushes the forwarders.

@@ -3,9 +3,8 @@
 
 #include <cstdio>
 
-#include "plan/predict.h"
-#include "plan/search.h"
 #include "plan/strategy.h"
+#include "train/engine_search.h"
 #include "train/run_layout.h"
 
 namespace cann::train {
@@ -42,7 +41,6 @@ ElasticLayouts plan_elastic_layouts(
   if (micro == 0 && config.grad_accum == 0 && max_world % split == 0 &&
       gbs % (max_world / split) == 0)
     micro = gbs / (max_world / split);
-  const int seq = config.seq_len > 0 ? config.seq_len : spec.seq_length;
   for (int n = min_nodes; n <= max_nodes; ++n) {
     const int world = n * nproc_per_node;
     char buf[64];
@@ -72,30 +70,20 @@ ElasticLayouts plan_elastic_layouts(
                           first_line(c.status()) + ")");
       continue;
     }
-    StatusOr<plan::PlanInput> in = plan::make_plan_input(spec, *c, 0);
-    if (in.ok()) {
-      in->seq_len = seq;
-      in->engine_buckets = plan::EngineBuckets::of_mib(config.bucket_mb);
-      plan::SearchOptions opt;
-      opt.global_batch = gbs;
-      opt.engine_only = true;
-      opt.engine.world = world;
-      opt.engine.seq_len = seq;
-      opt.engine.compress = config.compress;
-      opt.engine.elastic_nodes = true;
-      opt.top_k = 16;
-      if (StatusOr<plan::SearchResult> found = plan::search(*in, opt); found.ok()) {
-        for (const plan::Prediction& p : found->top) {
-          if (!p.fits) continue;
-          StatusOr<plan::Strategy> chosen = admitted(config, spec, p.strategy, world);
-          if (!chosen.ok()) continue;
-          out.layouts[n] = plan::strategy_string(*chosen);
-          char tail[96];
-          std::snprintf(tail, sizeof(tail), "; the planner predicts %.3f s/step", p.step_time_s);
-          replanned = head + plan::strategy_brief(*chosen) +
-                      " (re-planned: the launch's split does not fit: " + why + tail + ")";
-          break;
-        }
+    c->nodes = n;
+    c->devices_per_node = nproc_per_node;
+    if (StatusOr<plan::SearchResult> found = search_engine_layouts(config, spec, *c, true, 16);
+        found.ok()) {
+      for (const plan::Prediction& p : found->top) {
+        if (!p.fits) continue;
+        StatusOr<plan::Strategy> chosen = admitted(config, spec, p.strategy, world);
+        if (!chosen.ok()) continue;
+        out.layouts[n] = plan::strategy_string(*chosen);
+        char tail[96];
+        std::snprintf(tail, sizeof(tail), "; the planner predicts %.3f s/step", p.step_time_s);
+        replanned = head + plan::strategy_brief(*chosen) +
+                    " (re-planned: the launch's split does not fit: " + why + tail + ")";
+        break;
       }
     }
     out.lines.push_back(!replanned.empty() ? replanned

@@ -37,8 +37,8 @@ struct ElasticLayouts {
 };
 
 // `cluster(nodes)`: the spec the planner prices `nodes` nodes on (asked only when the launch's
-// split does not fit some count). An error from it leaves that count without a layout (its
-// line says why).
+// split does not fit some count; its node count and devices per node are set here). An error
+// from it leaves that count without a layout (its line says why).
 ElasticLayouts plan_elastic_layouts(
     const TrainConfig& config, const model::ModelSpec& spec, int nproc_per_node, int min_nodes,
     int max_nodes, const std::function<StatusOr<plan::ClusterSpec>(int nodes)>& cluster);

@@ -136,8 +136,7 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
     // Across elastic nodes: the whole state, which any layout of a re-planned world loads;
     // every rank takes part in the gather, one per node writes it (peer_restore.cc reads a
     // node's copies whichever rank wrote them).
-    bool whole = false;
-    CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, gathered_state(&whole));
+    CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, gathered_state());
     if (local_rank_ != 0) return OkStatus();
     ResumeState st = resume_state(done);
     st.step_log = step_log;
@@ -188,11 +187,10 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
   return OkStatus();
 }
 
-StatusOr<OptimizerSnapshot> StateKeeper::gathered_state(bool* whole) {
+StatusOr<OptimizerSnapshot> StateKeeper::gathered_state() {
   CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, optimizer_snapshot());
   ModelParts& parts = *run_.model;
-  *whole = parts.model_parallel() != nullptr;
-  if (!*whole) return snap;
+  if (parts.model_parallel() == nullptr) return snap;
   // Every rank sends its part; every rank then holds the whole model, loadable at any strategy.
   const size_t n = parts.full_table().total_floats();
   full_state_.resize(3 * n);
@@ -208,9 +206,9 @@ StatusOr<OptimizerSnapshot> StateKeeper::gathered_state(bool* whole) {
 // rank 0 copies the state and a background thread writes it.
 StatusOr<std::string> StateKeeper::save(int step, bool wait, StepProfiler* profiler) {
   const ResumeState st = resume_state(step);
-  bool whole = false;
-  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, gathered_state(&whole));
+  CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, gathered_state());
   ModelParts& parts = *run_.model;
+  const bool whole = parts.model_parallel() != nullptr;
   if (!leader_) return std::string();
   Stopwatch sw;
   const double t0 = now_seconds();

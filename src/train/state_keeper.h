@@ -190,8 +190,8 @@ class StateKeeper {
            run_.rank_layout.empty();
   }
   // The optimizer's state with, under model parallelism, the whole model gathered into
-  // full_state_ (a collective over the world); `whole` says which table it follows.
-  StatusOr<OptimizerSnapshot> gathered_state(bool* whole);
+  // full_state_ (a collective over the world; it then follows the full table).
+  StatusOr<OptimizerSnapshot> gathered_state();
   // The state back in buffers of the model's and the optimizer's own (before a restore, a new
   // binding, the keeper's end): the snapshot slots may go.
   void unplace();

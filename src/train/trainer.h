@@ -108,7 +108,10 @@ class Trainer {
   // `why`: the failure (or the graceful stop) that ended the generation; an error that stops
   // the rejoin carries `code`.
   Status rejoin_nodes(const std::string& why, StatusCode code);
-  // Everything setup built, in the reverse order.
+  // Everything built on the world group (the beacon stopped, the state keeper unbound, the
+  // optimizer, the model parts unless `keep_model`, the group itself), and everything setup
+  // built, in the reverse order.
+  void drop_world(bool keep_model);
   void teardown();
 
   TrainConfig config_;

@@ -45,19 +45,23 @@ bool Trainer::node_rejoinable() const {
          !env_->node_snapshots.empty() && env_->node_id >= 0;
 }
 
-void Trainer::teardown() {
+void Trainer::drop_world(bool keep_model) {
   // The beacon thread reads the group's flight recorder: stop it before the group goes.
   if (beacon_) beacon_->stop();
+  if (keeper_) keeper_->unbind();  // the optimizer, and maybe the model, go next
+  opt_.reset();
+  if (!keep_model) parts_.reset();
+  world_.reset();
+}
+
+void Trainer::teardown() {
+  drop_world(false);
   grad_watch_.reset();
   profiler_.reset();
   reporter_.reset();
-  if (keeper_) keeper_->unbind();
   keeper_.reset();  // its heartbeat stops: the agent waits for the new generation's first beat
-  opt_.reset();
-  parts_.reset();
   batches_.reset();
   beacon_.reset();
-  world_.reset();
   store_.reset();
 }
 
@@ -70,11 +74,7 @@ Status Trainer::rejoin_nodes(const std::string& why, StatusCode code) {
   // collective whose cross-node step failed here) fails at once and waits too: the agent keeps
   // the processes only when all of them do. The heartbeat goes on meanwhile.
   CANN_RETURN_IF_ERROR(keeper_->leave_generation());
-  if (beacon_) beacon_->stop();
-  keeper_->unbind();
-  opt_.reset();
-  parts_.reset();
-  world_.reset();
+  drop_world(false);
   StatusOr<StateKeeper::NodeGeneration> next = keeper_->join_next_node_generation(
       kRejoinTimeoutSeconds, &Trainer::stop_signalled, env_->node_id, env_->local_rank);
   if (!next.ok()) return Status(code, why + " (" + next.status().message() + ")");
@@ -103,13 +103,9 @@ Status Trainer::rejoin(const Status& cause) {
   StatusOr<int> gen =
       keeper_->join_next_generation(kRejoinTimeoutSeconds, &Trainer::stop_signalled);
   if (!gen.ok()) return Status(cause.code(), cause.message() + " (" + gen.status().message() + ")");
-  // The beacon thread reads the group's flight recorder: stop it before the group goes.
-  if (beacon_) beacon_->stop();
-  keeper_->unbind();  // the optimizer, and under model parallelism the model, go next
-  opt_.reset();
+  // Under model parallelism the model goes too: its groups hang off the old world.
   const bool mesh = parts_->model_parallel() != nullptr;
-  if (mesh) parts_.reset();  // its groups hang off the old world
-  world_.reset();
+  drop_world(!mesh);
   env_->generation = *gen;
   CANN_ASSIGN_OR_RETURN(world_, make_world_group(*env_, comm_));
   if (beacon_) beacon_->start(*world_);
