@@ -1,6 +1,7 @@
 // The layout each world size of a multi-node elastic job trains under model parallelism
-// (train/elastic_layouts.h): the launch's split where a world admits it, else the planner's
-// choice on the given spec, else none; and the leader forms only the sizes that have one.
+// (train/elastic_layouts.h): the launch's split where a world admits it, else its experts spread
+// over the ranks left, else the planner's choice on the given spec, else none; and the leader forms
+// only the sizes that have one.
 #include <gtest/gtest.h>
 
 #include "elastic/node_membership.h"
@@ -134,6 +135,26 @@ TEST(ElasticLayoutsTest, ABatchTheSplitCannotShareIsReplanned) {
   EXPECT_TRUE(none.layouts.empty());
   ASSERT_EQ(none.lines.size(), 1u);
   EXPECT_NE(none.lines[0].find("none"), std::string::npos) << none.lines[0];
+}
+
+// ep=4 over four nodes of one rank (deepseek_tiny's 8 experts, 2 a rank): one node lost leaves
+// three ranks, which ep=4 does not fit; the split stands with its experts spread over the
+// three (3, 3 and 2 a rank) rather than re-planned, and two nodes take ep=2. The planner is
+// never asked.
+TEST(ElasticLayoutsTest, ExpertsSpreadOverTheRanksAWorldKeeps) {
+  TrainConfig c = config_for("ep=4", 12);
+  c.model = "deepseek_tiny";
+  Priced priced;
+  const ElasticLayouts l = plan_elastic_layouts(c, *model::load_model_spec("deepseek_tiny"), 1, 2,
+                                                4, [&](int n) { return priced(n); });
+  EXPECT_EQ(priced.asked, 0) << joined(l);
+  for (const auto& [nodes, ep] : std::vector<std::pair<int, int>>{{4, 4}, {3, 3}, {2, 2}}) {
+    const plan::Strategy s = layout(l, nodes);
+    EXPECT_EQ(s.dp, nodes) << joined(l);
+    EXPECT_EQ(s.ep, ep) << joined(l);
+    EXPECT_EQ(s.gbs, 12);
+  }
+  EXPECT_NE(joined(l).find("experts 3, 3, 2 a rank"), std::string::npos) << joined(l);
 }
 
 // The membership record carries the generation's layout.

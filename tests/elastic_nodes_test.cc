@@ -172,7 +172,7 @@ class MultiProcElasticNodesTest : public ::testing::Test {
                                      "--steps",
                                      std::to_string(steps_),
                                      "--batch-size",
-                                     "8",
+                                     std::to_string(batch_),
                                      "--seq-len",
                                      "32",
                                      "--sample-tokens",
@@ -187,7 +187,7 @@ class MultiProcElasticNodesTest : public ::testing::Test {
                                      "1",
                                      "--quiet",
                                      "--nproc-per-node",
-                                     "2",
+                                     std::to_string(nproc_),
                                      "--elastic",
                                      "--nnodes",
                                      "1:2",
@@ -293,12 +293,15 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     }
     std::printf("%d step(s) trained again after the restore; %s\n", repeated,
                 test::line_with(survivor->output(), "generation 1 of").c_str());
+    const std::string both = std::to_string(2 * nproc_), one = std::to_string(nproc_);
     if (scaled) {
-      EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 4 -> 2"), std::string::npos)
+      EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size " + both + " -> " + one),
+                std::string::npos)
           << (*scaled)["detail"];
     }
     if (restored) {
-      EXPECT_NE((*restored)["detail"].get<std::string>().find("world size 2"), std::string::npos)
+      EXPECT_NE((*restored)["detail"].get<std::string>().find("world size " + one),
+                std::string::npos)
           << (*restored)["detail"];
     }
     expect_no_step_lost(run, false);
@@ -336,6 +339,7 @@ class MultiProcElasticNodesTest : public ::testing::Test {
   std::unique_ptr<Process> redis_;
   bool ready_ = false;
   int steps_ = kSteps;
+  int nproc_ = 2, batch_ = 8;  // processes per node, global batch
   std::string model_;  // empty: the small gpt of m.yaml
 };
 
@@ -520,6 +524,21 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderExpertParallelismSp
   steps_ = 200;
   const Lost lost = lose_a_node("mp-ep-" + suffix_, {"--strategy", "ep=4"});
   EXPECT_NE(lost.output.find("re-planned from ep=4"), std::string::npos) << lost.output;
+}
+
+// Three ranks a node, dp=6 x ep=6 (8 experts: 2, 2, 1, 1, 1, 1 a rank), one node lost: the
+// three ranks left take the launch's split with its experts spread over them, 3, 3 and 2 a
+// rank, restored from the whole state of the committed step.
+TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostSpreadsItsExpertsUnevenly) {
+  model_ = "deepseek_tiny";
+  steps_ = 200;
+  nproc_ = 3;
+  batch_ = 12;
+  const Lost lost = lose_a_node("mp-ep-uneven-" + suffix_, {"--strategy", "ep=6"});
+  EXPECT_NE(lost.scaled.find("-> dp=3,tp=1,pp=1,ep=3,"), std::string::npos) << lost.scaled;
+  EXPECT_NE(lost.output.find("re-planned from ep=6, its 8 experts 3, 3, 2 a rank"),
+            std::string::npos)
+      << lost.output;
 }
 
 // One node trains pp=2; a second joins and the job goes on at dp=2 x pp=2, the joiner's ranks

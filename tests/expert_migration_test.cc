@@ -61,6 +61,47 @@ TEST(ExpertPlacementTest, FourRanksAndAnEvenLoadThatStaysPut) {
   EXPECT_EQ(model::experts_moved(to, kept, 4), 0);
 }
 
+TEST(ExpertPlacementTest, UnevenSpreadsGiveTheFirstRanksOneMore) {
+  const int E = 8;
+  // 8 experts over 3 ranks: 3, 3, 2, the last slot of rank 2 empty.
+  EXPECT_EQ(model::slots_per_rank(E, 3), 3);
+  EXPECT_EQ(model::identity_slots(E, 3), (model::ExpertSlots{0, 1, 2, 3, 4, 5, 6, 7, -1}));
+  // 4 over 3: 2, 1, 1.
+  EXPECT_EQ(model::identity_slots(4, 3), (model::ExpertSlots{0, 1, 2, -1, 3, -1}));
+  // Dividing: no empty slot, the old blocks.
+  EXPECT_EQ(model::identity_slots(E, 4), model::identity_slots(E));
+  EXPECT_EQ(model::experts_in(model::identity_slots(E, 6)), E);
+  EXPECT_TRUE(model::is_placement(model::identity_slots(E, 6), E, 6));
+  EXPECT_FALSE(model::is_placement(model::identity_slots(E, 6), E, 5));
+  EXPECT_FALSE(model::is_placement({0, 1, 2, 3, 4, 5, 6, 6, -1}, E, 3));
+  for (int ep = 1; ep <= E; ++ep) {
+    const model::ExpertSlots at = model::identity_slots(E, ep);
+    const int El = model::slots_per_rank(E, ep);
+    for (int r = 0; r < ep; ++r) {
+      int held = 0;
+      for (int j = 0; j < El; ++j) {
+        EXPECT_EQ(model::identity_expert(E, ep, r, j), at[r * El + j]);
+        held += at[r * El + j] != model::kNoExpert;
+      }
+      EXPECT_TRUE(held == E / ep || held == E / ep + 1) << ep << " ranks, rank " << r;
+    }
+  }
+}
+
+TEST(ExpertPlacementTest, UnevenPlacementBalancesIntoTheEmptySlots) {
+  // 8 experts over 3 ranks, experts 0 and 1 hot on rank 0: one of them moves, possibly into
+  // rank 2's empty slot, and the spread stays a placement. The best largest rank load is 40
+  // (a hot expert and two cold ones, or the two hot ones apart).
+  const std::vector<double> load = {30, 30, 5, 5, 5, 5, 5, 5};
+  const model::ExpertSlots now = model::identity_slots(8, 3);
+  const model::ExpertSlots to = model::balanced_slots(load, now, 3);
+  EXPECT_TRUE(model::is_placement(to, 8, 3));
+  const std::vector<double> r = model::rank_loads(load, to, 3);
+  EXPECT_DOUBLE_EQ(*std::max_element(r.begin(), r.end()), 40.0);
+  EXPECT_GT(max_over_mean(load, now, 3), max_over_mean(load, to, 3));
+  EXPECT_GE(model::experts_moved(now, to, 3), 1);
+}
+
 TEST(ExpertRebalanceFlagTest, ParsesAndNamesWhatIsWrong) {
   auto ok = train::parse_expert_rebalance("every=20,cooldown=3");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
@@ -191,9 +232,12 @@ void expect_moved_experts_compute_the_same(int P) {
   const model::ModelSpec s = moe_spec();
   constexpr int kB = 2, kT = 16;
   const model::ParamTable full = model::build_param_table(s);
-  model::ExpertSlots shuffled = model::identity_slots(8);
+  // Over ranks that do not divide the experts the empty slots are shuffled too: a rank may
+  // end with more experts than it started with.
+  model::ExpertSlots shuffled = model::identity_slots(8, P);
   Rng rng(3);
-  for (int i = 7; i > 0; --i) std::swap(shuffled[i], shuffled[rng.below(i + 1)]);
+  for (int i = static_cast<int>(shuffled.size()) - 1; i > 0; --i)
+    std::swap(shuffled[i], shuffled[rng.below(i + 1)]);
   // The expert tensors of the whole model, summed over the ranks (each holds its own experts):
   // a's gradients, b's, a's parameters, b's.
   std::mutex mu;
@@ -212,7 +256,7 @@ void expect_moved_experts_compute_the_same(int P) {
     }
     ASSERT_TRUE((*b)->move_experts({{1, shuffled}}, {m.data(), v.data()}).ok());
     EXPECT_EQ((*b)->expert_slots(1), shuffled);
-    EXPECT_EQ((*b)->expert_slots(0), model::identity_slots(8));
+    EXPECT_EQ((*b)->expert_slots(0), model::identity_slots(8, P));
 
     std::vector<int> in(kB * kT), tg(kB * kT);
     Rng data(11 + rank);
@@ -244,8 +288,10 @@ void expect_moved_experts_compute_the_same(int P) {
         sums[3][i] += pb[i];
       }
     }
-    // The state moved with the experts: m = 2 params, v = params + 1 wherever they are.
+    // The state moved with the experts: m = 2 params, v = params + 1 wherever they are; a
+    // slot left empty holds zeros in every array.
     for (size_t i = 0; i < n; ++i) {
+      if ((*b)->params()[i] == 0.0f && m[i] == 0.0f && v[i] == 0.0f) continue;
       ASSERT_EQ(m[i], (*b)->params()[i] * 2.0f) << i;
       ASSERT_EQ(v[i], (*b)->params()[i] + 1.0f) << i;
     }
@@ -260,6 +306,11 @@ TEST(ExpertMigrationTest, MovedExpertsComputeTheSameOverTwoAndFourRanks) {
   expect_moved_experts_compute_the_same(4);
 }
 
+TEST(ExpertMigrationTest, MovedExpertsComputeTheSameOverRanksThatDoNotDivideThem) {
+  expect_moved_experts_compute_the_same(3);
+  expect_moved_experts_compute_the_same(5);
+}
+
 // Replicated experts (replicas=R): model b of each rank holds copies of experts 0 and 5 of
 // layer 1 (and of expert 3 of layer 0 on a moved placement), computing them for its own tokens.
 // Two micro-batches accumulate, held in two activation slots as a pipeline holds them (both
@@ -272,7 +323,7 @@ void expect_replicated_experts_compute_the_same(int P) {
   const model::ModelSpec s = moe_spec();
   constexpr int kB = 2, kT = 16;
   const model::ParamTable full = model::build_param_table(s);
-  model::ExpertSlots moved = model::identity_slots(8);
+  model::ExpertSlots moved = model::identity_slots(8, P);
   std::swap(moved[1], moved[6]);
   std::mutex mu;
   std::vector<std::vector<float>> sums(2, std::vector<float>(full.total_floats(), 0.0f));
@@ -371,6 +422,10 @@ void expect_replicated_experts_compute_the_same(int P) {
 TEST(ExpertMigrationTest, ReplicatedExpertsComputeTheSameOverTwoAndFourRanks) {
   expect_replicated_experts_compute_the_same(2);
   expect_replicated_experts_compute_the_same(4);
+}
+
+TEST(ExpertMigrationTest, ReplicatedExpertsComputeTheSameOverThreeRanks) {
+  expect_replicated_experts_compute_the_same(3);
 }
 
 // One expert with more rows than a rank's fair share: no placement can balance it, a copy on

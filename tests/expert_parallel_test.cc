@@ -6,6 +6,9 @@
 // group, then averaged over the expert groups and divided by dp/#groups), equal one process
 // accumulating the same micro-batches, tensor by tensor.
 //
+// ep need not divide the experts (model/expert_placement.h): 8 experts over 3 ranks hold 3, 3
+// and 2, and the same identity holds.
+//
 // Tolerance: 2e-5 of each tensor's largest gradient (summation order only; observed ~1e-7).
 #include <gtest/gtest.h>
 
@@ -14,13 +17,14 @@
 #include <mutex>
 
 #include "comm_test_util.h"
-#include "test_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "model/expert_placement.h"
 #include "model/model.h"
 #include "model/param_table.h"
 #include "parallel/mesh.h"
 #include "parallel/tp_comm.h"
+#include "test_util.h"
 
 namespace cann {
 namespace {
@@ -85,10 +89,25 @@ void expect_ep_matches(const char* yaml, int dp, int ep) {
     for (const auto& t : table.tensors()) {
       const auto& whole = full.at(*full.find(t.name));
       const float* g = (*m)->grads() + t.offset;
-      // Dense: the mean over data ranks. Experts: this rank's block, summed over its expert
-      // group already; the expert groups' sums add up to dp times the mean.
-      const size_t at = whole.offset + (t.expert ? static_cast<size_t>(ep_rank) * t.numel : 0);
-      for (size_t k = 0; k < t.numel; ++k) got[at + k] += g[k] / dp;
+      // Dense: the mean over data ranks. Experts: this rank's slots, summed over its expert
+      // group already; the expert groups' sums add up to dp times the mean. An empty slot
+      // (ep does not divide the experts) has no gradient.
+      if (!t.expert) {
+        for (size_t k = 0; k < t.numel; ++k) got[whole.offset + k] += g[k] / dp;
+        continue;
+      }
+      const int slots = static_cast<int>(t.shape[0]);
+      const size_t per = t.numel / slots;
+      for (int j = 0; j < slots; ++j) {
+        const int e = model::identity_expert(s.num_local_experts, ep, ep_rank, j);
+        for (size_t k = 0; k < per; ++k) {
+          const float v = g[j * per + k];
+          if (e == model::kNoExpert)
+            EXPECT_EQ(v, 0.0f) << t.name << " empty slot " << j;
+          else
+            got[whole.offset + e * per + k] += v / dp;
+        }
+      }
     }
   });
   const std::string what = "dp=" + std::to_string(dp) + " ep=" + std::to_string(ep);
@@ -103,6 +122,16 @@ TEST(ExpertParallelTest, MatchesOneProcess) {
   expect_ep_matches(kMoeBert, 4, 4);
   expect_ep_matches(kMoeGpt, 2, 2);  // capacity 1.0: tokens are dropped
   expect_ep_matches(kMoeGpt, 4, 4);
+}
+
+TEST(ExpertParallelTest, UnevenExpertsMatchOneProcess) {
+  // ep need not divide the experts: 8 over 3 ranks hold 3, 3 and 2; 4 over 3 hold 2, 1, 1;
+  // 8 over 6 hold 2, 2, 1, 1, 1, 1. The empty slots get no rows and no gradient.
+  expect_ep_matches(kMoeGpt, 3, 3);
+  expect_ep_matches(kMoeBert, 3, 3);
+  expect_ep_matches(kMoeGpt, 6, 3);
+  expect_ep_matches(kMoeGpt, 6, 6);
+  expect_ep_matches(kMoeGpt, 5, 5);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // whose expert lived on r, that expert's floats of every array (parameters first, then each
 // state array), tensor by tensor in table order. The receiver reads each source's stream in the
 // same order. One all-to-allv carries every layer.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -32,7 +33,8 @@ struct MovingLayer {
 
 Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vector<float*>& state) {
   if (ep_.size <= 1 || to.empty()) return OkStatus();
-  const int P = ep_.size, r = ep_.rank, E = spec_.num_local_experts, El = E / P;
+  const int P = ep_.size, r = ep_.rank, E = spec_.num_local_experts;
+  const int El = slots_per_rank(E, P), S = P * El;
   std::vector<float*> arrays = {params_at_};
   arrays.insert(arrays.end(), state.begin(), state.end());
   std::map<int, MovingLayer> layers;
@@ -40,8 +42,7 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
     if (t.expert && to.count(t.layer))
       layers[t.layer].pieces.push_back({t.offset, t.numel / static_cast<size_t>(t.shape[0])});
   for (const auto& [layer, slots] : to) {
-    CANN_CHECK(static_cast<int>(slots.size()) == E && layers.count(layer) &&
-               !expert_slots_[layer].empty())
+    CANN_CHECK(is_placement(slots, E, P) && layers.count(layer) && !expert_slots_[layer].empty())
         << "move_experts: layer " << layer << " is not a MoE layer of this stage";
     MovingLayer& m = layers[layer];
     for (const ExpertPiece& p : m.pieces) m.floats += p.per * arrays.size();
@@ -60,7 +61,8 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
   std::vector<size_t> send_counts(static_cast<size_t>(P), 0), recv_counts(P, 0);
   for (const auto& [layer, slots] : to) {
     const MovingLayer& m = layers[layer];
-    for (int s = 0; s < E; ++s) {
+    for (int s = 0; s < S; ++s) {
+      if (slots[s] == kNoExpert) continue;
       const int from = m.was[static_cast<size_t>(slots[s])] / El, dest = s / El;
       if (from == dest) continue;
       if (from == r) send_counts[dest] += m.floats;
@@ -77,7 +79,8 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
   move_recv_.resize(recv_at[P - 1] + recv_counts[P - 1]);
   for (const auto& [layer, slots] : to) {
     const MovingLayer& m = layers[layer];
-    for (int s = 0; s < E; ++s) {
+    for (int s = 0; s < S; ++s) {
+      if (slots[s] == kNoExpert) continue;
       const int old_slot = m.was[static_cast<size_t>(slots[s])];
       if (old_slot / El != r || s / El == r) continue;
       pack(m, old_slot % El, move_send_.data() + send_at[s / El]);
@@ -93,9 +96,14 @@ Status Model::move_experts(const std::map<int, ExpertSlots>& to, const std::vect
     const MovingLayer& m = layers[layer];
     move_block_.resize(static_cast<size_t>(El) * m.floats);
     for (int j = 0; j < El; ++j) {
-      const int old_slot = m.was[static_cast<size_t>(slots[r * El + j])];
-      const int from = old_slot / El;
       float* dst = move_block_.data() + static_cast<size_t>(j) * m.floats;
+      const int e = slots[r * El + j];
+      if (e == kNoExpert) {  // an empty slot holds zeros
+        std::fill(dst, dst + m.floats, 0.0f);
+        continue;
+      }
+      const int old_slot = m.was[static_cast<size_t>(e)];
+      const int from = old_slot / El;
       if (from == r) {
         pack(m, old_slot % El, dst);
       } else {

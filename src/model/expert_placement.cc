@@ -7,24 +7,70 @@
 
 namespace cann::model {
 
-ExpertSlots identity_slots(int E) {
-  ExpertSlots at(static_cast<size_t>(E));
-  std::iota(at.begin(), at.end(), 0);
+int slots_per_rank(int E, int ep) {
+  CANN_CHECK(E > 0 && ep > 0) << E << " experts over " << ep << " ranks";
+  return (E + ep - 1) / ep;
+}
+
+int identity_expert(int E, int ep, int rank, int j) {
+  const int q = E / ep, extra = E % ep;
+  const int held = q + (rank < extra ? 1 : 0), first = rank * q + std::min(rank, extra);
+  return j < held ? first + j : kNoExpert;
+}
+
+std::string experts_per_rank(int E, int ep) {
+  std::string out;
+  for (int r = 0; r < ep; ++r)
+    out += (r ? ", " : "") + std::to_string(E / ep + (r < E % ep ? 1 : 0));
+  return out;
+}
+
+ExpertSlots identity_slots(int E, int ep) {
+  const int El = slots_per_rank(E, ep);
+  ExpertSlots at(static_cast<size_t>(ep) * El, kNoExpert);
+  for (int r = 0; r < ep; ++r)
+    for (int j = 0; j < El; ++j) at[static_cast<size_t>(r) * El + j] = identity_expert(E, ep, r, j);
   return at;
 }
 
+int experts_in(const ExpertSlots& expert_at) {
+  return static_cast<int>(
+      std::count_if(expert_at.begin(), expert_at.end(), [](int e) { return e != kNoExpert; }));
+}
+
+bool is_placement(const ExpertSlots& at, int E, int ep) {
+  if (E <= 0 || ep <= 0 || at.size() != static_cast<size_t>(ep) * slots_per_rank(E, ep))
+    return false;
+  ExpertSlots sorted = at;
+  std::sort(sorted.begin(), sorted.end());
+  return sorted == [&] {
+    ExpertSlots want = identity_slots(E, ep);
+    std::sort(want.begin(), want.end());
+    return want;
+  }();
+}
+
 std::vector<int> slot_of(const ExpertSlots& expert_at) {
-  std::vector<int> inv(expert_at.size(), -1);
+  std::vector<int> inv(static_cast<size_t>(experts_in(expert_at)), -1);
   for (size_t s = 0; s < expert_at.size(); ++s)
-    inv[static_cast<size_t>(expert_at[s])] = static_cast<int>(s);
+    if (expert_at[s] != kNoExpert) inv[static_cast<size_t>(expert_at[s])] = static_cast<int>(s);
   return inv;
 }
+
+namespace {
+
+// The load of the expert in slot s (an empty slot has none).
+double load_at(const std::vector<double>& expert_load, const ExpertSlots& at, size_t s) {
+  return at[s] == kNoExpert ? 0.0 : expert_load[static_cast<size_t>(at[s])];
+}
+
+}  // namespace
 
 std::vector<double> rank_loads(const std::vector<double>& expert_load, const ExpertSlots& at,
                                int ep) {
   const size_t El = at.size() / static_cast<size_t>(ep);
   std::vector<double> load(static_cast<size_t>(ep), 0.0);
-  for (size_t s = 0; s < at.size(); ++s) load[s / El] += expert_load[static_cast<size_t>(at[s])];
+  for (size_t s = 0; s < at.size(); ++s) load[s / El] += load_at(expert_load, at, s);
   return load;
 }
 
@@ -34,7 +80,7 @@ namespace {
 // onto the least loaded rank with a free slot (ties to the rank that holds it now); experts
 // that stay keep their slot, the others fill the free ones in expert order.
 ExpertSlots longest_first(const std::vector<double>& expert_load, const ExpertSlots& now, int ep) {
-  const int E = static_cast<int>(now.size()), El = E / ep;
+  const int E = experts_in(now), El = static_cast<int>(now.size()) / ep;
   const std::vector<int> was = slot_of(now);
   std::vector<int> order(static_cast<size_t>(E));
   std::iota(order.begin(), order.end(), 0);
@@ -54,7 +100,7 @@ ExpertSlots longest_first(const std::vector<double>& expert_load, const ExpertSl
     load[best] += expert_load[static_cast<size_t>(e)];
     --free[best];
   }
-  ExpertSlots out(static_cast<size_t>(E), -1);
+  ExpertSlots out(now.size(), kNoExpert);
   for (int e = 0; e < E; ++e) {
     const int s = was[static_cast<size_t>(e)];
     if (s / El == rank_of[static_cast<size_t>(e)]) out[static_cast<size_t>(s)] = e;
@@ -74,10 +120,11 @@ ExpertSlots longest_first(const std::vector<double>& expert_load, const ExpertSl
 }
 
 // From the current placement, swaps between the most and the least loaded rank while one
-// lowers the larger of the two: each swap moves two experts, and only as many happen as help.
+// lowers the larger of the two: each swap moves two experts (or one into an empty slot), and
+// only as many happen as help.
 ExpertSlots swapped(const std::vector<double>& expert_load, ExpertSlots at, int ep) {
-  const int E = static_cast<int>(at.size()), El = E / ep;
-  for (int round = 0; round < E * ep; ++round) {
+  const int S = static_cast<int>(at.size()), El = S / ep;
+  for (int round = 0; round < S * ep; ++round) {
     const std::vector<double> load = rank_loads(expert_load, at, ep);
     const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
     const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
@@ -85,7 +132,7 @@ ExpertSlots swapped(const std::vector<double>& expert_load, ExpertSlots at, int 
     int best_a = -1, best_b = -1;
     for (int a = hi * El; a < (hi + 1) * El; ++a)
       for (int b = lo * El; b < (lo + 1) * El; ++b) {
-        const double d = expert_load[at[a]] - expert_load[at[b]];
+        const double d = load_at(expert_load, at, a) - load_at(expert_load, at, b);
         if (d <= 0) continue;
         const double larger = std::max(load[hi] - d, load[lo] + d);
         if (larger < best) {
@@ -107,8 +154,8 @@ double largest(const std::vector<double>& v) {
 }  // namespace
 
 ExpertSlots balanced_slots(const std::vector<double>& expert_load, const ExpertSlots& now, int ep) {
-  const int E = static_cast<int>(now.size());
-  CANN_CHECK(ep > 0 && E % ep == 0 && expert_load.size() == now.size())
+  const int E = experts_in(now);
+  CANN_CHECK(is_placement(now, E, ep) && expert_load.size() == static_cast<size_t>(E))
       << "expert placement: " << E << " experts over " << ep << " ranks";
   ExpertSlots few = swapped(expert_load, now, ep);
   ExpertSlots lpt = longest_first(expert_load, now, ep);

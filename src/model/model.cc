@@ -103,15 +103,17 @@ void Model::layout_activations() {
     if (s.has_shared_experts()) d_shared_x_ = take(N * C);
     if (s.qk_norm) d_qk_ = take(2 * N * (nh_ + kvh_) * s.head_size());
     if (s.is_moe()) {
-      moe_scratch_.d_xe = take(E * cap * C);
-      moe_scratch_.d_ge = take(E * cap * FM);
-      if (s.mlp == MlpKind::kSwiGlu) moe_scratch_.d_he = take(E * cap * 2 * FM);
-      moe_scratch_.d_ye = take(E * cap * C);
+      // By expert before the exchange, by slot (S >= E of them under ep) after it.
+      const size_t S = static_cast<size_t>(expert_slot_count());
+      moe_scratch_.d_xe = take(S * cap * C);
+      moe_scratch_.d_ge = take(S * cap * FM);
+      if (s.mlp == MlpKind::kSwiGlu) moe_scratch_.d_he = take(S * cap * 2 * FM);
+      moe_scratch_.d_ye = take(S * cap * C);
       moe_scratch_.d_gate = take(N * K);
       moe_scratch_.d_router = take(N * E);
       if (ep_.size > 1) {
         moe_scratch_.send = take(E * cap * C);
-        moe_scratch_.recv = take(E * cap * C);
+        moe_scratch_.recv = take(S * cap * C);
       }
     }
     if (tp_.size > 1) {
@@ -285,7 +287,7 @@ long Model::expert_rows(int i) const {
   const MoeActs& m = moe_layers_[i];
   if (m.recv_count == nullptr) return 0;
   long rows = 0;
-  for (int e = 0; e < spec_.num_local_experts; ++e) rows += m.recv_count[e];
+  for (int s = 0; s < expert_slot_count(); ++s) rows += m.recv_count[s];
   // And the rows of its own tokens it computed through the replicated experts' copies.
   if (!shadow_saved_.empty())
     for (const int r : saved_shadows(moe_layer(i)).rows) rows += r;
@@ -397,10 +399,8 @@ void Model::set_expert_slots(int layer, const ExpertSlots& slots) {
   CANN_CHECK(layer >= 0 && layer < static_cast<int>(expert_slots_.size()) &&
              !expert_slots_[layer].empty() && slots.size() == expert_slots_[layer].size())
       << "layer " << layer << " has no expert slots here";
-  std::vector<int> sorted = slots;
-  std::sort(sorted.begin(), sorted.end());
-  CANN_CHECK(sorted == identity_slots(spec_.num_local_experts))
-      << "expert slots of layer " << layer << " are not a permutation";
+  CANN_CHECK(is_placement(slots, spec_.num_local_experts, ep_.size))
+      << "expert slots of layer " << layer << " are not a placement of every expert";
   expert_slots_[layer] = slots;
   expert_weights_changed();
 }
@@ -414,8 +414,17 @@ std::vector<int> Model::expert_layers() const {
 
 std::function<int(int, int)> Model::expert_locator() const {
   if (ep_.size <= 1) return nullptr;
-  const int El = spec_.num_local_experts / ep_.size, first = ep_.rank * El;
+  const int El = slots_per_rank(spec_.num_local_experts, ep_.size), first = ep_.rank * El;
   return [this, first](int layer, int j) { return expert_slots_[layer][first + j]; };
+}
+
+ExpertSlots Model::identity_expert_slots() const {
+  return identity_slots(spec_.num_local_experts, std::max(1, ep_.size));
+}
+
+int Model::expert_slot_count() const {
+  const int E = spec_.num_local_experts;
+  return ep_.size > 1 ? ep_.size * slots_per_rank(E, ep_.size) : E;
 }
 
 std::span<const int> Model::expert_counts(int i) const {

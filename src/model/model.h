@@ -183,8 +183,13 @@ class Model {
   // The model layers that have expert slots here: the MoE layers of every chunk of this stage.
   std::vector<int> expert_layers() const;
   // Where each expert of this rank's table lives in the whole model: the full tensor's expert
-  // for (model layer, local slot j), i.e. expert_slots(layer)[ep rank * E/ep + j].
+  // for (model layer, local slot j), i.e. expert_slots(layer)[ep rank * El + j] with El =
+  // ceil(E/ep); kNoExpert for an empty slot.
   std::function<int(int, int)> expert_locator() const;
+  // Expert slots of a MoE layer over the whole expert group: ep * ceil(E/ep), or E without ep.
+  int expert_slot_count() const;
+  // The contiguous placement of this model's experts over its expert group.
+  ExpertSlots identity_expert_slots() const;
   // Moves the experts of the MoE layers in `to` (model layer -> its new slots) to their new
   // ranks: the parameters and every array of `state` (laid out like the parameters: the
   // optimizer's moments) travel over the expert-parallel group, which all call this together

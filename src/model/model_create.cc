@@ -63,7 +63,8 @@ Model::Model(ModelSpec spec, const TensorParallel& tp, const PipelineStage& stag
     expert_slots_.resize(static_cast<size_t>(spec_.num_hidden_layers));
     for (const LayerRange& c : chunks_)
       for (int l = c.first; l < c.end; ++l)
-        if (spec_.is_moe_layer(l)) expert_slots_[l] = identity_slots(spec_.num_local_experts);
+        if (spec_.is_moe_layer(l))
+          expert_slots_[l] = identity_slots(spec_.num_local_experts, ep_.size);
   }
   for (const LayerRange& c : chunks_) {
     holds_embed_ = holds_embed_ || c.first == 0;
@@ -140,13 +141,11 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelSpec& spec, int max_ba
                              " layers (chunks must be non-empty and ascending)");
     prev_end = c.end;
   }
-  if (ep.size > 1 && (!spec.is_moe() || spec.num_local_experts % ep.size != 0 ||
-                      ep.comm == nullptr || ep.rank < 0 || ep.rank >= ep.size))
+  if (ep.size > 1 && (!spec.is_moe() || spec.num_local_experts < ep.size || ep.comm == nullptr ||
+                      ep.rank < 0 || ep.rank >= ep.size))
     return InvalidArgument("expert parallelism ep=" + std::to_string(ep.size) +
-                           " needs a model "
-                           "whose expert count it divides (model '" +
-                           spec.name + "' has " + std::to_string(spec.num_local_experts) +
-                           " experts)");
+                           " needs a model with at least one expert per rank (model '" + spec.name +
+                           "' has " + std::to_string(spec.num_local_experts) + " experts)");
   std::unique_ptr<Model> m(new Model(spec, tp.size > 1 ? tp : TensorParallel{}, stage,
                                      ep.size > 1 ? ep : ExpertParallel{},
                                      cp.size > 1 ? cp : ContextParallel{}));

@@ -1,10 +1,11 @@
 // MoE feed-forward forward and backward. Each expert's MLP runs over exactly the rows routed to
 // it (expert_count[e]), as two GEMMs on a contiguous slice of the expert buffer.
 //
-// Expert parallelism over P ranks, El = E/P experts each: after routing and dispatch (local
-// tokens, local capacity), the per-expert row counts are exchanged first (all-to-all of El
-// ints per rank pair), then the rows themselves (all-to-allv: to rank j go the kept rows of
-// the experts in its slots j*El..(j+1)*El-1, in slot order; MoeDims::slots names them). Received
+// Expert parallelism over P ranks, El = ceil(E/P) expert slots each (S = P*El in all, the
+// S - E left over empty): after routing and dispatch (local tokens, local capacity), the
+// per-slot row counts are exchanged first (all-to-all of El ints per rank pair; an empty slot
+// counts 0), then the rows themselves (all-to-allv: to rank j go the kept rows of the experts
+// in its slots j*El..(j+1)*El-1, in slot order; MoeDims::slots names them). Received
 // rows are laid out per local expert, P*capacity rows each, sources in rank order, so each expert
 // is still two contiguous GEMMs. The outputs travel back the same way, and backward mirrors both
 // exchanges. Cost per layer and micro-batch: 4 all-to-allv of at most N*K*C floats (2 forward, 2
@@ -39,6 +40,7 @@
 #include "kernels/cpu/moe_balance.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/swiglu.h"
+#include "model/expert_placement.h"
 
 namespace cann::model {
 
@@ -46,20 +48,32 @@ using namespace cann::kernels;
 
 namespace {
 
-// The expert in global slot s (model/expert_placement.h).
-int expert_in(const int* slots, int s) {
-  return slots == nullptr ? s : slots[s];
+// Expert slots of one rank, and of the whole group, for E experts over P ranks.
+int local_slots(int E, int P) {
+  return (E + P - 1) / P;
+}
+int all_slots(int E, int P) {
+  return P * local_slots(E, P);
+}
+
+// The expert in global slot s (model/expert_placement.h), or kNoExpert for an empty one;
+// without a placement, the contiguous blocks.
+int expert_in(const int* slots, int s, int E, int P) {
+  if (slots != nullptr) return slots[s];
+  const int El = local_slots(E, P);
+  return identity_expert(E, P, s / El, s % El);
 }
 
 // Rows of (E, cap, C) kept per expert, concatenated in slot order -> out; returns floats per
 // destination rank in counts_out (P of them).
 void pack_by_expert(float* out, std::vector<size_t>* counts_out, const float* xe, const int* count,
                     const int* slots, int E, int P, int cap, int C) {
-  const int El = E / P;
+  const int El = local_slots(E, P);
   counts_out->assign(P, 0);
   size_t used = 0;
-  for (int s = 0; s < E; ++s) {
-    const int e = expert_in(slots, s);
+  for (int s = 0; s < P * El; ++s) {
+    const int e = expert_in(slots, s, E, P);
+    if (e < 0) continue;
     const size_t n = static_cast<size_t>(count[e]) * C;
     std::memcpy(out + used, xe + static_cast<size_t>(e) * cap * C, n * sizeof(float));
     used += n;
@@ -68,21 +82,25 @@ void pack_by_expert(float* out, std::vector<size_t>* counts_out, const float* xe
 }
 
 // The inverse of pack_by_expert.
-void unpack_by_expert(float* xe, const float* in, const int* count, const int* slots, int E,
+void unpack_by_expert(float* xe, const float* in, const int* count, const int* slots, int E, int P,
                       int cap, int C) {
   size_t used = 0;
-  for (int s = 0; s < E; ++s) {
-    const int e = expert_in(slots, s);
+  for (int s = 0; s < all_slots(E, P); ++s) {
+    const int e = expert_in(slots, s, E, P);
+    if (e < 0) continue;
     const size_t n = static_cast<size_t>(count[e]) * C;
     std::memcpy(xe + static_cast<size_t>(e) * cap * C, in + used, n * sizeof(float));
     used += n;
   }
 }
 
-// Each expert's row count in slot order: what rank s / El's local slot s % El receives.
-std::vector<int> counts_by_slot(const int* count, const int* slots, int E) {
-  std::vector<int> out(static_cast<size_t>(E));
-  for (int s = 0; s < E; ++s) out[static_cast<size_t>(s)] = count[expert_in(slots, s)];
+// Each slot's row count: what rank s / El's local slot s % El receives (0 for an empty one).
+std::vector<int> counts_by_slot(const int* count, const int* slots, int E, int P) {
+  std::vector<int> out(static_cast<size_t>(all_slots(E, P)), 0);
+  for (size_t s = 0; s < out.size(); ++s) {
+    const int e = expert_in(slots, static_cast<int>(s), E, P);
+    if (e >= 0) out[s] = count[e];
+  }
   return out;
 }
 
@@ -211,9 +229,9 @@ void route_families_backward(const MoeActs& a, const MoeScratch& s, const MoeDim
 }
 
 // The global slot holding expert e.
-int slot_holding(const int* slots, int E, int e) {
-  for (int s = 0; s < E; ++s)
-    if (expert_in(slots, s) == e) return s;
+int slot_holding(const int* slots, int E, int P, int e) {
+  for (int s = 0; s < all_slots(E, P); ++s)
+    if (expert_in(slots, s, E, P) == e) return s;
   return -1;
 }
 
@@ -267,10 +285,10 @@ struct ShadowOwners {
 };
 
 ShadowOwners shadow_owners(const MoeShadows& sh, const MoeDims& d, int P) {
-  const int El = d.E / P;
+  const int El = local_slots(d.E, P);
   ShadowOwners w;
   for (const int h : sh.experts) {
-    const int s = slot_holding(d.slots, d.E, h);
+    const int s = slot_holding(d.slots, d.E, P, h);
     CANN_CHECK(s >= 0) << "replicated expert " << h << " is in no slot";
     w.owner.push_back(s / El);
     w.local.push_back(s % El);
@@ -495,9 +513,9 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   }
   std::vector<int> without_copies;
   const int* exchanged = exchanged_counts(a, d, &without_copies);
-  const int P = ep->size, El = E / P;
+  const int P = ep->size, El = local_slots(E, P);
   std::vector<size_t> send_counts;
-  const std::vector<int> sent = counts_by_slot(exchanged, d.slots, E);
+  const std::vector<int> sent = counts_by_slot(exchanged, d.slots, E, P);
   if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, sent.data(), El);
   pack_by_expert(s.send, &send_counts, a.xe, exchanged, d.slots, E, P, cap, C);
   std::vector<size_t> recv_counts = recv_floats(a.recv_count, P, El, C);
@@ -511,7 +529,7 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   relayout(a.ye, s.recv, a.recv_count, P, El, cap, C, false);
   if (ep_status->ok())
     *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-  unpack_by_expert(a.ye, s.send, exchanged, d.slots, E, cap, C);
+  unpack_by_expert(a.ye, s.send, exchanged, d.slots, E, P, cap, C);
   if (shadows) shadow_rows(a.ye, shadow_acts(a, d).ye, d, cap, true);
   moe_combine(out, a.ye, a.gate, a.expert_index, a.slot, a.shape, C);
   return a.aux;
@@ -537,7 +555,7 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
   } else {
     // The output gradients go to the experts' ranks like the inputs did, and the input
     // gradients come back like the outputs did.
-    const int P = ep->size, El = E / P;
+    const int P = ep->size, El = local_slots(E, P);
     const bool shadows = d.shadows != nullptr && !d.shadows->experts.empty();
     MoeScratch copies{};
     if (shadows) copies = shadow_backward(a, s, o, d);
@@ -557,7 +575,7 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
     relayout(s.d_xe, s.recv, a.recv_count, P, El, cap, C, false);
     if (ep_status->ok())
       *ep_status = ep->comm->alltoallv(s.send, send_counts.data(), s.recv, recv_counts.data());
-    unpack_by_expert(s.d_xe, s.send, exchanged, d.slots, E, cap, C);
+    unpack_by_expert(s.d_xe, s.send, exchanged, d.slots, E, P, cap, C);
     if (shadows) {
       shadow_rows(s.d_xe, copies.d_xe, d, cap, true);
       reduce_shadow_grads(grads, o, d, *ep, ep_status);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "model/expert_placement.h"
+
 namespace cann::model {
 
 size_t ParamTable::add(std::string name, std::vector<int64_t> shape, int layer, TpSplit split,
@@ -149,15 +151,19 @@ void place_tp_shard(const TensorInfo& t, const float* shard, float* full, int ra
 
 namespace {
 
-// Each local expert of expert tensor t (its dim 0 holds shape[0] of them): fn(offset in t,
-// offset in the whole tensor, floats), the whole tensor's expert as `at` places it.
+// Each local expert slot of expert tensor t (its dim 0 holds shape[0] of them): fn(offset in
+// t, offset in the whole tensor, floats), the whole tensor's expert as `at` places it, or
+// fn(offset in t, npos, floats) for a slot that holds no expert (ep does not divide the
+// whole tensor's `experts`).
 template <typename Fn>
-void for_each_expert(const TensorInfo& t, const ShardPlace& at, Fn fn) {
+void for_each_expert(const TensorInfo& t, int experts, const ShardPlace& at, Fn fn) {
   const int El = static_cast<int>(t.shape[0]);
   const size_t per = t.numel / static_cast<size_t>(El);
   for (int j = 0; j < El; ++j) {
-    const int e = at.expert ? at.expert(t.layer, j) : at.ep_rank * El + j;
-    fn(static_cast<size_t>(j) * per, static_cast<size_t>(e) * per, per);
+    const int e =
+        at.expert ? at.expert(t.layer, j) : identity_expert(experts, at.ep, at.ep_rank, j);
+    const bool held = e >= 0 && e < experts;
+    fn(static_cast<size_t>(j) * per, held ? static_cast<size_t>(e) * per : std::string::npos, per);
   }
 }
 
@@ -168,10 +174,14 @@ void slice_from_full(const ParamTable& full, const float* full_buf, const ParamT
   for (const TensorInfo& t : local.tensors()) {
     const TensorInfo& whole = full.at(*full.find(t.name));
     if (t.expert && at.ep > 1) {
-      for_each_expert(t, at, [&](size_t local, size_t global, size_t n) {
-        std::copy(full_buf + whole.offset + global, full_buf + whole.offset + global + n,
-                  local_buf + t.offset + local);
-      });
+      for_each_expert(
+          t, static_cast<int>(whole.shape[0]), at, [&](size_t local, size_t global, size_t n) {
+            float* to = local_buf + t.offset + local;
+            if (global == std::string::npos)
+              std::fill(to, to + n, 0.0f);
+            else
+              std::copy(full_buf + whole.offset + global, full_buf + whole.offset + global + n, to);
+          });
       continue;
     }
     copy_tp_shard(t, full_buf + whole.offset, local_buf + t.offset, at.tp_rank, at.tp);
@@ -185,10 +195,12 @@ void place_into_full(const ParamTable& local, const float* local_buf, const Para
     if (!owned(t)) continue;
     const TensorInfo& whole = full.at(*full.find(t.name));
     if (t.expert && at.ep > 1) {
-      for_each_expert(t, at, [&](size_t local, size_t global, size_t n) {
-        std::copy(local_buf + t.offset + local, local_buf + t.offset + local + n,
-                  full_buf + whole.offset + global);
-      });
+      for_each_expert(t, static_cast<int>(whole.shape[0]), at,
+                      [&](size_t local, size_t global, size_t n) {
+                        if (global == std::string::npos) return;
+                        std::copy(local_buf + t.offset + local, local_buf + t.offset + local + n,
+                                  full_buf + whole.offset + global);
+                      });
       continue;
     }
     place_tp_shard(t, local_buf + t.offset, full_buf + whole.offset, at.tp_rank, at.tp);
@@ -270,7 +282,9 @@ void add_mlp(ParamTable& t, const ModelSpec& s, const std::string& name, int64_t
 // tp), and the shared experts (one MLP of their summed width, split over tp as a dense MLP) with
 // Qwen2-MoE's gate.
 void add_moe(ParamTable& t, const ModelSpec& s, const std::string& p, int l, int tp, int ep) {
-  const int64_t C = s.hidden_size, E = s.num_local_experts / ep, FM = s.moe_intermediate_size;
+  // A rank's expert slots: ceil(E / ep) (model/expert_placement.h; a slot may be empty).
+  const int64_t C = s.hidden_size, E = (s.num_local_experts + ep - 1) / ep,
+                FM = s.moe_intermediate_size;
   const int64_t FC = s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM;
   t.add(p + "moe.router.w", {s.num_local_experts, C}, l, TpSplit::kReplicated, true);
   if (s.has_expert_bias()) {

@@ -114,12 +114,14 @@ void place_tp_shard(const TensorInfo& info, const float* shard, float* full, int
 
 // Where a rank's table sits in the full model: its tensor-parallel rank and its place in the
 // expert group, whose experts are a contiguous block of each expert tensor's dim 0 (rank r of
-// ep holds experts [r*E/ep, (r+1)*E/ep)) unless `expert` says otherwise.
+// ep holds model::identity_slots(E, ep)'s block; ceil(E/ep) slots, some maybe empty, which
+// slicing fills with zeros) unless `expert` says otherwise.
 struct ShardPlace {
   int tp_rank = 0, tp = 1;
   int ep_rank = 0, ep = 1;
   // Under ep, when experts have moved (model/expert_placement.h): the full tensor's expert
-  // held in local slot j of model layer `layer`, (layer, j) -> expert. Null: ep_rank*E/ep + j.
+  // held in local slot j of model layer `layer`, (layer, j) -> expert (kNoExpert: an empty
+  // slot). Null: the contiguous blocks.
   std::function<int(int layer, int j)> expert;
 };
 // local_buf <- this rank's part of every tensor of `local` (a stage's or a sharded table; each

@@ -50,6 +50,9 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   const size_t C = s.hidden_size, QKV = qkv_, F = ff_, AC = attn_c_;
   const size_t lse = N * nh_;  // N counts this rank's queries under cp
   const size_t E = s.num_local_experts, K = s.num_experts_per_tok, FM = s.moe_intermediate_size;
+  // Expert rows are laid out by expert before the exchange and by slot after it (ep slots of
+  // ceil(E/ep) experts, some maybe empty): room for the larger.
+  const size_t S = static_cast<size_t>(expert_slot_count());
   const bool is_moe = s.is_moe_layer(l);
   LayerActs a{};
   if (keep == Keep::kOutput) {
@@ -57,7 +60,7 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
     if (is_moe) {
       MoeActs m{};
       m.expert_count = arena.itake(E);
-      if (ep_.size > 1) m.recv_count = arena.itake(E);
+      if (ep_.size > 1) m.recv_count = arena.itake(S);
       a.moe_index = static_cast<int>(moe->size());
       moe->push_back(m);
     }
@@ -102,10 +105,10 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   m.probs = arena.take(N * E);
   m.gate = arena.take(N * K);
   m.load_fraction = arena.take(E);
-  m.xe = arena.take(E * cap * C);
-  m.he = arena.take(E * cap * (s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM));
-  m.ge = arena.take(E * cap * FM);
-  m.ye = arena.take(E * cap * C);
+  m.xe = arena.take(S * cap * C);
+  m.he = arena.take(S * cap * (s.mlp == MlpKind::kSwiGlu ? 2 * FM : FM));
+  m.ge = arena.take(S * cap * FM);
+  m.ye = arena.take(S * cap * C);
   if (s.has_shared_experts()) {
     const size_t SF = shared_ff_;
     a.fch = arena.take(s.mlp == MlpKind::kSwiGlu ? 2 * N * SF : N * SF);
@@ -116,7 +119,7 @@ Model::LayerActs Model::carve_layer(ArenaCarver& arena, int l, Keep keep,
   m.expert_index = arena.itake(N * K);
   m.slot = arena.itake(N * K);
   m.expert_count = arena.itake(E);
-  if (ep_.size > 1) m.recv_count = arena.itake(E);
+  if (ep_.size > 1) m.recv_count = arena.itake(S);
   if (tp_.sequence_parallel) {
     m.local_slot = arena.itake(R * K);
     m.local_count = arena.itake(E);
@@ -160,7 +163,7 @@ void Model::record_routing(MoeActs& kept, const MoeActs& routed, bool recomputin
   if (!recomputing) {
     std::copy(routed.expert_count, routed.expert_count + E, kept.expert_count);
     if (routed.recv_count != nullptr)
-      std::copy(routed.recv_count, routed.recv_count + E, kept.recv_count);
+      std::copy(routed.recv_count, routed.recv_count + expert_slot_count(), kept.recv_count);
     kept.shape = routed.shape;
     kept.aux = routed.aux;
     return;

@@ -96,11 +96,13 @@ Status check_model_split(const Strategy& s, const model::ModelSpec& spec, int se
                            ") with the MoE layers of model '" + spec.name +
                            "' is not available in this build (routing depends on which tokens "
                            "share a micro-batch); hint: use cp=1 for MoE models");
-  if (s.ep > 1 && (!spec.is_moe() || spec.num_local_experts % s.ep != 0))
+  // ep need not divide the experts: each rank holds ceil(E/ep) slots, the last ones maybe
+  // empty (model/expert_placement.h), as after a lost rank's experts are spread.
+  if (s.ep > 1 && (!spec.is_moe() || spec.num_local_experts < s.ep))
     return InvalidArgument(where(s) + "ep=" + std::to_string(s.ep) +
-                           " must divide the experts of model '" + spec.name + "' (" +
-                           std::to_string(spec.num_local_experts) +
-                           "); hint: use an MoE model and an ep that divides its experts");
+                           " needs at least one expert per rank, and model '" + spec.name +
+                           "' has " + std::to_string(spec.num_local_experts) +
+                           " experts; hint: use an MoE model and ep <= its expert count");
   if (s.cp > 1 && seq % (2 * s.cp) != 0)
     return InvalidArgument(where(s) + "cp=" + std::to_string(s.cp) + " cuts each sequence of " +
                            std::to_string(seq) + " tokens into 2*cp = " + std::to_string(2 * s.cp) +

@@ -12,8 +12,10 @@
 //                  processes must be a multiple of tp*pp*cp (and equal dp*tp*pp*cp when dp
 //                  is given), ep divides dp, ZeRO 2-3 not under a pipeline, no ZeRO with ep;
 //   the model's    tp splits the heads and widths, at most one stage per layer, interleaved
-//   shape          chunks divide the layers, no cp with MoE layers, ep divides the experts,
-//                  2*cp divides the sequence, tp divides a micro-batch's tokens under sp;
+//   shape          chunks divide the layers, no cp with MoE layers, ep at most the experts
+//                  (the planner, like Megatron-Core, asks that it divide them; the engine
+//                  gives each rank ceil(E/ep) slots, some empty), 2*cp divides the sequence, tp
+//                  divides a micro-batch's tokens under sp;
 //   the reduction  compression and ZeRO need several processes, 1-bit Adam and top-k need
 //                  the plain data-parallel layout, ep only the fp32 reduction, ZeRO none;
 //   elasticity     on one node a generation refills lost ranks and keeps the layout, so every

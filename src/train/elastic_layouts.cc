@@ -1,8 +1,10 @@
 // The layout of each world size a multi-node elastic job may have (see elastic_layouts.h).
 #include "train/elastic_layouts.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "model/expert_placement.h"
 #include "plan/strategy.h"
 #include "train/engine_search.h"
 #include "train/run_layout.h"
@@ -18,6 +20,22 @@ StatusOr<plan::Strategy> admitted(const TrainConfig& config, const model::ModelS
   c.strategy = s;
   CANN_ASSIGN_OR_RETURN(RunLayout l, resolve_run_layout(c, spec, world, 0, {true, true, 0}));
   return l.strategy;
+}
+
+// The launch's split (`kept`) with ep lowered to the largest value that divides this world's
+// data-parallel ranks and admits the layout; its strategy string, or empty.
+std::string spread_experts(const TrainConfig& config, const model::ModelSpec& spec,
+                           plan::Strategy kept, int world) {
+  const int split = kept.tp * kept.pp * kept.cp;
+  if (kept.ep <= 1 || world % split != 0) return std::string();
+  const int dp = world / split;
+  for (int ep = std::min(kept.ep - 1, dp); ep >= 2; --ep) {
+    if (dp % ep != 0) continue;
+    kept.ep = ep;
+    if (StatusOr<plan::Strategy> s = admitted(config, spec, kept, world); s.ok())
+      return plan::strategy_string(*s);
+  }
+  return std::string();
 }
 
 std::string first_line(const Status& s) {
@@ -61,6 +79,16 @@ ElasticLayouts plan_elastic_layouts(
       continue;
     }
     const std::string why = first_line(s.status());
+    // Experts follow the world too: the launch's split with its experts spread over the
+    // expert-parallel ranks this world has, as many as divide its data-parallel ranks (a rank
+    // may then hold one expert more than another).
+    if (std::string spread = spread_experts(config, spec, kept, world); !spread.empty()) {
+      StatusOr<plan::Strategy> e = plan::parse_strategy(spread);
+      out.layouts[n] = spread;
+      out.lines.push_back(head + plan::strategy_brief(*e) + " (the launch's split, " + "experts " +
+                          model::experts_per_rank(spec.num_local_experts, e->ep) + " a rank)");
+      continue;
+    }
     // The planner's choice for this many devices.
     std::string replanned;
     StatusOr<plan::ClusterSpec> c = cluster(n);

@@ -7,10 +7,15 @@
 //   1. the launch's split (tp, pp, cp, ep, vpp, sp, ZeRO, recomputation), dp following the
 //      world, where that world admits it by every rule `run` checks (resolve_run_layout): the
 //      user chose it, and it stands wherever it can;
-//   2. else the planner's fastest layout the engine trains on that many devices of the
+//   2. else, under expert parallelism, the same split with its experts spread over as many
+//      expert-parallel ranks as the world's data-parallel ranks allow (ep lowered to the
+//      largest value that divides them, not necessarily the expert count: 8 experts over 3
+//      ranks hold 3, 3 and 2, model/expert_placement.h), the lost ranks' experts restored
+//      onto the survivors from the whole snapshot;
+//   3. else the planner's fastest layout the engine trains on that many devices of the
 //      machine's calibrated spec (plan::search, engine-only, the same global batch), the first
 //      of its top candidates that fits and passes the same rules;
-//   3. else none: the leader never forms a generation of that size.
+//   4. else none: the leader never forms a generation of that size.
 // The micro-batch is the launch's (its mbs; a pipeline's 1), else the one of the largest world
 // (global batch / its dp), so a smaller world keeps the global batch by accumulating.
 //

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/timer.h"
 #include "kernels/cpu/moe_routing.h"
+#include "model/expert_placement.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/data_parallel.h"
 #include "train/hf_weights.h"
@@ -316,7 +317,15 @@ Status ModelParts::export_hf(const model::ModelSpec& spec, const std::string& di
 }
 
 std::string ModelParts::describe_mesh() const {
-  return mp_ ? "process mesh: " + mp_->describe() + "\n" + mp_->rank_table() : "";
+  if (!mp_) return "";
+  std::string out = "process mesh: " + mp_->describe() + "\n" + mp_->rank_table();
+  // Experts that ep does not divide: say how many each rank holds.
+  const int E = model_->spec().num_local_experts, ep = layout_.strategy.ep;
+  if (ep > 1 && E % ep != 0) {
+    out += "\nexperts: " + std::to_string(E) + " over ep=" + std::to_string(ep) + ": " +
+           model::experts_per_rank(E, ep) + " a rank (a rank with fewer keeps an empty slot)";
+  }
+  return out;
 }
 
 std::string ModelParts::describe_pipeline() const {

@@ -46,7 +46,7 @@ std::string expert_slots_member(const model::Model& model) {
   nlohmann::json slots = nlohmann::json::object();
   for (int layer : model.expert_layers()) {
     const model::ExpertSlots& at = model.expert_slots(layer);
-    if (at != model::identity_slots(static_cast<int>(at.size()))) slots[std::to_string(layer)] = at;
+    if (at != model.identity_expert_slots()) slots[std::to_string(layer)] = at;
   }
   if (slots.empty()) return std::string();
   return ",\"expert_slots\":" + slots.dump();
@@ -63,18 +63,20 @@ Status restore_expert_slots(const std::string& meta_json, const std::string& pat
     return DataLoss(path + ": snapshot metadata is not JSON (" + e.what() + ")");
   }
   const int E = model->spec().num_local_experts;
+  const model::ExpertSlots identity = model->identity_expert_slots();
+  model::ExpertSlots every = identity;  // each expert once, and the empty slots
+  std::sort(every.begin(), every.end());
   for (int layer : layers) {
-    model::ExpertSlots at = model::identity_slots(E);
+    model::ExpertSlots at = identity;
     if (auto it = slots.find(std::to_string(layer)); it != slots.end()) {
-      std::vector<int> sorted;
       try {
         at = it->get<model::ExpertSlots>();
       } catch (const std::exception&) {
         at.clear();
       }
-      sorted = at;
+      model::ExpertSlots sorted = at;
       std::sort(sorted.begin(), sorted.end());
-      if (sorted != model::identity_slots(E))
+      if (sorted != every)
         return DataLoss(path + ": expert_slots of layer " + std::to_string(layer) +
                         " is not a placement of " + std::to_string(E) +
                         " experts; hint: the snapshot is damaged: resume from a disk "

@@ -10,9 +10,10 @@
 #include "core/log.h"
 #include "core/pages.h"
 #include "core/threads.h"
-#include "kernels/cpu/gemm.h"
 #include "core/timer.h"
+#include "kernels/cpu/gemm.h"
 #include "model/engine_support.h"
+#include "model/expert_placement.h"
 #include "model/flops.h"
 #include "train/grad_dump.h"
 #include "train/link_probe.h"
@@ -24,6 +25,13 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) {
   g_stop_signal = sig;
+}
+
+// ", its 8 experts 3, 3, 2 a rank" where ep does not divide a MoE model's experts.
+std::string experts_spread(const model::ModelSpec& spec, int ep) {
+  const int E = spec.num_local_experts;
+  if (ep <= 1 || E % ep == 0) return std::string();
+  return ", its " + std::to_string(E) + " experts " + model::experts_per_rank(E, ep) + " a rank";
 }
 
 }  // namespace
@@ -66,7 +74,8 @@ Status Trainer::setup(const DistEnv* env, const CommConfig& comm) {
                       s.vpp != was.vpp || s.zero != was.zero))
       log_info("generation " + std::to_string(env->generation) + " of " + std::to_string(world) +
                " processes trains --strategy " + plan::strategy_brief(s) + ", re-planned from " +
-               plan::strategy_brief(config_.strategy) + " (docs/elastic.md)");
+               plan::strategy_brief(config_.strategy) + experts_spread(spec_, s.ep) +
+               " (docs/elastic.md)");
     config_.strategy = s;
   }
   const ElasticShape elastic{env != nullptr && env->elastic(),
