@@ -312,16 +312,8 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
       if (bytes > config.max_bytes / config.factor) break;
     }
   }
-  // No rank leaves before every rank has finished its last collective: a process that exits
-  // while a peer still waits for its last message can reset the connection under it (the
-  // peer's unread bytes are dropped), failing a run that measured correctly.
-  if (store) {
-    const std::string done = "cann/" + env.job_id + "/bench-comm-done/rank";
-    CANN_RETURN_IF_ERROR(store->set(done + std::to_string(env.rank), "1"));
-    std::vector<std::string> keys;
-    for (int r = 0; r < P; ++r) keys.push_back(done + std::to_string(r));
-    CANN_RETURN_IF_ERROR(store->wait(keys, opts.timeout));
-  }
+  // No rank leaves before every rank has finished its last collective.
+  if (store) CANN_RETURN_IF_ERROR(train::leave_together(*store, env, "bench-comm", opts.timeout));
   set_raw_ratios(rows);
   const CommTarget target = judge_comm_target(rows);
   if (!leader) return !target.judged || target.met;

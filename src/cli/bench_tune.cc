@@ -466,7 +466,12 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
   CANN_RETURN_IF_ERROR(sync->broadcast(&now, 1, comm::DataType::kInt64, 0)->wait());
   t.measured_at = utc_timestamp(now);
   if (env.local_rank == 0) CANN_RETURN_IF_ERROR(train::write_comm_tuning(config.output, t));
-  CANN_RETURN_IF_ERROR(sync->barrier()->wait());
+  // Every node has written its file, and no rank leaves while a peer still reads the last
+  // collective (train/distributed.h).
+  if (store)
+    CANN_RETURN_IF_ERROR(train::leave_together(
+        *store, env, "bench-tune",
+        std::chrono::milliseconds(static_cast<long>(config.timeout_s * 1000))));
   if (leader) {
     std::printf("wrote %s: %s\n", config.output.c_str(), train::comm_tuning_summary(t).c_str());
     std::fflush(stdout);

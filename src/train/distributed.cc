@@ -40,4 +40,13 @@ StatusOr<std::unique_ptr<comm::Group>> make_world_group(const DistEnv& env,
   return comm::create_group(g);
 }
 
+Status leave_together(comm::Store& store, const DistEnv& env, const std::string& what,
+                      std::chrono::milliseconds timeout) {
+  const std::string done = "cann/" + env.job_id + "/" + what + "-done/rank";
+  CANN_RETURN_IF_ERROR(store.set(done + std::to_string(env.rank), "1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.world_size; ++r) keys.push_back(done + std::to_string(r));
+  return store.wait(keys, timeout);
+}
+
 }  // namespace cann::train

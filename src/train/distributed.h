@@ -2,6 +2,7 @@
 // communication group.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,5 +30,13 @@ struct CommConfig {
 StatusOr<std::unique_ptr<comm::Group>> make_world_group(
     const DistEnv& env, const CommConfig& config,
     std::shared_ptr<comm::Store>* store_out = nullptr);
+
+// Returns once every rank of the job has called it with the same `what`, agreed through the
+// store, not a collective: a rank that leaves right after a collective can reset a connection
+// under a peer still reading that collective's last message (a barrier has the same last
+// message), failing a command that finished correctly. Call it just before a multi-process
+// command's ranks exit.
+Status leave_together(comm::Store& store, const DistEnv& env, const std::string& what,
+                      std::chrono::milliseconds timeout);
 
 }  // namespace cann::train
