@@ -106,6 +106,35 @@ TEST(PlanEngineMemoryTest, MoeUnderExpertParallelismIsTheEnginesArena) {
   EXPECT_GE(checked, 8);
 }
 
+// Expert parallelism over ranks that do not divide the experts (ep = 3): each rank keeps
+// ceil(E/3) expert slots, some empty (model/expert_placement.h), and the planner's figures are
+// still the engine's, parameters included.
+TEST(PlanEngineMemoryTest, MoeOverRanksThatDoNotDivideTheExpertsIsTheEnginesArena) {
+  int checked = 0;
+  for (const model::ModelSpec& m : moe_models()) {
+    if (m.num_local_experts % 3 == 0 || m.num_local_experts < 3) continue;
+    ++checked;
+    for (auto [B, seq] : {std::pair{1, 3}, {3, m.seq_length}})
+      for (model::Recompute r : kModes) {
+        Strategy st = data_parallel(3, 0);
+        st.ep = 3;
+        st.recompute = r;
+        auto e = predict_engine_memory(m, st, B, seq);
+        ASSERT_TRUE(e.ok()) << e.status().message();
+        const std::string what = describe(m, st, B, seq);
+        test::run_group("shm", 3, [&](int rank, comm::Group& g) {
+          parallel::GroupExpertParallelComm ecomm(g);
+          auto model = model::Model::create(m, B, seq, {}, {}, {rank, 3, &ecomm}, r);
+          ASSERT_TRUE(model.ok()) << model.status().message();
+          EXPECT_EQ(e->activations + e->staging, static_cast<double>((*model)->activation_bytes()))
+              << what;
+          EXPECT_EQ(e->parameters, 4.0 * (*model)->num_floats()) << what;
+        });
+      }
+  }
+  EXPECT_GE(checked, 2);
+}
+
 // One process, every model and recomputation mode: what the arena keeps plus what it rebuilds
 // (one layer's tensors for full recomputation, the larger of the dense and the MoE set, their
 // routing ints apart; one layer's probabilities for selective) is the engine's arena.

@@ -130,7 +130,11 @@ TEST(PlanStrategyTest, EachRuleHasItsMessage) {
   EXPECT_TRUE(validate_strategy(s, moe, c).ok());
   s = make(16, 4, 1, 1, 64);
   s.ep = 16;
-  expect_error(s, moe, c, "ep=16 does not divide the 8 experts");
+  expect_error(s, moe, c, "ep=16 exceeds the 8 experts");
+  // An ep that does not divide the experts is priced (each rank holds ceil(E/ep) of them).
+  s = make(12, 1, 1, 1, 48);
+  s.ep = 3;
+  EXPECT_TRUE(validate_strategy(s, moe, cluster(3, 4)).ok());
   expect_error(make(1, 4, 16, 1, 64), m, c, "pp*vpp = 16*1 = 16 exceeds the 12 layers");
   expect_error(make(16, 4, 1, 1, 100), m, c, "gbs=100 is not a multiple of dp*mbs = 16*1 = 16");
   s = make(64, 1, 1, 1, 64);

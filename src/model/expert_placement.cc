@@ -19,9 +19,13 @@ int identity_expert(int E, int ep, int rank, int j) {
 }
 
 std::string experts_per_rank(int E, int ep) {
+  const int q = E / ep, extra = E % ep;
+  if (extra == 0) return std::to_string(q);
+  if (ep > 8)  // the counts rank by rank would be a long line
+    return std::to_string(q + 1) + " on the first " + std::to_string(extra) + ", " +
+           std::to_string(q) + " on the other " + std::to_string(ep - extra);
   std::string out;
-  for (int r = 0; r < ep; ++r)
-    out += (r ? ", " : "") + std::to_string(E / ep + (r < E % ep ? 1 : 0));
+  for (int r = 0; r < ep; ++r) out += (r ? ", " : "") + std::to_string(q + (r < extra ? 1 : 0));
   return out;
 }
 

@@ -22,7 +22,8 @@ int slots_per_rank(int E, int ep);
 ExpertSlots identity_slots(int E, int ep = 1);
 // identity_slots(E, ep)[rank * slots_per_rank(E, ep) + j] without building it.
 int identity_expert(int E, int ep, int rank, int j);
-// How many experts each rank holds in identity_slots(E, ep), for logs: "3, 3, 2".
+// How many experts each rank holds in identity_slots(E, ep), for logs: "3, 3, 2" ("2" when ep
+// divides E; over more than 8 ranks "3 on the first 2, 2 on the other 62").
 std::string experts_per_rank(int E, int ep);
 // The experts a placement holds (its slots that are not empty).
 int experts_in(const ExpertSlots& expert_at);

@@ -53,6 +53,9 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   const size_t F = ceil_div(m.intermediate_size, t);
   const bool glu = m.mlp == model::MlpKind::kSwiGlu;
   const size_t E = m.num_local_experts, K = m.num_experts_per_tok;
+  // Expert slots over the expert group: ep * ceil(E/ep) (some empty where ep does not divide
+  // E, model/expert_placement.h); the rows after the exchange are laid out by slot.
+  const size_t S = ep > 1 && E > 0 ? static_cast<size_t>(ep) * ceil_div(E, ep) : E;
   // The engine shards experts by ep only: every tensor-parallel rank holds its experts whole
   // and runs them on all its tokens, or under sp on its own shard of them
   // (model/param_table.cc, model/moe_layer.h), so expert rows are FM wide (the fine-grained
@@ -101,8 +104,8 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
     // ranking and the balance losses work in heap vectors of E or n_group, outside the
     // arena), gate, load_fraction, xe, he (FMC wide), ge, ye; ints expert_index, slot,
     // expert_count.
-    a.moe_layer = shared + 2 * take(N * E) + take(N * K) + take(E) + take(E * cap * C) +
-                  take(E * cap * FMC) + take(E * cap * FM) + take(E * cap * C) + 2 * take(N * K) +
+    a.moe_layer = shared + 2 * take(N * E) + take(N * K) + take(E) + take(S * cap * C) +
+                  take(S * cap * FMC) + take(S * cap * FM) + take(S * cap * C) + 2 * take(N * K) +
                   take(E);
     // Shared experts: fch, fch_gelu, their output and Qwen2-MoE's sigmoid gate (one per row).
     if (m.has_shared_experts()) {
@@ -110,15 +113,15 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
       a.moe_layer +=
           take(N * SFC) + take(N * SF) + take(Nsp * C) + (m.shared_expert_gate ? take(Nsp) : 0);
     }
-    if (ep > 1) a.moe_layer += take(E);  // recv_count: rows each rank sends this one's experts
+    if (ep > 1) a.moe_layer += take(S);  // recv_count: rows each rank sends this one's slots
     if (sp && tp > 1) a.moe_layer += take(Nsp * K) + take(E);  // local_slot, local_count
   }
   a.attention_lse = take(att);
   a.layer_output = take(Nsp * C);
   if (m.is_moe()) {
     // Under ep the rows received per local expert too (the rows each rank's experts computed).
-    a.expert_counts = take(E) + (ep > 1 ? take(E) : 0);
-    a.moe_routing = 2 * take(N * K) + take(E) + (ep > 1 ? take(E) : 0) +
+    a.expert_counts = take(E) + (ep > 1 ? take(S) : 0);
+    a.moe_routing = 2 * take(N * K) + take(E) + (ep > 1 ? take(S) : 0) +
                     (sp && tp > 1 ? take(Nsp * K) + take(E) : 0);
   }
   // lnf, mean, rstd, logits, losses.
@@ -135,9 +138,10 @@ EngineArena engine_arena(const model::ModelSpec& m, int batch, int seq, int tp, 
   if (m.has_shared_experts()) scratch += take(N * C);    // d_shared_x: the shared experts' d(x)
   if (m.qk_norm) scratch += take(2 * N * qk_heads * d);  // d_qk: the normed and raw heads
   if (m.is_moe()) {
-    scratch += take(E * cap * C) + take(E * cap * FM) + (glu ? take(E * cap * 2 * FM) : 0) +
-               take(E * cap * C) + take(N * K) + take(N * E);
-    if (ep > 1) scratch += 2 * take(E * cap * C);  // all-to-all send and receive rows
+    scratch += take(S * cap * C) + take(S * cap * FM) + (glu ? take(S * cap * 2 * FM) : 0) +
+               take(S * cap * C) + take(N * K) + take(N * E);
+    // All-to-all send (by expert) and receive (by slot) rows.
+    if (ep > 1) scratch += take(E * cap * C) + take(S * cap * C);
   }
   // Under tp: the gathered full-width input and the layernorm gradient partials (QK-norm's
   // weight gradient partials too).
@@ -169,7 +173,8 @@ EngineParams engine_params(const model::ModelSpec& m, int tp, int ep) {
     const model::TensorInfo& t = tensors[i];
     size_t n = t.numel;
     if (t.tp_split != model::TpSplit::kReplicated) n = ceil_div(n, tp);
-    if (t.expert) n /= ep;
+    // A rank's ceil(E/ep) expert slots (model/param_table.cc).
+    if (t.expert) n = n / t.shape[0] * ceil_div(static_cast<size_t>(t.shape[0]), ep);
     // Every tensor starts on a 16-float boundary, so each but the last one occupies its
     // size rounded up.
     const double floats = static_cast<double>(i + 1 == tensors.size() ? n : take(n));

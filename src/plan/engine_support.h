@@ -13,8 +13,8 @@
 //                  is given), ep divides dp, ZeRO 2-3 not under a pipeline, no ZeRO with ep;
 //   the model's    tp splits the heads and widths, at most one stage per layer, interleaved
 //   shape          chunks divide the layers, no cp with MoE layers, ep at most the experts
-//                  (the planner, like Megatron-Core, asks that it divide them; the engine
-//                  gives each rank ceil(E/ep) slots, some empty), 2*cp divides the sequence, tp
+//                  (each rank holds ceil(E/ep) slots, some empty; Megatron-Core would ask
+//                  that ep divide them), 2*cp divides the sequence, tp
 //                  divides a micro-batch's tokens under sp;
 //   the reduction  compression and ZeRO need several processes, 1-bit Adam and top-k need
 //                  the plain data-parallel layout, ep only the fp32 reduction, ZeRO none;

@@ -105,6 +105,10 @@ std::string megatron_args(const PlanInput& in, const Prediction& p) {
   } else if (s.pp == 2 && uneven) {
     out += flag("--decoder-first-pipeline-num-layers", n.front());
   }
+  if (m.is_moe() && m.num_local_experts % s.ep != 0)
+    notes += "\n# ep=" + std::to_string(s.ep) + " does not divide the " +
+             std::to_string(m.num_local_experts) +
+             " experts: Megatron-Core refuses it (cann-train run spreads them unevenly)";
   if (s.zero >= 2)
     notes += "\n# zero=" + std::to_string(s.zero) +
              ": Megatron-LM's distributed optimizer is ZeRO-1; use the DeepSpeed config for "
@@ -139,7 +143,8 @@ std::string deepspeed_config(const PlanInput& in, const Prediction& p) {
   if (m.is_moe())
     out +=
         "\n# experts: deepspeed.moe.layer.MoE(num_experts=" + std::to_string(m.num_local_experts) +
-        ", ep_size=" + std::to_string(s.ep) + ", k=" + std::to_string(m.num_experts_per_tok) + ")";
+        ", ep_size=" + std::to_string(s.ep) + ", k=" + std::to_string(m.num_experts_per_tok) + ")" +
+        (m.num_local_experts % s.ep != 0 ? "; DeepSpeed needs ep_size to divide num_experts" : "");
   if (s.recompute == Recompute::kSelective)
     out +=
         "\n# selective recomputation (attention core only) has no DeepSpeed switch: "

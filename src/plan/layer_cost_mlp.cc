@@ -139,8 +139,10 @@ Stored moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass& 
   const double slots = x.Tsp * x.topk * pad;  // expert slots it sends
   // Expert rows it computes: Megatron's after the gather, the engine's its own tokens'.
   const double rows = (x.engine ? x.Tsp : x.T) * x.topk * pad;
-  const double busiest = rows * x.imbalance;
-  const double local_experts = x.E / x.ep;
+  // A rank holds ceil(E/ep) experts (the engine's slots where ep does not divide E,
+  // model/expert_placement.h): the busiest one receives that share of the group's rows.
+  const double local_experts = std::ceil(x.E / x.ep);
+  const double busiest = rows * x.imbalance * x.ep * local_experts / x.E;
   // Dispatch in fp8 under that precision; the combine and both backward passes in bf16.
   const double dispatch = dispatch_seconds(c, x, x.Tsp, slots, x.h * x.dispatch_e);
   const double combine = dispatch_seconds(c, x, x.Tsp, slots, x.h * x.e);
@@ -195,7 +197,7 @@ Stored moe_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass& 
     // for the router, reduce-scatters the input gradient, and all-reduces the router's and
     // experts' weight gradients (each rank's cover its own tokens only).
     const Comm g = tp_comm(c, x.T * x.h * x.e);
-    const double grads = (x.E * x.h + x.E / x.ep * (2 * x.h * x.fm + x.fm + x.h)) * x.e;
+    const double grads = (x.E * x.h + local_experts * (2 * x.h * x.fm + x.fm + x.h)) * x.e;
     fwd.cost.tp_comm_s += g.ag;
     bwd.cost.tp_comm_s += g.ag + g.rs + tp_comm(c, grads).ar;
   }

@@ -6,10 +6,11 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "core/numbers.h"
+#include "model/expert_placement.h"
 #include "plan/baseline.h"
 #include "plan/comm_model.h"
 #include "plan/error_band.h"
-#include "core/numbers.h"
 
 namespace cann::plan {
 namespace {
@@ -233,8 +234,8 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
              in.cluster.num_devices(), s.dp, s.tp, s.pp);
   if (s.cp > 1) out += fmt(" x %d context", s.cp);
   if (m.is_moe())
-    out += fmt("; experts over %d-rank groups (%d of %d experts per rank)", s.ep,
-               m.num_local_experts / s.ep, m.num_local_experts);
+    out += fmt("; experts over %d-rank groups (%s of %d experts per rank)", s.ep,
+               model::experts_per_rank(m.num_local_experts, s.ep).c_str(), m.num_local_experts);
   out += fmt(". %d micro-batches of %d per step", s.micro_batches(), s.mbs);
   if (s.pp > 1) {
     out += ", stage layers ";

@@ -214,8 +214,9 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
       // without cp (each context rank would route only its positions).
       if (cp > 1 && (m.seq_length % (2 * cp) != 0 || (engine_only && m.is_moe()))) continue;
       const int rest = N / (tp * cp);
-      for (int ep : divisors(experts, rest)) {
-        if (rest % ep != 0) continue;
+      // Megatron-Core's ep divides the experts; the engine's need not (model/expert_placement.h).
+      for (int ep = 1; ep <= std::min(experts, rest); ++ep) {
+        if (rest % ep != 0 || (experts % ep != 0 && !engine_only)) continue;
         for (int sp : {0, 1}) {
           // sp shards a micro-batch's tokens over tp; ep's all-to-all exchanges every routed
           // row and `run` does not train the two together.

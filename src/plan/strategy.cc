@@ -198,10 +198,13 @@ Status validate_strategy(const Strategy& s, const model::ModelSpec& m, const Clu
     return bad("ep=" + std::to_string(s.ep) + " does not divide dp=" + std::to_string(s.dp) +
                " (expert groups are carved out of the data-parallel ranks); hint: use ep in " +
                divisors_hint(s.dp, s.dp));
-  if (m.is_moe() && m.num_local_experts % s.ep != 0)
-    return bad("ep=" + std::to_string(s.ep) + " does not divide the " +
+  // ep need not divide the experts: each rank holds ceil(E/ep) of them, as cann-train's
+  // engine trains it (model/expert_placement.h); Megatron-Core and DeepSpeed refuse that, so
+  // the search offers it only for the engine and the launch lines say so.
+  if (m.is_moe() && m.num_local_experts < s.ep)
+    return bad("ep=" + std::to_string(s.ep) + " exceeds the " +
                std::to_string(m.num_local_experts) + " experts of model " + m.name +
-               "; hint: use ep in " + divisors_hint(m.num_local_experts, m.num_local_experts));
+               "; hint: use ep at most " + std::to_string(m.num_local_experts));
   if (m.seq_length % s.cp != 0)
     return bad("cp=" + std::to_string(s.cp) + " does not divide seq_length " +
                std::to_string(m.seq_length) + " of model " + m.name);
