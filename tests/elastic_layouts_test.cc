@@ -155,6 +155,10 @@ TEST(ElasticLayoutsTest, ExpertsSpreadOverTheRanksAWorldKeeps) {
     EXPECT_EQ(s.gbs, 12);
   }
   EXPECT_NE(joined(l).find("experts 3, 3, 2 a rank"), std::string::npos) << joined(l);
+  // The largest world's micro-batch (12 over 4: 3) where it divides a world's share, as for
+  // the launch's split: two nodes accumulate 2 of 3; three take 4 (3 does not divide 12 / 3).
+  EXPECT_EQ(layout(l, 2).mbs, 3) << joined(l);
+  EXPECT_EQ(layout(l, 3).mbs, 4) << joined(l);
 }
 
 // The membership record carries the generation's layout.

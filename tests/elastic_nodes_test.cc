@@ -517,8 +517,8 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorAndPipelineIs
 }
 
 // Experts on both nodes (dp=4 x ep=4: two of the 8 experts per rank) and one node lost: the two
-// ranks left hold every expert between them in the layout planned for them, from the whole
-// state of the committed step.
+// ranks left hold every expert between them (the launch's split at ep=2, 4 a rank), from the
+// whole state of the committed step.
 TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderExpertParallelismSpreadsItsExperts) {
   model_ = "deepseek_tiny";
   steps_ = 200;
@@ -526,12 +526,12 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderExpertParallelismSp
   EXPECT_NE(lost.output.find("re-planned from ep=4"), std::string::npos) << lost.output;
 }
 
-// Three ranks a node, dp=6 x ep=6 (8 experts: 2, 2, 1, 1, 1, 1 a rank), one node lost: the
-// three ranks left take the launch's split with its experts spread over them, 3, 3 and 2 a
-// rank, restored from the whole state of the committed step.
+// Three ranks a node, dp=6 x ep=6 (a small GPT with 8 experts: 2, 2, 1, 1, 1, 1 a rank), one
+// node lost: the three ranks left take the launch's split with its experts spread over them,
+// 3, 3 and 2 a rank, restored from the whole state of the committed step.
 TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostSpreadsItsExpertsUnevenly) {
-  model_ = "deepseek_tiny";
-  steps_ = 200;
+  model_ = dir_.file("moe.yaml");
+  test::write_text(model_, std::string(kModel) + "num_local_experts: 8\nnum_experts_per_tok: 2\n");
   nproc_ = 3;
   batch_ = 12;
   const Lost lost = lose_a_node("mp-ep-uneven-" + suffix_, {"--strategy", "ep=6"});

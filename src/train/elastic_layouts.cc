@@ -13,26 +13,33 @@ namespace cann::train {
 namespace {
 
 // `s` checked by every rule a worker of a `world`-rank generation applies; its resolved
-// strategy (dp, mbs, gbs filled in) or why not.
+// strategy (dp, mbs, gbs filled in) or why not. With its micro-batch first, then, where that
+// does not divide this world's share of the batch, with `fallback_mbs`.
 StatusOr<plan::Strategy> admitted(const TrainConfig& config, const model::ModelSpec& spec,
-                                  const plan::Strategy& s, int world) {
+                                  plan::Strategy s, int world, int fallback_mbs) {
   TrainConfig c = config;
   c.strategy = s;
-  CANN_ASSIGN_OR_RETURN(RunLayout l, resolve_run_layout(c, spec, world, 0, {true, true, 0}));
-  return l.strategy;
+  StatusOr<RunLayout> l = resolve_run_layout(c, spec, world, 0, {true, true, 0});
+  if (!l.ok() && s.mbs != fallback_mbs) {
+    c.strategy.mbs = fallback_mbs;
+    if (StatusOr<RunLayout> one = resolve_run_layout(c, spec, world, 0, {true, true, 0}); one.ok())
+      return one->strategy;
+  }
+  if (!l.ok()) return l.status();
+  return l->strategy;
 }
 
 // The launch's split (`kept`) with ep lowered to the largest value that divides this world's
 // data-parallel ranks and admits the layout; its strategy string, or empty.
 std::string spread_experts(const TrainConfig& config, const model::ModelSpec& spec,
-                           plan::Strategy kept, int world) {
+                           plan::Strategy kept, int world, int fallback_mbs) {
   const int split = kept.tp * kept.pp * kept.cp;
   if (kept.ep <= 1 || world % split != 0) return std::string();
   const int dp = world / split;
   for (int ep = std::min(kept.ep - 1, dp); ep >= 2; --ep) {
     if (dp % ep != 0) continue;
     kept.ep = ep;
-    if (StatusOr<plan::Strategy> s = admitted(config, spec, kept, world); s.ok())
+    if (StatusOr<plan::Strategy> s = admitted(config, spec, kept, world, fallback_mbs); s.ok())
       return plan::strategy_string(*s);
   }
   return std::string();
@@ -68,11 +75,7 @@ ElasticLayouts plan_elastic_layouts(
     kept.dp = 0;
     kept.mbs = micro;
     kept.gbs = gbs;
-    StatusOr<plan::Strategy> s = admitted(config, spec, kept, world);
-    if (!s.ok() && micro != launch.mbs) {  // the micro-batch may not divide this world's share
-      kept.mbs = launch.mbs;
-      if (StatusOr<plan::Strategy> one = admitted(config, spec, kept, world); one.ok()) s = one;
-    }
+    StatusOr<plan::Strategy> s = admitted(config, spec, kept, world, launch.mbs);
     if (s.ok()) {
       out.layouts[n] = plan::strategy_string(*s);
       out.lines.push_back(head + plan::strategy_brief(*s) + " (the launch's split)");
@@ -82,7 +85,8 @@ ElasticLayouts plan_elastic_layouts(
     // Experts follow the world too: the launch's split with its experts spread over the
     // expert-parallel ranks this world has, as many as divide its data-parallel ranks (a rank
     // may then hold one expert more than another).
-    if (std::string spread = spread_experts(config, spec, kept, world); !spread.empty()) {
+    if (std::string spread = spread_experts(config, spec, kept, world, launch.mbs);
+        !spread.empty()) {
       StatusOr<plan::Strategy> e = plan::parse_strategy(spread);
       out.layouts[n] = spread;
       out.lines.push_back(head + plan::strategy_brief(*e) + " (the launch's split, " + "experts " +
@@ -104,7 +108,7 @@ ElasticLayouts plan_elastic_layouts(
         found.ok()) {
       for (const plan::Prediction& p : found->top) {
         if (!p.fits) continue;
-        StatusOr<plan::Strategy> chosen = admitted(config, spec, p.strategy, world);
+        StatusOr<plan::Strategy> chosen = admitted(config, spec, p.strategy, world, p.strategy.mbs);
         if (!chosen.ok()) continue;
         out.layouts[n] = plan::strategy_string(*chosen);
         char tail[96];
