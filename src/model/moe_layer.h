@@ -121,8 +121,9 @@ size_t moe_shadow_act_floats_per_row(const MoeDims& d);
 // With a token shard, out is (shard.rows, C): the output of those tokens only, and
 // a.local_slot / a.local_count must be set; expert parallelism does not combine with it.
 // ep (null or size 1: every expert here) shards the experts: this rank's local expert j (at o's
-// offsets) is the one in global slot rank*E/ep + j (d.slots; expert rank*E/ep + j without), and
-// the layer is a collective over the ep group
+// offsets) is the one in global slot rank*El + j, El = ceil(E/ep) (d.slots; without them the
+// contiguous blocks of identity_slots, model/expert_placement.h), and the layer is a
+// collective over the ep group
 // (the first failure is kept in *ep_status; later exchanges are skipped). Under ep the saved
 // expert activations (xe, he, ge) hold this rank's experts' rows gathered from every rank:
 // local expert j's region has ep*capacity rows, filled in rank order.

@@ -277,10 +277,10 @@ void add_mlp(ParamTable& t, const ModelSpec& s, const std::string& name, int64_t
   if (s.mlp_bias) t.add(name + ".proj.b", {C}, l, TpSplit::kReplicated, false);
 }
 
-// An MoE feed-forward: the router (with DeepSeek-V3's selection bias), this rank's E/ep routed
-// experts (whole on every tensor-parallel rank: experts are sharded by expert parallelism, not by
-// tp), and the shared experts (one MLP of their summed width, split over tp as a dense MLP) with
-// Qwen2-MoE's gate.
+// An MoE feed-forward: the router (with DeepSeek-V3's selection bias), this rank's ceil(E/ep)
+// routed expert slots (whole on every tensor-parallel rank: experts are sharded by expert
+// parallelism, not by tp), and the shared experts (one MLP of their summed width, split over tp
+// as a dense MLP) with Qwen2-MoE's gate.
 void add_moe(ParamTable& t, const ModelSpec& s, const std::string& p, int l, int tp, int ep) {
   // A rank's expert slots: ceil(E / ep) (model/expert_placement.h; a slot may be empty).
   const int64_t C = s.hidden_size, E = (s.num_local_experts + ep - 1) / ep,

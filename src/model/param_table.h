@@ -88,7 +88,8 @@ ParamTable build_param_table(const ModelSpec& spec, int tp = 1);
 // there, when the stage does not also hold the embeddings, its own copy of the tied wte (layer
 // index num_hidden_layers; its gradient is summed with the first stage's before the update,
 // as Megatron does). Names match the full table's, so tensors are found across layouts by name.
-// With ep > 1 the MoE expert tensors hold this rank's E/ep experts (expert parallelism).
+// With ep > 1 the MoE expert tensors hold this rank's ceil(E/ep) expert slots (expert
+// parallelism; model/expert_placement.h).
 ParamTable build_stage_param_table(const ModelSpec& spec, int tp, int first_layer, int end_layer,
                                    int ep = 1);
 
