@@ -45,13 +45,13 @@ int experts_in(const ExpertSlots& expert_at) {
 bool is_placement(const ExpertSlots& at, int E, int ep) {
   if (E <= 0 || ep <= 0 || at.size() != static_cast<size_t>(ep) * slots_per_rank(E, ep))
     return false;
-  ExpertSlots sorted = at;
-  std::sort(sorted.begin(), sorted.end());
-  return sorted == [&] {
-    ExpertSlots want = identity_slots(E, ep);
-    std::sort(want.begin(), want.end());
-    return want;
-  }();
+  // Each expert once; every other slot empty.
+  std::vector<int> seen(static_cast<size_t>(E), 0);
+  for (const int e : at) {
+    if (e == kNoExpert) continue;
+    if (e < 0 || e >= E || seen[static_cast<size_t>(e)]++ > 0) return false;
+  }
+  return experts_in(at) == E;
 }
 
 std::vector<int> slot_of(const ExpertSlots& expert_at) {

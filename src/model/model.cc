@@ -399,7 +399,7 @@ void Model::set_expert_slots(int layer, const ExpertSlots& slots) {
   CANN_CHECK(layer >= 0 && layer < static_cast<int>(expert_slots_.size()) &&
              !expert_slots_[layer].empty() && slots.size() == expert_slots_[layer].size())
       << "layer " << layer << " has no expert slots here";
-  CANN_CHECK(is_placement(slots, spec_.num_local_experts, ep_.size))
+  CANN_CHECK(is_expert_placement(slots))
       << "expert slots of layer " << layer << " are not a placement of every expert";
   expert_slots_[layer] = slots;
   expert_weights_changed();
@@ -420,6 +420,10 @@ std::function<int(int, int)> Model::expert_locator() const {
 
 ExpertSlots Model::identity_expert_slots() const {
   return identity_slots(spec_.num_local_experts, std::max(1, ep_.size));
+}
+
+bool Model::is_expert_placement(const ExpertSlots& slots) const {
+  return is_placement(slots, spec_.num_local_experts, std::max(1, ep_.size));
 }
 
 int Model::expert_slot_count() const {

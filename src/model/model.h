@@ -188,8 +188,10 @@ class Model {
   std::function<int(int, int)> expert_locator() const;
   // Expert slots of a MoE layer over the whole expert group: ep * ceil(E/ep), or E without ep.
   int expert_slot_count() const;
-  // The contiguous placement of this model's experts over its expert group.
+  // The contiguous placement of this model's experts over its expert group, and whether `slots`
+  // is a placement of them over that group (model/expert_placement.h, is_placement).
   ExpertSlots identity_expert_slots() const;
+  bool is_expert_placement(const ExpertSlots& slots) const;
   // Moves the experts of the MoE layers in `to` (model layer -> its new slots) to their new
   // ranks: the parameters and every array of `state` (laid out like the parameters: the
   // optimizer's moments) travel over the expert-parallel group, which all call this together

@@ -48,19 +48,16 @@ using namespace cann::kernels;
 
 namespace {
 
-// Expert slots of one rank, and of the whole group, for E experts over P ranks.
-int local_slots(int E, int P) {
-  return (E + P - 1) / P;
-}
+// Expert slots of the whole group, for E experts over P ranks.
 int all_slots(int E, int P) {
-  return P * local_slots(E, P);
+  return P * slots_per_rank(E, P);
 }
 
 // The expert in global slot s (model/expert_placement.h), or kNoExpert for an empty one;
 // without a placement, the contiguous blocks.
 int expert_in(const int* slots, int s, int E, int P) {
   if (slots != nullptr) return slots[s];
-  const int El = local_slots(E, P);
+  const int El = slots_per_rank(E, P);
   return identity_expert(E, P, s / El, s % El);
 }
 
@@ -68,7 +65,7 @@ int expert_in(const int* slots, int s, int E, int P) {
 // destination rank in counts_out (P of them).
 void pack_by_expert(float* out, std::vector<size_t>* counts_out, const float* xe, const int* count,
                     const int* slots, int E, int P, int cap, int C) {
-  const int El = local_slots(E, P);
+  const int El = slots_per_rank(E, P);
   counts_out->assign(P, 0);
   size_t used = 0;
   for (int s = 0; s < P * El; ++s) {
@@ -285,7 +282,7 @@ struct ShadowOwners {
 };
 
 ShadowOwners shadow_owners(const MoeShadows& sh, const MoeDims& d, int P) {
-  const int El = local_slots(d.E, P);
+  const int El = slots_per_rank(d.E, P);
   ShadowOwners w;
   for (const int h : sh.experts) {
     const int s = slot_holding(d.slots, d.E, P, h);
@@ -513,7 +510,7 @@ float moe_forward(float* out, const float* x, const float* params, const MoeOffs
   }
   std::vector<int> without_copies;
   const int* exchanged = exchanged_counts(a, d, &without_copies);
-  const int P = ep->size, El = local_slots(E, P);
+  const int P = ep->size, El = slots_per_rank(E, P);
   std::vector<size_t> send_counts;
   const std::vector<int> sent = counts_by_slot(exchanged, d.slots, E, P);
   if (ep_status->ok()) *ep_status = ep->comm->alltoall_counts(a.recv_count, sent.data(), El);
@@ -555,7 +552,7 @@ void moe_backward(float* dx, float* grads, const float* dout, const float* x, co
   } else {
     // The output gradients go to the experts' ranks like the inputs did, and the input
     // gradients come back like the outputs did.
-    const int P = ep->size, El = local_slots(E, P);
+    const int P = ep->size, El = slots_per_rank(E, P);
     const bool shadows = d.shadows != nullptr && !d.shadows->experts.empty();
     MoeScratch copies{};
     if (shadows) copies = shadow_backward(a, s, o, d);

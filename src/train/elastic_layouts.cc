@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "model/expert_placement.h"
 #include "plan/strategy.h"
@@ -30,19 +31,20 @@ StatusOr<plan::Strategy> admitted(const TrainConfig& config, const model::ModelS
 }
 
 // The launch's split (`kept`) with ep lowered to the largest value that divides this world's
-// data-parallel ranks and admits the layout; its strategy string, or empty.
-std::string spread_experts(const TrainConfig& config, const model::ModelSpec& spec,
-                           plan::Strategy kept, int world, int fallback_mbs) {
+// data-parallel ranks and admits the layout; its resolved strategy, or nothing.
+std::optional<plan::Strategy> spread_experts(const TrainConfig& config,
+                                             const model::ModelSpec& spec, plan::Strategy kept,
+                                             int world, int fallback_mbs) {
   const int split = kept.tp * kept.pp * kept.cp;
-  if (kept.ep <= 1 || world % split != 0) return std::string();
+  if (kept.ep <= 1 || world % split != 0) return std::nullopt;
   const int dp = world / split;
   for (int ep = std::min(kept.ep - 1, dp); ep >= 2; --ep) {
     if (dp % ep != 0) continue;
     kept.ep = ep;
     if (StatusOr<plan::Strategy> s = admitted(config, spec, kept, world, fallback_mbs); s.ok())
-      return plan::strategy_string(*s);
+      return *s;
   }
-  return std::string();
+  return std::nullopt;
 }
 
 std::string first_line(const Status& s) {
@@ -85,11 +87,9 @@ ElasticLayouts plan_elastic_layouts(
     // Experts follow the world too: the launch's split with its experts spread over the
     // expert-parallel ranks this world has, as many as divide its data-parallel ranks (a rank
     // may then hold one expert more than another).
-    if (std::string spread = spread_experts(config, spec, kept, world, launch.mbs);
-        !spread.empty()) {
-      StatusOr<plan::Strategy> e = plan::parse_strategy(spread);
-      out.layouts[n] = spread;
-      out.lines.push_back(head + plan::strategy_brief(*e) + " (the launch's split, " + "experts " +
+    if (std::optional<plan::Strategy> e = spread_experts(config, spec, kept, world, launch.mbs)) {
+      out.layouts[n] = plan::strategy_string(*e);
+      out.lines.push_back(head + plan::strategy_brief(*e) + " (the launch's split, experts " +
                           model::experts_per_rank(spec.num_local_experts, e->ep) + " a rank)");
       continue;
     }

@@ -64,8 +64,6 @@ Status restore_expert_slots(const std::string& meta_json, const std::string& pat
   }
   const int E = model->spec().num_local_experts;
   const model::ExpertSlots identity = model->identity_expert_slots();
-  model::ExpertSlots every = identity;  // each expert once, and the empty slots
-  std::sort(every.begin(), every.end());
   for (int layer : layers) {
     model::ExpertSlots at = identity;
     if (auto it = slots.find(std::to_string(layer)); it != slots.end()) {
@@ -74,9 +72,7 @@ Status restore_expert_slots(const std::string& meta_json, const std::string& pat
       } catch (const std::exception&) {
         at.clear();
       }
-      model::ExpertSlots sorted = at;
-      std::sort(sorted.begin(), sorted.end());
-      if (sorted != every)
+      if (!model->is_expert_placement(at))
         return DataLoss(path + ": expert_slots of layer " + std::to_string(layer) +
                         " is not a placement of " + std::to_string(E) +
                         " experts; hint: the snapshot is damaged: resume from a disk "
