@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from reference_gpt import GPT, fortunes_bytes, lr_at  # noqa: E402
+from reference_gpt import GPT, evaluate, fortunes_bytes, held_out, lr_at  # noqa: E402
 
 
 def main():
@@ -44,6 +44,9 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--eval-batches", type=int, default=8,
+                   help="batches per rank of the validation after the last step (cann-train's "
+                        "default)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a collective may wait")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
     p.add_argument("--no-bucket-view", action="store_true",
@@ -63,7 +66,7 @@ def main():
                                 timeout=datetime.timedelta(seconds=a.timeout))
 
     torch.manual_seed(a.seed)
-    data = fortunes_bytes()
+    data, val = held_out(fortunes_bytes())
     model = GPT(a.layers, 384, 6, a.seq_len, 256)
     # The same parameter groups as reference_gpt.py: decay on matrices except the positions.
     decay = [q for q in model.parameters() if q.dim() >= 2 and q is not model.wpe.weight]
@@ -101,6 +104,15 @@ def main():
             tokens = global_batch * a.seq_len
             print(json.dumps({"step": step + 1, "loss": mean_loss.item(), "step_time_s": dt,
                               "tokens_per_s": tokens / dt, "tokens": tokens}), flush=True)
+    if a.eval_batches > 0:
+        # Every rank scores its own batches, the mean over ranks reported, as cann-train does.
+        val_loss = torch.tensor(evaluate(model, val, a.eval_batches, a.batch_per_rank, a.seq_len,
+                                         torch.Generator().manual_seed(a.seed + 2 + rank)))
+        if world > 1:
+            dist.all_reduce(val_loss)
+            val_loss /= world
+        if rank == 0:
+            print(json.dumps({"val_loss": val_loss.item()}), flush=True)
     if world > 1:
         dist.destroy_process_group()
 

@@ -18,8 +18,9 @@ The rules of docs/benchmarks.md:
   DDP is tuned as its documentation says: gradient_as_bucket_view=True, and bucket_cap_mb at
   its default 25 and at --ddp-bucket-mb (4), the faster of the two judged.
 - End to end: the run's tokens over the wall time from launching its processes to the last
-  one's exit (start-up, rendezvous, warm-ups and the final evaluation included), one formula
-  for both engines. 1-bit Adam and top-k train --slow-steps (100) with their default warmup
+  one's exit (start-up, rendezvous, warm-ups and the final evaluation included: DDP's peer
+  scores the same 8 held-out batches per rank at the end that cann-train does by default), one
+  formula for both engines. 1-bit Adam and top-k train --slow-steps (100) with their default warmup
   (15% of the run, at least 20 steps); the uncompressed rows of both engines,
   communication-bound at 100 Mbit/s, --timing-steps (20). The 1-bit target credits DDP with its steady rate (tokens per median
   step, no start-up), which no run of any length exceeds.
@@ -254,8 +255,15 @@ def wait_all(procs, timeout_s, what, outs):
 
 
 def read_jsonl(path):
+    """The step rows of a log; the peer's validation line joins its last step, where
+    cann-train's log puts it."""
     with open(path) as f:
-        return [json.loads(l) for l in f if l.startswith("{")]
+        rows = [json.loads(l) for l in f if l.startswith("{")]
+    steps = [r for r in rows if "step" in r]
+    for r in rows:
+        if "step" not in r and "val_loss" in r and steps:
+            steps[-1]["val_loss"] = r["val_loss"]
+    return steps
 
 
 def onebit_warmup(steps):

@@ -4,7 +4,9 @@ cann-train trains it, in eager PyTorch.
 Same shapes (6 layers, hidden 384, 6 heads, sequence 256, byte vocabulary, tied head),
 pre-LayerNorm blocks with tanh GELU, GPT-2 initialization, AdamW (betas 0.9/0.95, weight decay
 0.1 on matrices), global-norm clipping at 1.0, linear warmup then cosine decay to 10%, random
-256+1-byte windows of the fortunes text. Prints one JSON object per step on stdout. With
+256+1-byte windows of the fortunes text (the last twentieth held out), and at the end a
+validation over --eval-batches (8) held-out batches, as cann-train's run does by default.
+Prints one JSON object per step on stdout, and one with the validation loss. With
 --autocast bf16 the forward runs under PyTorch's CPU autocast (bf16 matmuls, fp32 weights and
 optimizer), its documented mixed-precision path.
 """
@@ -81,6 +83,24 @@ def fortunes_bytes(path="/usr/share/games/fortunes"):
     return torch.tensor(list(data), dtype=torch.long)
 
 
+def held_out(data):
+    """The training part and the validation part (the last twentieth) of the text."""
+    n = len(data) * 19 // 20
+    return data[:n], data[n:]
+
+
+def evaluate(model, val, batches, batch_size, seq_len, generator, bf16=False):
+    """The mean loss over `batches` random windows of the held-out text, as cann-train's
+    validation at the end of a run computes it (--eval-batches, 8 by default)."""
+    total = 0.0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for _ in range(batches):
+            starts = torch.randint(0, len(val) - seq_len - 1, (batch_size,), generator=generator)
+            window = torch.stack([val[s:s + seq_len + 1] for s in starts.tolist()])
+            total += model(window[:, :-1], window[:, 1:]).item()
+    return total / batches
+
+
 def lr_at(step, lr, warmup, total):
     if step < warmup:
         return lr * (step + 1) / warmup
@@ -99,10 +119,12 @@ def main():
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--autocast", choices=["off", "bf16"], default="off",
                    help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
+    p.add_argument("--eval-batches", type=int, default=8,
+                   help="batches of the validation after the last step (cann-train's default)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    data = fortunes_bytes()
+    data, val = held_out(fortunes_bytes())
     model = GPT(6, 384, 6, a.seq_len, 256)
     decay = [p for p in model.parameters() if p.dim() >= 2 and p is not model.wpe.weight]
     no_decay = [p for p in model.parameters() if p.dim() < 2 or p is model.wpe.weight]
@@ -124,6 +146,10 @@ def main():
         dt = time.perf_counter() - t0
         print(json.dumps({"step": step + 1, "loss": loss.item(), "step_time_s": dt,
                           "tokens_per_s": a.batch_size * a.seq_len / dt}), flush=True)
+    if a.eval_batches > 0:
+        val_loss = evaluate(model, val, a.eval_batches, a.batch_size, a.seq_len,
+                            torch.Generator().manual_seed(a.seed + 2), a.autocast == "bf16")
+        print(json.dumps({"val_loss": val_loss}), flush=True)
 
 
 if __name__ == "__main__":
