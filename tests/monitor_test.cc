@@ -164,6 +164,25 @@ TEST(MonitorTest, ServerRoutesAndToken) {
   EXPECT_TRUE(server.stop_requested());
 }
 
+// A kept-alive connection would keep a server thread waking every 11 ms on the training cores
+// until the client went away: every answer closes its connection, even when asked to keep it.
+TEST(MonitorTest, ServerClosesEachConnectionAfterItsAnswer) {
+  Hub hub("job-3", 1);
+  hub.update(snapshot(0, 3));
+  ServerConfig c;
+  c.port = 0;
+  MonitorServer server(hub, c);
+  ASSERT_TRUE(server.start().ok());
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_keep_alive(true);
+  for (const char* path : {"/metrics", "/api/status", "/api/series?since=0"}) {
+    auto res = client.Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_EQ(res->get_header_value("Connection"), "close") << path;
+  }
+}
+
 TEST(MonitorTest, TakenPortIsAnErrorUnlessFallbackAllowed) {
   Hub hub("job-3", 1);
   ServerConfig c;
