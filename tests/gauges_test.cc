@@ -76,7 +76,7 @@ TEST(GaugesTest, ExposedAndPlausibleInARealRun) {
   config.sample_tokens = 0;
   config.quiet = true;
   config.threads = 2;
-  config.monitor_server.port = 25000 + getpid() % 20000;
+  config.monitor_server.port = test::free_tcp_port();
   config.monitor_server.try_next_ports = false;
   config.monitor_server.dashboard = true;
   config.monitor_server.token = "t0k";

@@ -158,7 +158,7 @@ TEST(MultiProcLaunchTest, TorchrunStyleEnvironment) {
   // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 serves the TCP store.
   test::TempDir dir;
   test::write_text(dir.file("m.yaml"), kModel);
-  const int port = 20000 + (getpid() % 20000);
+  const int port = test::free_tcp_port();
   std::vector<std::future<test::CommandResult>> ranks;
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> argv = {CANN_TRAIN_BINARY};

@@ -207,7 +207,7 @@ TEST(MultiProcMonitorTest, AgentGathersEveryRank) {
   test::write_text(dir.file("m.yaml"),
                    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 1\n"
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
-  const int port = 21000 + getpid() % 20000;
+  const int port = test::free_tcp_port();
   auto run = std::async(std::launch::async, [&] {
     test::RunArgs args;
     args.monitor("dashboard,prometheus").model(dir.file("m.yaml")).steps(100000).batch_size(8);
@@ -246,7 +246,7 @@ TEST(MultiProcMonitorTest, DashboardShowsALiveJobInChromium) {
                    "architecture: bert\nhidden_size: 32\nnum_hidden_layers: 2\n"
                    "num_attention_heads: 2\nvocab_size: 257\nseq_length: 32\n"
                    "num_local_experts: 4\nnum_experts_per_tok: 2\n");
-  const int port = 23000 + getpid() % 20000;
+  const int port = test::free_tcp_port();
   auto run = std::async(std::launch::async, [&] {
     test::RunArgs args;
     args.monitor("dashboard,prometheus").model(dir.file("m.yaml")).steps(100000).batch_size(8);

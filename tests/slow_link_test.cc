@@ -208,7 +208,7 @@ TEST(MultiProcSlowLinkTest, ProbeResultsReachTheAgentsHub) {
   test::write_text(dir.file("m.yaml"),
                    "architecture: gpt\nhidden_size: 32\nnum_hidden_layers: 1\n"
                    "num_attention_heads: 2\nvocab_size: 256\nseq_length: 32\n");
-  const int port = 25000 + getpid() % 20000;
+  const int port = test::free_tcp_port();
   auto run = std::async(std::launch::async, [&] {
     test::RunArgs args;
     args.monitor("dashboard,prometheus").model(dir.file("m.yaml")).steps(100000).batch_size(6);

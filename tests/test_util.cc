@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +92,27 @@ CommandResult run_cann(const std::vector<std::string>& args, double timeout_s) {
   std::vector<std::string> argv = {CANN_TRAIN_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv, timeout_s);
+}
+
+int free_tcp_port() {
+  constexpr int kFirst = 20000, kCount = 12000;  // 20000..31999
+  static int calls = 0;
+  const int start = static_cast<int>((getpid() * 131 + 977 * calls++) % kCount);
+  for (int i = 0; i < kCount; ++i) {
+    const int port = kFirst + (start + i) % kCount;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) break;
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  throw std::runtime_error("free_tcp_port: no free port in 20000..31999");
 }
 
 void write_text(const std::string& path, const std::string& text) {

@@ -49,6 +49,11 @@ void expect_one_line_error(const CommandResult& r, int exit_code,
                            const std::vector<std::string>& parts,
                            const std::string& prefix = "cann-train ");
 
+// A TCP port for a test's server: below the kernel's ephemeral range (32768 up), where the
+// outgoing connections of tests running beside it take their ports, spread by the process id
+// and free when asked (bound and released once on every address).
+int free_tcp_port();
+
 // Writes `text` to `path`, making its directory first.
 void write_text(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
