@@ -5,9 +5,7 @@
 // mailbox together.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -74,19 +72,6 @@ void make_certificate(const test::TempDir& dir) {
        "-out", dir.file("cert.pem")},
       60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-}
-
-// A port nothing listens on: bound, then closed.
-int closed_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 // sendmail stand-in: its arguments to ARGS, its stdin to MAIL.
@@ -181,7 +166,7 @@ TEST(AlertRoutesTest, EmailGoesThroughSendmail) {
 
 TEST(AlertRoutesTest, UnreachableWebhookWarnsOnceAndDrops) {
   AlertRoutesConfig c;
-  c.webhooks = {"http://127.0.0.1:" + std::to_string(closed_port()) + "/hook"};
+  c.webhooks = {"http://127.0.0.1:" + std::to_string(test::free_tcp_port()) + "/hook"};
   Receiver mailbox;  // a second route that works: the dead one holds nothing back
   c.webhooks.push_back(mailbox.url("http"));
   DeliveryOptions o;
@@ -273,7 +258,7 @@ TEST(AlertRoutesTest, UnreachableWebhookNeverStopsTraining) {
   args.monitor("prometheus").model(dir.file("m.yaml")).steps(40).batch_size(4).seq_len(16);
   args.sample_tokens(0).eval_every(0).quiet();
   args.flag("--monitor-port", 0)
-      .flag("--alert-webhook", "http://127.0.0.1:" + std::to_string(closed_port()) + "/x");
+      .flag("--alert-webhook", "http://127.0.0.1:" + std::to_string(test::free_tcp_port()) + "/x");
   const auto r = run_with_env(args, 120, {"CANN_TRAIN_FAULT_ALERT=5"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("done: steps 1..40"), std::string::npos) << r.output;

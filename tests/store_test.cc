@@ -6,12 +6,9 @@
 //
 // The redis tests start a private redis-server on a free loopback port with a password and kill
 // it at the end; they are skipped, saying so, when redis-server is not installed.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,23 +37,11 @@ std::string redis_server_binary() {
   return "";
 }
 
-int free_loopback_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 class RedisServer {
  public:
   static constexpr const char* kPassword = "s3cret-pw";
 
-  explicit RedisServer(int port = 0) : port_(port ? port : free_loopback_port()) {}
+  explicit RedisServer(int port = 0) : port_(port ? port : test::free_tcp_port()) {}
   ~RedisServer() { kill_now(); }
 
   // Starts the server and waits until it answers; false (with a reason) otherwise.
@@ -461,7 +446,7 @@ TEST(RedisStore, SelectsTheDatabase) {
 }
 
 TEST(RedisStore, UnreachableServerIsNamed) {
-  const int port = free_loopback_port();
+  const int port = test::free_tcp_port();
   auto s = open_store("redis://:pw@127.0.0.1:" + std::to_string(port), 1s);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(
