@@ -93,6 +93,17 @@ TEST(MultiProcBenchCalibrateTest, QuietRunWritesTheSpecUnmarked) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->measured_under_load, "");
   EXPECT_NE(test::read_text(spec).find("3 repeats of each"), std::string::npos);
+  // No output tiles; thin GEMMs measured at d = 16..256, each a fraction of the peak (the
+  // fastest shape measured), the fastest thin one near it.
+  EXPECT_EQ(c->device.gemm_tile, 0);
+  const auto& thin = c->device.gemm_efficiency_by_min_dim;
+  ASSERT_EQ(thin.size(), 5u);
+  EXPECT_EQ(thin.front().first, 16);
+  EXPECT_EQ(thin.back().first, 256);
+  for (const auto& [dim, eff] : thin) {
+    EXPECT_GT(eff, 0.05) << dim;
+    EXPECT_LE(eff, 1.0) << dim;
+  }
 }
 
 TEST(MultiProcBenchCalibrateTest, AutoWarnsOnceOnASpecMeasuredUnderLoad) {

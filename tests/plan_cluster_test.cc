@@ -98,6 +98,15 @@ TEST(PlanClusterTest, ParseErrorsNameTheKey) {
        "memory_bandwidth_GBps: 1}\nintra_node: {bandwidth_GBps: 1}\n",
        "key 'inter_node': missing"},
       {"nodes: [2\n", "malformed YAML"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1, gemm_efficiency_by_min_dim: {32: 1.2}}\n",
+       "key 'device.gemm_efficiency_by_min_dim': is a fraction of peak"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1, bf16_gemm_efficiency_by_min_dim: 0.5}\n",
+       "expected {smallest dimension: fraction of peak, ...}"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1, gemm_tile: -1}\n",
+       "key 'device.gemm_tile': must be zero or more"},
   };
   for (const Case& c : cases) {
     auto r = parse_cluster_spec(c.text, "c.yaml");
@@ -107,6 +116,34 @@ TEST(PlanClusterTest, ParseErrorsNameTheKey) {
     EXPECT_NE(r.status().message().find(c.fragment), std::string::npos) << c.fragment << "\n"
                                                                         << r.status().message();
   }
+}
+
+// GPUs and NPUs compute whole 128 x 128 output tiles; an fp32 device (the CPU engine's, also
+// one calibrated before the key existed) none; the measured thin-GEMM table is read sorted.
+TEST(PlanClusterTest, GemmTileDefaultsByPrecisionAndTheThinTableIsRead) {
+  const std::string head =
+      "nodes: 1\ndevices_per_node: 2\nintra_node: {bandwidth_GBps: 1}\ndevice: {peak_tflops: "
+      "0.1, memory_gb: 8, memory_bandwidth_GBps: 20";
+  auto gpu = parse_cluster_spec(head + "}\n", "g.yaml");
+  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+  EXPECT_EQ(gpu->device.gemm_tile, 128);
+  EXPECT_TRUE(gpu->device.gemm_efficiency_by_min_dim.empty());
+  auto cpu = parse_cluster_spec(head + ", precision: fp32}\n", "c.yaml");
+  ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+  EXPECT_EQ(cpu->device.gemm_tile, 0);
+  auto tiled = parse_cluster_spec(head + ", precision: fp32, gemm_tile: 64}\n", "t.yaml");
+  ASSERT_TRUE(tiled.ok()) << tiled.status().message();
+  EXPECT_EQ(tiled->device.gemm_tile, 64);
+  auto thin = parse_cluster_spec(
+      head +
+          ", precision: fp32, gemm_tile: 0, gemm_efficiency_by_min_dim: {64: 0.9, 16: 0.5}, "
+          "bf16_gemm_efficiency_by_min_dim: {32: 0.25}}\n",
+      "t.yaml");
+  ASSERT_TRUE(thin.ok()) << thin.status().message();
+  const std::vector<std::pair<double, double>> want = {{16, 0.5}, {64, 0.9}};
+  EXPECT_EQ(thin->device.gemm_efficiency_by_min_dim, want);
+  ASSERT_EQ(thin->device.bf16_gemm_efficiency_by_min_dim.size(), 1u);
+  EXPECT_EQ(thin->device.bf16_gemm_efficiency_by_min_dim[0].second, 0.25);
 }
 
 TEST(PlanCommTest, MembersPerNodeFollowTheRankLayout) {

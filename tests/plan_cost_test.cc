@@ -78,6 +78,24 @@ TEST(PlanGemmTest, TileAndWaveQuantization) {
   EXPECT_NEAR(gemm_seconds(d, 4096, 4096, 4096), 2.0 * 4096 * 4096 * 4096 / (100e12 * 0.8), 1e-15);
 }
 
+// A CPU's BLAS: no output tiles, the measured efficiency by the smallest dimension instead,
+// piecewise linear in log2 of it and held at both ends.
+TEST(PlanGemmTest, UntiledDeviceTakesItsThinGemmTable) {
+  DeviceSpec d = device(0.1, 1.0, 1, 20);
+  d.gemm_tile = 0;
+  // Without a table every shape runs at the ceiling: no 128-row padding of 192 columns.
+  EXPECT_NEAR(gemm_efficiency(d, 1024, 192, 192), 1.0, 1e-12);
+  EXPECT_NEAR(gemm_efficiency(d, 128, 32, 128), 1.0, 1e-12);
+  d.gemm_efficiency_by_min_dim = {{16, 0.5}, {64, 0.9}, {256, 1.0}};
+  EXPECT_NEAR(gemm_efficiency(d, 128, 8, 128), 0.5, 1e-12);       // below the table
+  EXPECT_NEAR(gemm_efficiency(d, 128, 128, 32), 0.7, 1e-12);      // halfway in log2(16..64)
+  EXPECT_NEAR(gemm_efficiency(d, 4096, 4096, 4096), 1.0, 1e-12);  // above it
+  EXPECT_NEAR(gemm_efficiency(d, 2048, 128, 1024), 0.95, 1e-12);
+  // The tiled model of the same shape pays a quarter-used tile for 32 columns.
+  DeviceSpec tiled = device(0.1, 1.0, 1, 20);
+  EXPECT_NEAR(gemm_efficiency(tiled, 128, 32, 128), 0.25, 1e-12);
+}
+
 TEST(PlanGemmTest, ThinGemmsAreMemoryBound) {
   // Attention scores with head size 128 at s = 2048 on an A100-like device: 114 FLOP/byte,
   // below the ridge 312e12 / 2039e9 = 153, so bytes / bandwidth sets the time.

@@ -35,6 +35,19 @@ struct GemmShape {
 // The projections of the demo and benchmark GPTs and a large square GEMM.
 constexpr GemmShape kShapes[] = {
     {1024, 1024, 1024}, {2048, 1152, 384}, {2048, 384, 1536}, {512, 768, 192}, {256, 256, 64}};
+// Thin GEMMs, by their smallest dimension: attention's per-head products (sequence x head size
+// x sequence, sequence x sequence x head size) and small models' projections. Each is timed
+// thin in n and thin in k (256 x d x 256 and 256 x 256 x d); the planner interpolates between
+// them (device.gemm_efficiency_by_min_dim).
+constexpr int kThinDims[] = {16, 32, 64, 128, 256};
+constexpr int kThinOther = 256;
+
+// The rate of the two GEMMs thin in `dim` (same FLOPs each): together, their harmonic mean.
+double thin_gemm_gflops(int dim) {
+  const double a = gemm_gflops(kThinOther, dim, kThinOther);
+  const double b = gemm_gflops(kThinOther, kThinOther, dim);
+  return 2.0 / (1.0 / a + 1.0 / b);
+}
 
 double copy_GBps() {
   const size_t bytes = 64u << 20;
@@ -155,23 +168,29 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
     if (sp > worst[0]) worst[0] = static_cast<float>(sp), worst_of = which;
     return median(v);
   };
-  for (size_t i = 0; i < std::size(kShapes); ++i) {
-    std::vector<double> reps;
-    for (int r = 0; r < kRepeats; ++r)
-      reps.push_back(gemm_gflops(kShapes[i].m, kShapes[i].n, kShapes[i].k));
-    gemm.push_back(static_cast<float>(judge(reps, static_cast<int>(i))));
-  }
-  // The same shapes with bf16 inputs and fp32 accumulation (`run --precision bf16`), where the
-  // processor has AVX-512 BF16; every device agrees on whether it has.
-  std::vector<float> gemm_bf16;
-  if (kernels::cpu_has_bf16()) {
-    kernels::set_gemm_precision(kernels::GemmPrecision::kBf16);
+  // The shapes, then the thin ones (which `judge` names by kShapes' size plus 1 + index).
+  auto measure_gemms = [&](std::vector<float>* rates, std::vector<float>* thin) {
     for (size_t i = 0; i < std::size(kShapes); ++i) {
       std::vector<double> reps;
       for (int r = 0; r < kRepeats; ++r)
         reps.push_back(gemm_gflops(kShapes[i].m, kShapes[i].n, kShapes[i].k));
-      gemm_bf16.push_back(static_cast<float>(judge(reps, static_cast<int>(i))));
+      rates->push_back(static_cast<float>(judge(reps, static_cast<int>(i))));
     }
+    for (size_t i = 0; i < std::size(kThinDims); ++i) {
+      std::vector<double> reps;
+      for (int r = 0; r < kRepeats; ++r) reps.push_back(thin_gemm_gflops(kThinDims[i]));
+      thin->push_back(
+          static_cast<float>(judge(reps, static_cast<int>(std::size(kShapes) + 1 + i))));
+    }
+  };
+  std::vector<float> thin;
+  measure_gemms(&gemm, &thin);
+  // The same shapes with bf16 inputs and fp32 accumulation (`run --precision bf16`), where the
+  // processor has AVX-512 BF16; every device agrees on whether it has.
+  std::vector<float> gemm_bf16, thin_bf16;
+  if (kernels::cpu_has_bf16()) {
+    kernels::set_gemm_precision(kernels::GemmPrecision::kBf16);
+    measure_gemms(&gemm_bf16, &thin_bf16);
     kernels::set_gemm_precision(kernels::GemmPrecision::kFp32);
     // The resident floor below is an fp32 worker's: the bf16 primitives made here (about
     // 8 MiB) would otherwise stay in it, and fp32 runs never make them.
@@ -189,10 +208,17 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
           ->wait());
   CANN_RETURN_IF_ERROR(
       shm->allreduce(&copy, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)->wait());
-  if (!gemm_bf16.empty())
+  CANN_RETURN_IF_ERROR(
+      shm->allreduce(thin.data(), thin.size(), comm::DataType::kFloat32, comm::ReduceOp::kAvg)
+          ->wait());
+  if (!gemm_bf16.empty()) {
     CANN_RETURN_IF_ERROR(shm->allreduce(gemm_bf16.data(), gemm_bf16.size(),
                                         comm::DataType::kFloat32, comm::ReduceOp::kAvg)
                              ->wait());
+    CANN_RETURN_IF_ERROR(shm->allreduce(thin_bf16.data(), thin_bf16.size(),
+                                        comm::DataType::kFloat32, comm::ReduceOp::kAvg)
+                             ->wait());
+  }
   CANN_RETURN_IF_ERROR(
       shm->allreduce(worst, 2, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
   // Collective timings: the median of kRepeats; their spread is not judged (a latency of tens
@@ -241,6 +267,10 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
                   kShapes[which].k);
   else if (which == static_cast<int>(std::size(kShapes)))
     std::snprintf(what, sizeof(what), "memory copy");
+  else if (which > static_cast<int>(std::size(kShapes)) &&
+           which <= static_cast<int>(std::size(kShapes) + std::size(kThinDims)))
+    std::snprintf(what, sizeof(what), "GEMMs thin in %d",
+                  kThinDims[which - std::size(kShapes) - 1]);
   noise.max_spread_of = what;
   noise.min_cpu_share = 1 - worst[1];
   const std::string busy = busy_reasons(noise, hardware_threads(), P);
@@ -253,9 +283,26 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
                               "work to finish, or pass --accept-busy to keep it anyway");
   }
 
-  const double peak_gflops = *std::max_element(gemm.begin(), gemm.end());
-  const double bf16_gflops =
-      gemm_bf16.empty() ? 0.0 : *std::max_element(gemm_bf16.begin(), gemm_bf16.end());
+  // The peak is the fastest shape measured, thin ones included; each thin dimension's rate is
+  // kept as its fraction of it.
+  auto fastest = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double best = 0;
+    for (float r : a) best = std::max(best, static_cast<double>(r));
+    for (float r : b) best = std::max(best, static_cast<double>(r));
+    return best;
+  };
+  const double peak_gflops = fastest(gemm, thin);
+  const double bf16_gflops = fastest(gemm_bf16, thin_bf16);
+  auto by_min_dim = [](const std::vector<float>& rates, double peak) {
+    std::string out = "{";
+    for (size_t i = 0; i < rates.size(); ++i) {
+      char item[48];
+      std::snprintf(item, sizeof(item), "%s%d: %.4f", i ? ", " : "", kThinDims[i],
+                    std::min(1.0, rates[i] / peak));
+      out += item;
+    }
+    return out + "}";
+  };
   const double intra_GBps = big * bus / t_big / 1e9;
   const double inter_GBps = big * bus / g_big / 1e9;
   // A ring all-reduce of a tiny message is 2(P-1) latency-bound steps.
@@ -278,6 +325,14 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
                   gemm[i]);
     yaml += buf;
   }
+  auto thin_rates = [&](const std::vector<float>& rates) {
+    yaml += "; thin, 256 x d x 256 and 256 x 256 x d together:";
+    for (size_t i = 0; i < rates.size(); ++i) {
+      std::snprintf(buf, sizeof(buf), " d=%d %.1f", kThinDims[i], rates[i]);
+      yaml += buf;
+    }
+  };
+  thin_rates(thin);
   if (!gemm_bf16.empty()) {
     yaml += "\n# bf16-input GEMM GFLOP/s (run --precision bf16) by shape:";
     for (size_t i = 0; i < gemm_bf16.size(); ++i) {
@@ -285,6 +340,7 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
                     gemm_bf16[i]);
       yaml += buf;
     }
+    thin_rates(thin_bf16);
   }
   std::snprintf(buf, sizeof(buf),
                 "\n# %d repeats of each: largest spread %.1f%% (%s), smallest CPU share %.0f%%; "
@@ -298,16 +354,22 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
       "# buffers; bf16_gemm_tflops prices the linear layers of `run --precision bf16` (0: no\n"
       "# AVX-512 BF16).\n"
       "# runtime_reserve_GB: the largest worker's resident set with the runtime up and no\n"
-      "# training state (code, libraries, BLAS, communicators).\n";
-  std::snprintf(buf, sizeof(buf),
-                "name: local\nnodes: 1\ndevices_per_node: %d\n"
-                "device: {name: cpu-core, peak_tflops: %.5f, bf16_gemm_tflops: %.5f, memory_gb: %.2f, "
-                "memory_bandwidth_GBps: %.2f, tdp_watts: 0, hourly_cost_usd: 0, compute_units: 1, "
-                "gemm_efficiency: 1.0, memory_efficiency: 1.0, runtime_reserve_GB: %.5f, "
-                "precision: fp32}\n",
-                P, peak_gflops / 1e3, bf16_gflops / 1e3, mem_total_gb() / P, copy,
-                floor_mib / 1024.0);
+      "# training state (code, libraries, BLAS, communicators).\n"
+      "# gemm_tile 0: oneDNN's sgemm computes no whole output tiles; the thin GEMMs' measured\n"
+      "# fractions of the peak (by the smallest dimension) price small shapes instead.\n";
+  std::snprintf(
+      buf, sizeof(buf),
+      "name: local\nnodes: 1\ndevices_per_node: %d\n"
+      "device: {name: cpu-core, peak_tflops: %.5f, bf16_gemm_tflops: %.5f, memory_gb: %.2f, "
+      "memory_bandwidth_GBps: %.2f, tdp_watts: 0, hourly_cost_usd: 0, compute_units: 1, "
+      "gemm_efficiency: 1.0, gemm_tile: 0, memory_efficiency: 1.0, "
+      "runtime_reserve_GB: %.5f, precision: fp32,\n",
+      P, peak_gflops / 1e3, bf16_gflops / 1e3, mem_total_gb() / P, copy, floor_mib / 1024.0);
   yaml += buf;
+  yaml += "  gemm_efficiency_by_min_dim: " + by_min_dim(thin, peak_gflops);
+  if (!thin_bf16.empty())
+    yaml += ",\n  bf16_gemm_efficiency_by_min_dim: " + by_min_dim(thin_bf16, bf16_gflops);
+  yaml += "}\n";
   std::snprintf(buf, sizeof(buf),
                 "intra_node: {bandwidth_GBps: %.3f, latency_us: %.2f, topology: switch, "
                 "efficiency: 1.0, interconnect: shared-memory}\n"

@@ -94,6 +94,25 @@ Handler fraction(double* out, const std::string& source) {
   };
 }
 
+// {dimension: fraction of peak, ...}: a GEMM's efficiency by its smallest dimension.
+Handler efficiency_by_dim(std::vector<std::pair<double, double>>* out, const std::string& source) {
+  return [=](const YAML::Node& v, const std::string& key) -> Status {
+    if (!v.IsMap() || v.size() == 0)
+      return key_error(source, key, "expected {smallest dimension: fraction of peak, ...}");
+    out->clear();
+    for (const auto& point : v) {
+      CANN_ASSIGN_OR_RETURN(double dim, read_number(point.first, source, key, false));
+      CANN_ASSIGN_OR_RETURN(double eff, read_number(point.second, source, key, false));
+      if (eff > 1)
+        return key_error(source, key,
+                         "is a fraction of peak: at most 1, got " + point.second.Scalar());
+      out->emplace_back(dim, eff);
+    }
+    std::sort(out->begin(), out->end());
+    return OkStatus();
+  };
+}
+
 Handler precision(Precision* out, const std::string& source) {
   return [=](const YAML::Node& v, const std::string& key) -> Status {
     auto p = parse_precision(v.IsScalar() ? v.Scalar() : "");
@@ -223,6 +242,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   c.name = std::filesystem::path(source).stem().string();
   std::string description;
   bool has_device = false, has_intra = false, has_inter = false, has_attention = false;
+  bool has_tile = false;
   std::map<std::string, Handler> top = {
       {"name", text(&c.name)},
       {"description", text(&description)},
@@ -256,6 +276,15 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"hourly_cost_usd", number(&d.hourly_cost_usd, source, true)},
                        {"compute_units", number(&units, source)},
                        {"gemm_efficiency", fraction(&d.gemm_efficiency, source)},
+                       {"gemm_tile",
+                        [&](const YAML::Node& t, const std::string& k) -> Status {
+                          has_tile = true;
+                          return number(&d.gemm_tile, source, true)(t, k);
+                        }},
+                       {"gemm_efficiency_by_min_dim",
+                        efficiency_by_dim(&d.gemm_efficiency_by_min_dim, source)},
+                       {"bf16_gemm_efficiency_by_min_dim",
+                        efficiency_by_dim(&d.bf16_gemm_efficiency_by_min_dim, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
                        {"runtime_reserve_GB", number(&d.runtime_reserve_gb, source, true)},
                        {"overlap_slowdown", fraction(&d.overlap_slowdown, source)},
@@ -327,6 +356,9 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
     return key_error(source, "inter_node", "missing; hint: the network between nodes");
   if (!has_inter) c.inter_node = c.intra_node;
   CANN_RETURN_IF_ERROR(check_precision(c));
+  // An fp32 device is the CPU engine's (specs calibrated before the key existed included):
+  // its BLAS has no output tiles.
+  if (!has_tile && c.device.precision == Precision::kFp32) c.device.gemm_tile = 0;
   if (!has_attention)
     c.device.attention = c.device.precision == Precision::kFp32 ? AttentionKernel::kMaterialized
                                                                 : AttentionKernel::kFused;

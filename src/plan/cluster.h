@@ -89,6 +89,16 @@ struct DeviceSpec {
   double hourly_cost_usd = 0;
   int compute_units = 0;          // 0: wave quantization not modelled
   double gemm_efficiency = 0.80;  // see cluster.cc for the default's source
+  // The GEMM library's output tile, rows = columns (tile quantization, gemm_model.h): 128, the
+  // CUTLASS/cuBLAS bf16 tile, on GPUs and NPUs; 0 where whole tiles are not what a GEMM pays
+  // for (a CPU BLAS blocks a few rows in registers; `bench calibrate` writes 0 and measures
+  // thin shapes instead, below).
+  double gemm_tile = 128;
+  // Measured fraction of peak_tflops a GEMM reaches by its smallest dimension, (dimension,
+  // fraction) with dimensions increasing, for fp32 GEMMs and for bf16-input GEMMs (of
+  // bf16_gemm_tflops); `bench calibrate` measures both on CPUs. Empty: not measured, 1.
+  std::vector<std::pair<double, double>> gemm_efficiency_by_min_dim;
+  std::vector<std::pair<double, double>> bf16_gemm_efficiency_by_min_dim;
   double memory_efficiency = 0.90;
   // Resident memory the runtime holds on every device beside the training state (framework
   // context, libraries, communicator buffers, allocator slack), binary GB; < 0: the default of

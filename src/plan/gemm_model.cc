@@ -6,18 +6,36 @@
 
 namespace cann::plan {
 
+double efficiency_at_min_dim(const std::vector<std::pair<double, double>>& table, double dim) {
+  if (table.empty()) return 1.0;
+  if (dim <= table.front().first) return table.front().second;
+  if (dim >= table.back().first) return table.back().second;
+  for (size_t i = 1; i < table.size(); ++i) {
+    if (dim > table[i].first) continue;
+    const double t =
+        std::log2(dim / table[i - 1].first) / std::log2(table[i].first / table[i - 1].first);
+    return table[i - 1].second + t * (table[i].second - table[i - 1].second);
+  }
+  return table.back().second;
+}
+
 double gemm_efficiency(const DeviceSpec& d, double m, double n, double k, double batch) {
-  (void)k;  // the k dimension only matters through the memory side of the roofline
   if (m <= 0 || n <= 0 || batch <= 0) return d.gemm_efficiency;
-  const double tiles_m = std::ceil(m / kGemmTile), tiles_n = std::ceil(n / kGemmTile);
-  const double tile_eff = (m * n) / (tiles_m * tiles_n * kGemmTile * kGemmTile);
+  // A library without output tiles: every row and column computed is useful, and one tile of
+  // the whole output makes the wave model below a no-op.
+  const double tile_m = d.gemm_tile > 0 ? d.gemm_tile : m,
+               tile_n = d.gemm_tile > 0 ? d.gemm_tile : n;
+  const double tiles_m = std::ceil(m / tile_m), tiles_n = std::ceil(n / tile_n);
+  const double tile_eff = (m * n) / (tiles_m * tiles_n * tile_m * tile_n);
   double wave_eff = 1.0;
   if (d.compute_units > 0) {
     const double tiles = tiles_m * tiles_n * batch;
     const double waves = std::ceil(tiles / d.compute_units);
     wave_eff = tiles / (waves * d.compute_units);
   }
-  return d.gemm_efficiency * tile_eff * wave_eff;
+  const double thin =
+      k > 0 ? efficiency_at_min_dim(d.gemm_efficiency_by_min_dim, std::min({m, n, k})) : 1.0;
+  return d.gemm_efficiency * tile_eff * wave_eff * thin;
 }
 
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double batch) {

@@ -18,6 +18,12 @@
 //   below the A100's ridge of 312e12/2039e9 = 153 FLOP/byte.
 // Split-K, stream-K and smaller-tile heuristics that libraries use for small problems are not
 // modelled, so small GEMMs come out slightly pessimistic.
+//
+// A CPU's BLAS (oneDNN's sgemm for the engine) has no output tile of that size: it blocks a
+// few rows and columns in registers, and on a thin GEMM loses to packing and loop overhead
+// instead. A calibrated CPU device (`bench calibrate`) has gemm_tile 0 and its measured
+// efficiency by the GEMM's smallest dimension (gemm_efficiency_by_min_dim, piecewise linear in
+// log2 of the dimension, held at the ends) in place of tile and wave quantization.
 #pragma once
 
 #include "plan/cluster.h"
@@ -26,6 +32,9 @@ namespace cann::plan {
 
 inline constexpr double kGemmTile = 128;
 
+// The measured efficiency of `table` (dimension, fraction) at a GEMM whose smallest
+// dimension is `dim`; 1 for an empty table.
+double efficiency_at_min_dim(const std::vector<std::pair<double, double>>& table, double dim);
 // Fraction of peak for `batch` independent (m x k) * (k x n) GEMMs, compute side only.
 double gemm_efficiency(const DeviceSpec& d, double m, double n, double k, double batch = 1);
 // Seconds for `batch` independent bf16 GEMMs (m x k) * (k x n), roofline of compute and memory.

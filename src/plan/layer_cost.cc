@@ -365,7 +365,10 @@ CostContext make_cost_context(const model::ModelSpec& m, const ClusterSpec& c,
   if (c.device.precision == Precision::kFp8)
     ctx.linear_device.peak_tflops = c.device.fp8_peak_tflops;
   // The CPU engine under --precision bf16: its linear layers at the measured bf16 GEMM rate.
-  if (ctx.engine && c.device.bf16_gemms) ctx.linear_device.peak_tflops = c.device.bf16_gemm_tflops;
+  if (ctx.engine && c.device.bf16_gemms) {
+    ctx.linear_device.peak_tflops = c.device.bf16_gemm_tflops;
+    ctx.linear_device.gemm_efficiency_by_min_dim = c.device.bf16_gemm_efficiency_by_min_dim;
+  }
   if (m.architecture != model::Architecture::kVit) {
     int dense = -1, moe = -1;  // the first layer of each kind
     for (int l = 0; l < m.num_hidden_layers; ++l) {
