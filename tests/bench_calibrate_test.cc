@@ -104,6 +104,11 @@ TEST(MultiProcBenchCalibrateTest, QuietRunWritesTheSpecUnmarked) {
     EXPECT_GT(eff, 0.05) << dim;
     EXPECT_LE(eff, 1.0) << dim;
   }
+  // Huge pages as the kernel gives them to buffers that advise them.
+  const std::string thp = test::read_text("/sys/kernel/mm/transparent_hugepage/enabled");
+  EXPECT_EQ(c->device.huge_pages,
+            thp.find("[always]") != std::string::npos || thp.find("[madvise]") != std::string::npos)
+      << thp;
 }
 
 TEST(MultiProcBenchCalibrateTest, AutoWarnsOnceOnASpecMeasuredUnderLoad) {

@@ -107,6 +107,9 @@ TEST(PlanClusterTest, ParseErrorsNameTheKey) {
       {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
        "memory_bandwidth_GBps: 1, gemm_tile: -1}\n",
        "key 'device.gemm_tile': must be zero or more"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1, huge_pages: often}\n",
+       "key 'device.huge_pages': expected true or false"},
   };
   for (const Case& c : cases) {
     auto r = parse_cluster_spec(c.text, "c.yaml");
@@ -131,6 +134,10 @@ TEST(PlanClusterTest, GemmTileDefaultsByPrecisionAndTheThinTableIsRead) {
   auto cpu = parse_cluster_spec(head + ", precision: fp32}\n", "c.yaml");
   ASSERT_TRUE(cpu.ok()) << cpu.status().message();
   EXPECT_EQ(cpu->device.gemm_tile, 0);
+  EXPECT_FALSE(cpu->device.huge_pages);
+  auto paged = parse_cluster_spec(head + ", precision: fp32, huge_pages: true}\n", "p.yaml");
+  ASSERT_TRUE(paged.ok()) << paged.status().message();
+  EXPECT_TRUE(paged->device.huge_pages);
   auto tiled = parse_cluster_spec(head + ", precision: fp32, gemm_tile: 64}\n", "t.yaml");
   ASSERT_TRUE(tiled.ok()) << tiled.status().message();
   EXPECT_EQ(tiled->device.gemm_tile, 64);

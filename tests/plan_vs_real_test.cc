@@ -4,6 +4,8 @@
 // (including the four-process layouts that share its cores), and a short real run.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/machine_load.h"
@@ -197,6 +199,34 @@ TEST(PlanVsRealForecastTest, ResidentSetAddsTheRuntimeFloorAndTheData) {
   auto f = forecast(*spec, two_core_machine(2), *pp, 128, {});
   ASSERT_TRUE(f.ok());
   EXPECT_GT(f->resident_max_bytes, f->resident_min_bytes);
+}
+
+// On huge pages each of the engine's mapped buffers (4 MiB and more) is resident to its last
+// whole 2 MiB page: gpt_tiny's 1,853,568 parameters (7,414,272 bytes) take 8 MiB as weights,
+// gradients and each AdamW moment, and the activation arena rounds up the same way. The
+// engine's own accounting (rank0_bytes) stays the bytes asked for.
+TEST(PlanVsRealForecastTest, HugePagesRoundEachMappedBufferToWholePages) {
+  auto spec = model::load_model_spec("gpt_tiny");
+  ASSERT_TRUE(spec.ok());
+  auto b = parse_bench_strategy("dp=2", 16);
+  ASSERT_TRUE(b.ok());
+  ClusterSpec small = two_core_machine(2);
+  ClusterSpec huge = small;
+  huge.device.huge_pages = true;
+  auto plain = forecast(*spec, small, *b, 128, {});
+  auto paged = forecast(*spec, huge, *b, 128, {});
+  ASSERT_TRUE(plain.ok() && paged.ok());
+  EXPECT_DOUBLE_EQ(paged->rank0_bytes, plain->rank0_bytes);
+  auto in = make_plan_input(*spec, huge, 0);
+  ASSERT_TRUE(in.ok());
+  in->seq_len = 128;
+  auto p = predict(*in, b->strategy, Fidelity::kExact);
+  ASSERT_TRUE(p.ok());
+  const double page = 2.0 * 1048576, act = p->stages[0].activation_bytes;
+  ASSERT_GE(act, 4.0 * 1048576);
+  const double want = 4 * (8.0 * 1048576 - 4.0 * 1853568) + (std::ceil(act / page) * page - act);
+  EXPECT_NEAR(p->stages[0].page_slack_bytes, want, 1.0);
+  EXPECT_NEAR(paged->resident_max_bytes - plain->resident_max_bytes, want, 1.0);
 }
 
 // The runtime reserve is a device key; without it the precision's default holds.

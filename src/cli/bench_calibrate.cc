@@ -92,6 +92,19 @@ LoadReading reading_from_env() {
   return r;
 }
 
+// Whether the kernel gives huge pages to the engine's buffers, which advise them
+// (MADV_HUGEPAGE): transparent huge pages "always" or "madvise", not "never".
+bool advised_huge_pages() {
+  // A sysfs file's size says nothing of its text: read a line.
+  char line[128] = {};
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f == nullptr) return false;
+  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  return read &&
+         (std::strstr(line, "[always]") != nullptr || std::strstr(line, "[madvise]") != nullptr);
+}
+
 double mem_total_gb() {
   long long kb = 0;
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
@@ -355,6 +368,8 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
       "# AVX-512 BF16).\n"
       "# runtime_reserve_GB: the largest worker's resident set with the runtime up and no\n"
       "# training state (code, libraries, BLAS, communicators).\n"
+      "# huge_pages: the kernel backs the engine's buffers (which advise it) with 2 MiB pages,\n"
+      "# so each is resident to its last whole page.\n"
       "# gemm_tile 0: oneDNN's sgemm computes no whole output tiles; the thin GEMMs' measured\n"
       "# fractions of the peak (by the smallest dimension) price small shapes instead.\n";
   std::snprintf(
@@ -363,8 +378,9 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
       "device: {name: cpu-core, peak_tflops: %.5f, bf16_gemm_tflops: %.5f, memory_gb: %.2f, "
       "memory_bandwidth_GBps: %.2f, tdp_watts: 0, hourly_cost_usd: 0, compute_units: 1, "
       "gemm_efficiency: 1.0, gemm_tile: 0, memory_efficiency: 1.0, "
-      "runtime_reserve_GB: %.5f, precision: fp32,\n",
-      P, peak_gflops / 1e3, bf16_gflops / 1e3, mem_total_gb() / P, copy, floor_mib / 1024.0);
+      "runtime_reserve_GB: %.5f, huge_pages: %s, precision: fp32,\n",
+      P, peak_gflops / 1e3, bf16_gflops / 1e3, mem_total_gb() / P, copy, floor_mib / 1024.0,
+      advised_huge_pages() ? "true" : "false");
   yaml += buf;
   yaml += "  gemm_efficiency_by_min_dim: " + by_min_dim(thin, peak_gflops);
   if (!thin_bf16.empty())

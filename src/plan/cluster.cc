@@ -287,6 +287,15 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                         efficiency_by_dim(&d.bf16_gemm_efficiency_by_min_dim, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
                        {"runtime_reserve_GB", number(&d.runtime_reserve_gb, source, true)},
+                       {"huge_pages",
+                        [&](const YAML::Node& t, const std::string& k) -> Status {
+                          try {
+                            d.huge_pages = t.as<bool>();
+                          } catch (const YAML::Exception&) {
+                            return key_error(source, k, "expected true or false");
+                          }
+                          return OkStatus();
+                        }},
                        {"overlap_slowdown", fraction(&d.overlap_slowdown, source)},
                        {"fused_attention_kernel", text(&d.fused_kernel)},
                        {"fused_attention_tflops",

@@ -104,6 +104,10 @@ struct DeviceSpec {
   // context, libraries, communicator buffers, allocator slack), binary GB; < 0: the default of
   // the precision (predict.h, reserved_bytes). `bench calibrate` measures it for CPU workers.
   double runtime_reserve_gb = -1;
+  // The engine's buffers of 4 MiB and more are mapped on 2 MiB boundaries with huge pages
+  // advised (core/aligned_buffer.h); where transparent huge pages honour that advice, each is
+  // resident in whole 2 MiB pages. `bench calibrate` reads it from the kernel (fp32 devices).
+  bool huge_pages = false;
   // Compute slowed by a collective running beside it: the seconds added per second of compute
   // that overlaps one (communication kernels take SMs, memory bandwidth and caches from the
   // GEMMs); < 0: the precision's default (predict.h, overlap_slowdown).

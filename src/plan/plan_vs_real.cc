@@ -98,7 +98,7 @@ StatusOr<Forecast> forecast(const model::ModelSpec& m, const ClusterSpec& c, con
     const StageReport& st = p.stages[i];
     const double extra =
         gpipe ? st.activation_bytes * (static_cast<double>(mb) / std::min(mb, pp - i) - 1) : 0;
-    const double resident = st.total_bytes + extra + data_bytes;
+    const double resident = st.total_bytes + st.page_slack_bytes + extra + data_bytes;
     if (i == 0) f.rank0_bytes = st.total_bytes - st.reserved_bytes + extra;
     f.resident_max_bytes = std::max(f.resident_max_bytes, resident);
     f.resident_min_bytes =

@@ -362,6 +362,21 @@ void engine_state(const PlanInput& in, const Strategy& s, double P, double Pe, S
   st->transient_bytes = 4 * (D * layer_piece + layer_piece);
 }
 
+// The engine maps each buffer of kMappedBytes (4 MiB) or more on a 2 MiB boundary, rounded up
+// to whole 2 MiB pages, and advises huge pages for it (core/aligned_buffer.h, core/pages.cc):
+// every page a huge one, so a buffer touched throughout is resident to its last whole page.
+// The buffers: the parameters, the gradients, each AdamW moment and the activation arena; a
+// figure that is several buffers (ZeRO-2/3 gradients, ZeRO-1's shard beside the gradients) is
+// rounded as one, which leaves out at most 2 MiB per extra buffer.
+double huge_page_slack_bytes(const StageReport& st) {
+  constexpr double kPage = 2.0 * 1048576, kMapped = 4.0 * 1048576;
+  auto slack = [&](double bytes) {
+    return bytes >= kMapped ? std::ceil(bytes / kPage) * kPage - bytes : 0.0;
+  };
+  return slack(st.weights_bytes) + slack(st.grads_bytes) + 2 * slack(st.optimizer_bytes / 2) +
+         slack(st.activation_bytes);
+}
+
 // Fills the memory fields of stage i; returns its total.
 double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& lay, int i,
                     StageReport* st) {
@@ -386,6 +401,8 @@ double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& l
     st->optimizer_bytes = b.optimizer * (P / sh.o + Pe / sh.oe);
     st->transient_bytes = lay.extra_bytes[i] + gathered;
   }
+  if (prec == Precision::kFp32 && in.cluster.device.huge_pages)
+    st->page_slack_bytes = huge_page_slack_bytes(*st);
   st->reserved_bytes = reserved_bytes(in.cluster.device);
   st->total_bytes = st->weights_bytes + st->grads_bytes + st->optimizer_bytes +
                     st->activation_bytes + st->transient_bytes + st->reserved_bytes;

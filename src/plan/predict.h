@@ -103,6 +103,9 @@ struct StageReport {
   double reserved_bytes = 0;    // in total_bytes
   double grad_shard_bytes = 0;  // fp32, ZeRO-1: the reduce-scattered gradients, in grads_bytes
   double scratch_bytes = 0;     // fp32: the engine's backward scratch, in transient_bytes
+  // fp32 on huge pages: what whole 2 MiB pages add to the engine's mapped buffers, resident
+  // beside total_bytes (which counts the bytes the engine asks for, as its own accounting does)
+  double page_slack_bytes = 0;
   double dp_comm_s = 0, optimizer_s = 0;
 };
 
