@@ -85,6 +85,17 @@ Handler text(std::string* out) {
   };
 }
 
+Handler boolean(bool* out, const std::string& source) {
+  return [=](const YAML::Node& v, const std::string& key) -> Status {
+    try {
+      *out = v.as<bool>();
+    } catch (const YAML::Exception&) {
+      return key_error(source, key, "expected true or false");
+    }
+    return OkStatus();
+  };
+}
+
 Handler fraction(double* out, const std::string& source) {
   return [=](const YAML::Node& v, const std::string& key) -> Status {
     CANN_ASSIGN_OR_RETURN(double d, read_number(v, source, key, false));
@@ -250,15 +261,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
       {"nodes", integer(&c.nodes, source)},
       {"devices_per_node", integer(&c.devices_per_node, source)},
       {"collective_launch_us", number(&c.collective_launch_us, source, true)},
-      {"allow_cross_node_tp",
-       [&](const YAML::Node& v, const std::string& key) -> Status {
-         try {
-           c.allow_cross_node_tp = v.as<bool>();
-         } catch (const YAML::Exception&) {
-           return key_error(source, key, "expected true or false");
-         }
-         return OkStatus();
-       }},
+      {"allow_cross_node_tp", boolean(&c.allow_cross_node_tp, source)},
       {"device",
        [&](const YAML::Node& v, const std::string& key) -> Status {
          has_device = true;
@@ -287,15 +290,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                         efficiency_by_dim(&d.bf16_gemm_efficiency_by_min_dim, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
                        {"runtime_reserve_GB", number(&d.runtime_reserve_gb, source, true)},
-                       {"huge_pages",
-                        [&](const YAML::Node& t, const std::string& k) -> Status {
-                          try {
-                            d.huge_pages = t.as<bool>();
-                          } catch (const YAML::Exception&) {
-                            return key_error(source, k, "expected true or false");
-                          }
-                          return OkStatus();
-                        }},
+                       {"huge_pages", boolean(&d.huge_pages, source)},
                        {"overlap_slowdown", fraction(&d.overlap_slowdown, source)},
                        {"fused_attention_kernel", text(&d.fused_kernel)},
                        {"fused_attention_tflops",
