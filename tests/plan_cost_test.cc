@@ -231,6 +231,32 @@ TEST(PlanMemoryTest, ZeroStagesShardStateAsStated) {
   }
 }
 
+// ZeRO-3 keeps the gathered bf16 weights of the layer in use and the prefetched one; gathering
+// tensor by tensor (DeepSpeed's stage 3 of 2021), of the tensor in use and the next: twice the
+// largest tensor instead of twice a layer.
+TEST(PlanMemoryTest, Zero3GathersWholeLayersOrSingleTensors) {
+  const model::ModelSpec m = gpt();
+  auto in = make_plan_input(m, one_node(4), 0);
+  ASSERT_TRUE(in.ok());
+  const model::ParamTable table = model::build_param_table(m);
+  double layer = 0, largest = 0;
+  for (const model::TensorInfo& t : table.tensors()) {
+    if (t.layer == 0) layer += static_cast<double>(t.numel);
+    largest = std::max(largest, static_cast<double>(t.numel));
+  }
+  ASSERT_LT(largest, layer);
+  Strategy s;
+  s.dp = 4;
+  s.gbs = 4;
+  s.zero = 3;
+  auto by_layer = predict(*in, s, Fidelity::kExact);
+  in->zero3_per_tensor = true;
+  auto by_tensor = predict(*in, s, Fidelity::kExact);
+  ASSERT_TRUE(by_layer.ok() && by_tensor.ok());
+  EXPECT_NEAR(by_layer->stages[0].transient_bytes - by_tensor->stages[0].transient_bytes,
+              2 * 2 * (layer - largest), 1);
+}
+
 TEST(PlanGoodputTest, DalyWorkedExample) {
   GoodputInput in;
   in.devices = 1024;

@@ -104,6 +104,17 @@ double zero3_tensors_per_unit(const model::ModelSpec& m, int tp) {
   return std::max(1, n);
 }
 
+// ZeRO-3 gathering tensor by tensor holds the tensor being used and the one prefetched, not
+// whole layers: the largest parameter tensor on a rank (an expert tensor counts all of its
+// experts), embeddings included.
+double zero3_largest_tensor(const model::ModelSpec& m, int tp) {
+  const model::ParamTable table = model::build_param_table(m, tp);
+  double largest = 0;
+  for (const model::TensorInfo& t : table.tensors())
+    largest = std::max(largest, static_cast<double>(t.numel));
+  return largest;
+}
+
 }  // namespace
 
 double overlap_slowdown(const DeviceSpec& d) {
@@ -385,11 +396,15 @@ double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& l
   const double P = lay.params[i], Pe = lay.expert_params[i];
   st->activation_bytes = lay.pipeline.peak_activation_bytes[i];
   // Working set beyond stored activations: the recomputed layer's tensors, and under ZeRO-3
-  // the gathered weights of the current and the prefetched layer.
-  // (The fp32 engine's gathered layers are in engine_state's weights.)
-  const double gathered = s.zero >= 3 && prec != Precision::kFp32
-                              ? 2 * element_bytes(prec) * lay.max_layer_params[i]
-                              : 0;
+  // the gathered weights of the current and the prefetched layer (or tensor, where ZeRO-3
+  // gathers tensor by tensor). (The fp32 engine's gathered layers are in engine_state's
+  // weights.)
+  double gathered = 0;
+  if (s.zero >= 3 && prec != Precision::kFp32)
+    gathered = 2 * element_bytes(prec) *
+               (in.zero3_per_tensor
+                    ? std::min(lay.max_layer_params[i], zero3_largest_tensor(in.model, s.tp))
+                    : lay.max_layer_params[i]);
   if (prec == Precision::kFp32) {
     engine_state(in, s, P, Pe, st);
     st->scratch_bytes = lay.scratch_bytes;
