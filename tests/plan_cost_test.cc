@@ -231,6 +231,31 @@ TEST(PlanMemoryTest, ZeroStagesShardStateAsStated) {
   }
 }
 
+// An optimizer that keeps its state in bf16 (Apex's DistributedFusedAdam with dtype and
+// grad_sync_dtype bf16): bf16 gradients, and a bf16 master copy and moments, 2 + 2 + 6 bytes per
+// parameter; its step streams 20 bytes per owned parameter instead of 38.
+TEST(PlanMemoryTest, Bf16OptimizerStateHalvesGradientsAndState) {
+  const model::ModelSpec m = gpt();
+  auto in = make_plan_input(m, one_node(4), 0);
+  ASSERT_TRUE(in.ok());
+  const double P = static_cast<double>(model::build_param_table(m).num_parameters());
+  Strategy s;
+  s.dp = 4;
+  s.gbs = 4;
+  s.zero = 1;
+  auto fp32_state = predict(*in, s, Fidelity::kExact);
+  in->bf16_optimizer_state = true;
+  auto bf16_state = predict(*in, s, Fidelity::kExact);
+  ASSERT_TRUE(fp32_state.ok() && bf16_state.ok());
+  const StageReport& a = fp32_state->stages[0];
+  const StageReport& b = bf16_state->stages[0];
+  EXPECT_NEAR(b.weights_bytes, 2 * P, 1);
+  EXPECT_NEAR(b.grads_bytes, 2 * P, 1);
+  EXPECT_NEAR(b.optimizer_bytes, 6 * P / 4, 1);
+  EXPECT_NEAR(b.optimizer_s / a.optimizer_s, 20.0 / 38.0, 1e-9);
+  EXPECT_LT(b.dp_comm_s, a.dp_comm_s);  // the gradients travel in bf16
+}
+
 // ZeRO-3 keeps the gathered bf16 weights of the layer in use and the prefetched one; gathering
 // tensor by tensor (DeepSpeed's stage 3 of 2021), of the tensor in use and the next: twice the
 // largest tensor instead of twice a layer.

@@ -46,7 +46,7 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
   const bool fp32 = c.device.precision == Precision::kFp32;
   // Gradients travel at their own precision (fp32 under bf16 training), gathered weights at
   // theirs (bf16).
-  const StateBytes sb = state_bytes(c.device.precision);
+  const StateBytes sb = state_bytes(c.device.precision, in.bf16_optimizer_state);
   const double bucket =
       fp32 ? in.engine_buckets.size_bytes(params + expert_params) : grad_bucket_bytes(D);
   // `count` collectives share the bytes: the first is priced whole, the others add latency.
@@ -127,8 +127,9 @@ double reserved_bytes(const DeviceSpec& d) {
   return d.precision == Precision::kFp32 ? 0.0 : kReservedBytes;
 }
 
-StateBytes state_bytes(Precision p) {
+StateBytes state_bytes(Precision p, bool bf16_optimizer) {
   if (p == Precision::kFp32) return {4, 4, 8};
+  if (bf16_optimizer) return {2, 2, 6};
   if (p == Precision::kFp8) return {2, 4, 8};  // AdamW moments in bf16
   return {2, 4, 12};
 }
@@ -410,7 +411,7 @@ double stage_memory(const PlanInput& in, const Strategy& s, const StageLayout& l
     st->scratch_bytes = lay.scratch_bytes;
     st->transient_bytes += lay.extra_bytes[i] + gathered + lay.scratch_bytes;
   } else {
-    const StateBytes b = state_bytes(prec);
+    const StateBytes b = state_bytes(prec, in.bf16_optimizer_state);
     st->weights_bytes = b.weights * (P / sh.w + Pe / sh.we);
     st->grads_bytes = b.grads * (P / sh.g + Pe / sh.ge);
     st->optimizer_bytes = b.optimizer * (P / sh.o + Pe / sh.oe);
@@ -463,17 +464,19 @@ Prediction finish_prediction(const PlanInput& in, const Strategy& s, const Stage
     // Tied embedding and head on different stages: their gradients are summed between the
     // first and the last stage after the backward pass (Megatron), exposed.
     if (p > 1 && tied_across_stages(m) && (i == 0 || i == p - 1))
-      st.dp_comm_s +=
-          collective_seconds(c, Collective::kAllReduce,
-                             state_bytes(dev.precision).grads * m.vocab_size * m.hidden_size / s.tp,
-                             GroupShape{2, static_cast<int>(stage_stride * (p - 1))});
+      st.dp_comm_s += collective_seconds(c, Collective::kAllReduce,
+                                         state_bytes(dev.precision, in.bf16_optimizer_state).grads *
+                                             m.vocab_size * m.hidden_size / s.tp,
+                                         GroupShape{2, static_cast<int>(stage_stride * (p - 1))});
     // The optimizer step streams 38 bytes per parameter it owns: the gradient-norm pass reads
     // the fp32 gradient (4); AdamW reads gradient, master weight, m and v (16) and writes
     // master, m, v and the bf16 weight (14); zeroing the gradient writes it (4). The fp32
     // engine streams 36: the norm pass reads the gradient (4), AdamW reads gradient, weight, m
     // and v (16) and writes weight, m and v (12), zeroing writes the gradient (4).
-    // Under fp8 (bf16 moments): 4 + 12 read + 10 written + 4 = 30.
+    // Under fp8 (bf16 moments): 4 + 12 read + 10 written + 4 = 30. With the whole optimizer
+    // state in bf16 (bf16 gradient, master copy and moments): 2 + 8 read + 8 written + 2 = 20.
     const double opt_bytes = dev.precision == Precision::kFp32  ? 36
+                             : in.bf16_optimizer_state          ? 20
                              : dev.precision == Precision::kFp8 ? 30
                                                                 : 38;
     st.optimizer_s = stream_seconds(dev, opt_bytes * (P / sh.o + Pe / sh.oe));

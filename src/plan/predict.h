@@ -71,7 +71,9 @@ inline double grad_bucket_bytes(int dp) {
 struct StateBytes {
   double weights = 0, grads = 0, optimizer = 0;
 };
-StateBytes state_bytes(Precision p);
+// With `bf16_optimizer`: gradients reduced and kept in bf16, the optimizer's master copy and
+// both AdamW moments in bf16 (PlanInput::bf16_optimizer_state).
+StateBytes state_bytes(Precision p, bool bf16_optimizer = false);
 // Whether the output head's weight is the token embedding's (so a pipeline keeps a copy on
 // its last stage and sums the two gradients).
 bool tied_across_stages(const model::ModelSpec& m);
@@ -88,6 +90,10 @@ struct PlanInput {
   // layer at a time (PyTorch FSDP, Megatron-Core): many more collectives, each paying its
   // latency (comm_model.h).
   bool zero3_per_tensor = false;
+  // The optimizer keeps its state in bf16: gradients reduced and kept in bf16 (2 bytes), the
+  // master copy and both AdamW moments in bf16 (6), as Apex's DistributedFusedAdam does with
+  // dtype and grad_sync_dtype bf16 (NeMo's Nemotron-4 340B recipe). bf16 and fp8 devices only.
+  bool bf16_optimizer_state = false;
 };
 
 StatusOr<PlanInput> make_plan_input(const model::ModelSpec& m, const ClusterSpec& c,

@@ -37,8 +37,8 @@ struct LayerFloor {
 // Bytes per parameter of weights, gradients and optimizer state: state_bytes (predict.h); the
 // fp32 engine's ZeRO-1 gradient shard and bucket padding only add to that.
 LayerFloor layer_floor(const model::ModelSpec& m, const BlockCosts& b, const Strategy& s,
-                       Precision p) {
-  const StateBytes sb = state_bytes(p);
+                       Precision p, bool bf16_optimizer) {
+  const StateBytes sb = state_bytes(p, bf16_optimizer);
   const double bw = sb.weights, bg = sb.grads, bo = sb.optimizer;
   const double D = static_cast<double>(s.dp) * s.cp, De = D / s.ep;
   const double w = s.zero >= 3 ? D : 1, g = s.zero >= 2 ? D : 1, o = s.zero >= 1 ? D : 1;
@@ -259,8 +259,9 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
                 std::vector<int> live;
                 for (int z = 0; z < zeros; ++z) {
                   s.zero = z;
-                  if (opt.prune && memory_floor(layer_floor(m, blocks, s, prec), L, pp, mb,
-                                                reserved_bytes(c.device)) > limit) {
+                  if (opt.prune &&
+                      memory_floor(layer_floor(m, blocks, s, prec, in.bf16_optimizer_state), L, pp,
+                                   mb, reserved_bytes(c.device)) > limit) {
                     r.pruned += vpps.size();
                     continue;
                   }

@@ -106,6 +106,12 @@ StatusOr<std::vector<ValidationCase>> parse_validation_cases(const std::string& 
           return case_error(source, c.id, "zero3_gather must be tensor or layer, not '" + g + "'");
         c.zero3_per_tensor = g == "tensor";
       }
+      if (n["optimizer_state"]) {
+        const std::string o = n["optimizer_state"].as<std::string>();
+        if (o != "bf16" && o != "fp32")
+          return case_error(source, c.id, "optimizer_state must be bf16 or fp32, not '" + o + "'");
+        c.bf16_optimizer_state = o == "bf16";
+      }
       CANN_ASSIGN_OR_RETURN(c.measure, parse_measure(n["measure"].as<std::string>()));
       CANN_ASSIGN_OR_RETURN(c.formula,
                             parse_formula(n["formula"] ? n["formula"].as<std::string>() : ""));
@@ -149,6 +155,7 @@ StatusOr<ValidationOutcome> run_validation_case(const ValidationCase& c) {
   }
   CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(*spec, cluster, 0));
   in.zero3_per_tensor = c.zero3_per_tensor;
+  in.bf16_optimizer_state = c.bf16_optimizer_state;
   CANN_ASSIGN_OR_RETURN(Strategy parsed, parse_strategy(c.strategy));
   CANN_ASSIGN_OR_RETURN(Strategy s, resolve_strategy(parsed, in.model, in.cluster, 0));
   CANN_ASSIGN_OR_RETURN(Prediction p, predict(in, s, Fidelity::kExact));

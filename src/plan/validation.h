@@ -47,6 +47,7 @@ struct ValidationCase {
   double memory_gb = 0;        // > 0: a device of this capacity (A100 40GB)
   double inter_node_GBps = 0;  // > 0: this network per device (BLOOM's Omni-Path)
   bool zero3_per_tensor = false;  // zero3_gather: tensor (DeepSpeed's 2021 stage 3; predict.h)
+  bool bf16_optimizer_state = false;  // optimizer_state: bf16 (predict.h)
   std::string strategy;
   Measure measure = Measure::kIterationTime;
   FlopFormula formula = FlopFormula::kNone;
