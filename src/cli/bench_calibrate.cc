@@ -156,8 +156,8 @@ int run_calibrate_agent(int nproc, bool accept_busy, const std::vector<std::stri
   if (!code.ok()) return fail(code.status().message(), code.status().exit_code());
   if (*code == 0 && busy.ok() && !busy->empty() && !accept_busy)
     return fail("the machine is busy: " + *busy +
-                    "; the cluster spec was not written; hint: wait for the other work to "
-                    "finish, or pass --accept-busy to keep a spec measured under load",
+                    "; the cluster spec was not written; hint: run it again when the machine "
+                    "is quieter, or pass --accept-busy to keep a spec measured under load",
                 1);
   return *code;
 }
@@ -292,8 +292,8 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
     if (const char* verdict = std::getenv(kCalibrateVerdictEnv))
       return write_file_atomic(verdict, busy);
     return FailedPrecondition("the machine is busy: " + busy +
-                              "; the cluster spec was not written; hint: wait for the other "
-                              "work to finish, or pass --accept-busy to keep it anyway");
+                              "; the cluster spec was not written; hint: run it again when "
+                              "the machine is quieter, or pass --accept-busy to keep it anyway");
   }
 
   // The peak is the fastest shape measured, thin ones included; each thin dimension's rate is

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <tuple>
 
@@ -65,6 +66,13 @@ std::string busy_reasons(const MeasurementNoise& n, int cores, int used) {
   if (n.max_spread > kMaxSpread) {
     std::snprintf(buf, sizeof(buf), "%s spread %.0f%% between repeats (limit %.0f%%)",
                   n.max_spread_of.c_str(), 100 * n.max_spread, 100 * kMaxSpread);
+    // Nothing else ran here and every measuring process had its core: the processor's own
+    // speed varied (other tenants of a shared host, or throttling), which waiting for local
+    // work to end will not change.
+    if (out.empty() && n.min_cpu_share >= kMinCpuShare)
+      std::snprintf(buf + std::strlen(buf), sizeof(buf) - std::strlen(buf),
+                    " with no other task running here and each measuring process on its own "
+                    "core: the processor's speed itself varied (a shared or throttled host)");
     add(buf);
   }
   if (n.min_cpu_share < kMinCpuShare) {
