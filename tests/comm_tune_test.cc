@@ -153,6 +153,12 @@ TEST(MultiProcCommTuneTest, TuneWritesAFileRunTrainsWith) {
   const size_t line_start = r.output.rfind('\n', mark) + 1;
   const std::string chosen_row = r.output.substr(line_start, mark - line_start);
   EXPECT_NE(r.output.find("#   default (", rows), std::string::npos) << r.output;
+  // The chosen size and the engine's rule were timed in both rounds; a size the first round
+  // put far behind says it was not repeated.
+  EXPECT_EQ(chosen_row.find("not repeated"), std::string::npos) << chosen_row;
+  const size_t rule = r.output.find("#   default (", rows);
+  const std::string rule_row = r.output.substr(rule, r.output.find('\n', rule) - rule);
+  EXPECT_EQ(rule_row.find("not repeated"), std::string::npos) << rule_row;
   if (chosen_row.find("default (") != std::string::npos)
     EXPECT_EQ(t->bucket_size_mb, 0) << chosen_row;
   else

@@ -66,6 +66,10 @@ struct Choice {
 
 // How much faster the other all-reduce algorithm must be at a size to take it over.
 constexpr double kSwitchGain = 0.05;
+// Bucket sizes whose first trial is slower than the fastest first trial by more than this are
+// not timed a second time: a size must beat the engine's rule by more than the difference
+// between its own two rounds, which for the sizes that can win stays within a few percent.
+constexpr double kRepeatWithin = 0.10;
 
 std::vector<size_t> size_list(const TuneConfig& c) {
   std::vector<size_t> sizes;
@@ -415,14 +419,27 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
       per_round.emplace_back();
       CANN_RETURN_IF_ERROR(trial(candidates.size() - 1, 0));
     }
-    for (size_t k = candidates.size(); k-- > 0;) CANN_RETURN_IF_ERROR(trial(k, 1));
-    // Every rank's figures, the slowest rank's kept: the median, and each round's.
+    // The second round repeats the engine's rule and every size the first round put within
+    // kRepeatWithin of the fastest, on the slowest rank's figures (so every rank runs the same
+    // trials); a size slower than that by more than the noise the rule allows cannot win, and
+    // its second run would only lengthen the tuning.
     const size_t K = candidates.size();
+    std::vector<float> first(K);
+    for (size_t k = 0; k < K; ++k) first[k] = static_cast<float>(per_round[k][0]);
+    CANN_RETURN_IF_ERROR(
+        sync->allreduce(first.data(), K, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
+    const float fastest_first = *std::min_element(first.begin(), first.end());
+    std::vector<bool> repeated(K);
+    for (size_t k = 0; k < K; ++k)
+      repeated[k] = k == 0 || first[k] <= fastest_first * (1 + kRepeatWithin);
+    for (size_t k = K; k-- > 0;)
+      if (repeated[k]) CANN_RETURN_IF_ERROR(trial(k, 1));
+    // Every rank's figures, the slowest rank's kept: the median, and each round's (0: none).
     std::vector<float> figures(3 * K);
     for (size_t k = 0; k < K; ++k) {
       figures[k] = static_cast<float>(median(timed[k]));
       figures[K + k] = static_cast<float>(per_round[k][0]);
-      figures[2 * K + k] = static_cast<float>(per_round[k][1]);
+      figures[2 * K + k] = repeated[k] ? static_cast<float>(per_round[k][1]) : 0.0f;
     }
     CANN_RETURN_IF_ERROR(sync->allreduce(figures.data(), figures.size(), comm::DataType::kFloat32,
                                          comm::ReduceOp::kMax)
@@ -430,7 +447,7 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
     auto spread = [&](size_t k) { return std::fabs(figures[K + k] - figures[2 * K + k]); };
     size_t pick = 0;
     for (size_t k = 1; k < K; ++k)
-      if (figures[k] < figures[pick]) pick = k;
+      if (repeated[k] && figures[k] < figures[pick]) pick = k;
     // Another size replaces the engine's rule only when it is faster by more than either
     // one's difference between its two rounds: a tuning must not make the run slower on noise.
     const bool within_noise =
@@ -451,8 +468,15 @@ Status run_tune_worker(const TuneConfig& config, const train::DistEnv& env) {
                         rule.size_bytes(grad_bytes / 4.0) / 1048576.0);
         else
           std::snprintf(name, sizeof(name), "%g MiB", candidates[k]);
-        std::printf("#   %-20s %9.2f ms  (%.2f, %.2f)%s\n", name, figures[k] * 1e3,
-                    figures[K + k] * 1e3, figures[2 * K + k] * 1e3, k == pick ? "  <- chosen" : "");
+        if (repeated[k])
+          std::printf("#   %-20s %9.2f ms  (%.2f, %.2f)%s\n", name, figures[k] * 1e3,
+                      figures[K + k] * 1e3, figures[2 * K + k] * 1e3,
+                      k == pick ? "  <- chosen" : "");
+        else
+          std::printf(
+              "#   %-20s %9.2f ms  (%.2f, -: more than %.0f%% slower than the fastest "
+              "first round, not repeated)\n",
+              name, figures[k] * 1e3, figures[K + k] * 1e3, 100 * kRepeatWithin);
       }
       if (within_noise)
         std::printf(

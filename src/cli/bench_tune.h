@@ -18,8 +18,9 @@
 //      whose mean ratio to the fastest measured time, over every collective and size, is
 //      smallest is chosen.
 //   3. The model trains a few steps with each bucket size, data-parallel over every rank, with
-//      the chosen setting, in two rounds (ascending, then descending); the median step over
-//      both (the first two of each run left out) picks the bucket size.
+//      the chosen setting, in two rounds (ascending, then descending; the second only for the
+//      engine's rule and the sizes within 10% of the fastest first trial); the median step
+//      over both (the first two of each run left out) picks the bucket size.
 #pragma once
 
 #include <string>
