@@ -6,9 +6,13 @@
 //
 // The redis tests start a private redis-server on a free loopback port with a password and kill
 // it at the end; they are skipped, saying so, when redis-server is not installed.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -430,6 +434,61 @@ TEST(RedisStore, PasswordErrorsNameTheServerButNotThePassword) {
   ASSERT_TRUE(none.ok());
   const Status s = (*none)->set("k", "v");
   EXPECT_NE(s.message().find("requires a password"), std::string::npos) << s.message();
+}
+
+// A server in protected mode (no password, reached from another host) answers every command
+// with a DENIED paragraph: the error says what that is and what to do, not that a counter holds
+// a non-integer.
+TEST(RedisStore, ProtectedModeRefusalSaysSo) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int port = test::free_tcp_port();
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 8), 0);
+  std::atomic<bool> done{false};
+  std::thread server([&] {
+    const std::string denied =
+        "-DENIED Redis is running in protected mode because protected mode is enabled and no "
+        "password is set for the default user.\r\n";
+    while (!done) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const int c = accept(fd, nullptr, nullptr);
+      if (c < 0) continue;
+      char buf[512];
+      if (read(c, buf, sizeof(buf)) > 0) (void)!write(c, denied.data(), denied.size());
+      close(c);
+    }
+  });
+  auto store = open_store("redis://127.0.0.1:" + std::to_string(port));
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  for (const Status& s : {(*store)->set("k", "v"), (*store)->add("n", 1).status()}) {
+    EXPECT_NE(s.message().find("protected mode"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("--requirepass"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find("not an integer"), std::string::npos) << s.message();
+  }
+  done = true;
+  server.join();
+  close(fd);
+}
+
+TEST(RedisStore, AddOnANonCounterNamesTheKey) {
+  RedisServer server;
+  std::string why;
+  if (!server.start(&why)) GTEST_SKIP() << why;
+  auto store = open_store(server.url());
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  ASSERT_TRUE((*store)->set("word", "abc").ok());
+  auto n = (*store)->add("word", 1);
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("key 'word'"), std::string::npos) << n.status().message();
+  EXPECT_NE(n.status().message().find("not an integer"), std::string::npos);
 }
 
 TEST(RedisStore, SelectsTheDatabase) {

@@ -220,7 +220,15 @@ class RedisStore final : public Store {
     if (msg.rfind("NOAUTH", 0) == 0)
       return IoError(address_ + " requires a password (" + msg +
                      "); hint: redis://:PASSWORD@HOST:PORT");
-    if (args[0] == "INCRBY")
+    // Protected mode: a server without a password answers every command from another host
+    // with a long DENIED paragraph and closes the connection.
+    if (msg.rfind("DENIED", 0) == 0)
+      return IoError(address_ +
+                     " takes commands only from its own machine (Redis protected mode: no "
+                     "password is set); hint: start redis-server with --requirepass PASSWORD "
+                     "and give redis://:PASSWORD@HOST:PORT, or --protected-mode no on a network "
+                     "you trust");
+    if (args[0] == "INCRBY" && msg.find("not an integer") != std::string::npos)
       return InvalidArgument("key '" + args[1] + "' in store " + address_ +
                              " holds a value that is not an integer; add() needs a counter key");
     return IoError(address_ + " refused " + args[0] + ": " + msg);
