@@ -110,6 +110,14 @@ TEST(PlanClusterTest, ParseErrorsNameTheKey) {
       {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
        "memory_bandwidth_GBps: 1, huge_pages: often}\n",
        "key 'device.huge_pages': expected true or false"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1, huge_pages: true}\n"
+       "intra_node: {bandwidth_GBps: 1}\ninter_node: {bandwidth_GBps: 1}\n",
+       "key 'device.huge_pages': prices the CPU engine's fp32 device only"},
+      {"nodes: 2\ndevices_per_node: 8\ndevice: {peak_tflops: 1, memory_gb: 1, "
+       "memory_bandwidth_GBps: 1, bf16_gemm_efficiency_by_min_dim: {32: 0.5}}\n"
+       "intra_node: {bandwidth_GBps: 1}\ninter_node: {bandwidth_GBps: 1}\n",
+       "key 'device.bf16_gemm_efficiency_by_min_dim': prices the CPU engine's fp32 device only"},
   };
   for (const Case& c : cases) {
     auto r = parse_cluster_spec(c.text, "c.yaml");

@@ -66,6 +66,20 @@ TEST(PlanPublishedRunsTest, MemoryIsJudgedWhereTheWholeModelRan) {
   EXPECT_GT(layer_rows, 0);
 }
 
+// A bf16 optimizer state is a case's key for bf16 and fp8 clusters; the CPU engine's fp32
+// device keeps its state in fp32, so the key there is refused, not ignored.
+TEST(PlanPublishedRunsTest, Bf16OptimizerStateIsRefusedOnAnFp32Cluster) {
+  ASSERT_FALSE(outcomes().empty());
+  ValidationCase c = outcomes().front().c;
+  c.bf16_optimizer_state = true;
+  c.overrides.precision = "fp32";
+  auto o = run_validation_case(c);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("optimizer_state bf16"), std::string::npos)
+      << o.status().message();
+  EXPECT_EQ(o.status().exit_code(), 2);
+}
+
 TEST(PlanPublishedRunsTest, ErrorBandsAreTheResidualsOfThisModel) {
   const std::vector<ErrorBand> bands = error_bands(outcomes());
   for (int k = 0; k < static_cast<int>(bands.size()); ++k) {

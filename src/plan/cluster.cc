@@ -363,6 +363,20 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
   // An fp32 device is the CPU engine's (specs calibrated before the key existed included):
   // its BLAS has no output tiles.
   if (!has_tile && c.device.precision == Precision::kFp32) c.device.gemm_tile = 0;
+  // What only the CPU engine's device prices: on another device the key would be read and
+  // ignored.
+  if (c.device.precision != Precision::kFp32) {
+    const DeviceSpec& d = c.device;
+    for (const auto& [key, set] :
+         {std::pair<const char*, bool>{"bf16_gemm_tflops", d.bf16_gemm_tflops > 0},
+          {"bf16_gemm_efficiency_by_min_dim", !d.bf16_gemm_efficiency_by_min_dim.empty()},
+          {"huge_pages", d.huge_pages}})
+      if (set)
+        return key_error(source, std::string("device.") + key,
+                         "prices the CPU engine's fp32 device only, and this device trains in " +
+                             std::string(precision_name(d.precision)) +
+                             "; hint: remove it, or set device.precision: fp32");
+  }
   if (!has_attention)
     c.device.attention = c.device.precision == Precision::kFp32 ? AttentionKernel::kMaterialized
                                                                 : AttentionKernel::kFused;

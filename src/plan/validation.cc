@@ -155,6 +155,12 @@ StatusOr<ValidationOutcome> run_validation_case(const ValidationCase& c) {
   }
   CANN_ASSIGN_OR_RETURN(PlanInput in, make_plan_input(*spec, cluster, 0));
   in.zero3_per_tensor = c.zero3_per_tensor;
+  // The CPU engine keeps its optimizer state in fp32: bf16 state there would be read and
+  // ignored.
+  if (c.bf16_optimizer_state && in.cluster.device.precision == Precision::kFp32)
+    return InvalidArgument(c.id + ": optimizer_state bf16 on cluster " + c.cluster +
+                           ", whose fp32 device keeps its optimizer state in fp32; hint: use a "
+                           "bf16 or fp8 cluster, or drop the key");
   in.bf16_optimizer_state = c.bf16_optimizer_state;
   CANN_ASSIGN_OR_RETURN(Strategy parsed, parse_strategy(c.strategy));
   CANN_ASSIGN_OR_RETURN(Strategy s, resolve_strategy(parsed, in.model, in.cluster, 0));
