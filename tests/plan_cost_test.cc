@@ -61,6 +61,15 @@ model::ModelSpec gpt() {
   return m;
 }
 
+// Data parallelism over the four devices of one_node(4), one sequence each, at ZeRO `zero`.
+Strategy four_way_data_parallel(int zero) {
+  Strategy s;
+  s.dp = 4;
+  s.gbs = 4;
+  s.zero = zero;
+  return s;
+}
+
 BlockCosts costs(const model::ModelSpec& m, const ClusterSpec& c, Strategy s) {
   return block_costs(make_cost_context(m, c, model_shape(m), s));
 }
@@ -213,9 +222,7 @@ TEST(PlanMemoryTest, ZeroStagesShardStateAsStated) {
   auto in = make_plan_input(m, c, 0);
   ASSERT_TRUE(in.ok());
   const double P = static_cast<double>(model::build_param_table(m).num_parameters());
-  Strategy s;
-  s.dp = 4;
-  s.gbs = 4;
+  Strategy s = four_way_data_parallel(0);
   const double expected[4][3] = {
       {2 * P, 4 * P, 12 * P},          // bf16 weights, fp32 grads, fp32 master + Adam m, v
       {2 * P, 4 * P, 12 * P / 4},      // ZeRO-1 shards the optimizer state
@@ -239,10 +246,7 @@ TEST(PlanMemoryTest, Bf16OptimizerStateHalvesGradientsAndState) {
   auto in = make_plan_input(m, one_node(4), 0);
   ASSERT_TRUE(in.ok());
   const double P = static_cast<double>(model::build_param_table(m).num_parameters());
-  Strategy s;
-  s.dp = 4;
-  s.gbs = 4;
-  s.zero = 1;
+  const Strategy s = four_way_data_parallel(1);
   auto fp32_state = predict(*in, s, Fidelity::kExact);
   in->bf16_optimizer_state = true;
   auto bf16_state = predict(*in, s, Fidelity::kExact);
@@ -270,10 +274,7 @@ TEST(PlanMemoryTest, Zero3GathersWholeLayersOrSingleTensors) {
     largest = std::max(largest, static_cast<double>(t.numel));
   }
   ASSERT_LT(largest, layer);
-  Strategy s;
-  s.dp = 4;
-  s.gbs = 4;
-  s.zero = 3;
+  const Strategy s = four_way_data_parallel(3);
   auto by_layer = predict(*in, s, Fidelity::kExact);
   in->zero3_per_tensor = true;
   auto by_tensor = predict(*in, s, Fidelity::kExact);

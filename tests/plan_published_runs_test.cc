@@ -60,7 +60,7 @@ TEST(PlanPublishedRunsTest, TheSetIsWideEnough) {
 TEST(PlanPublishedRunsTest, MemoryIsJudgedWhereTheWholeModelRan) {
   int layer_rows = 0;
   for (const ValidationOutcome& o : outcomes()) {
-    EXPECT_EQ(o.memory_judged, o.c.measure != Measure::kLayerTime) << o.c.id;
+    EXPECT_EQ(o.memory_judged(), o.c.measure != Measure::kLayerTime) << o.c.id;
     layer_rows += o.c.measure == Measure::kLayerTime;
   }
   EXPECT_GT(layer_rows, 0);

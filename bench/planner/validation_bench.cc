@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof(buf), "%s %+.1f%% beyond 25%%", o.c.id.c_str(), 100 * o.error);
       missed.push_back(buf);
     }
-    if (!o.fits && o.memory_judged) {
+    if (!o.fits && o.memory_judged()) {
       std::snprintf(buf, sizeof(buf), "%s needs %.1f of %.1f GiB", o.c.id.c_str(),
                     o.memory_peak_bytes / 1073741824.0, o.memory_limit_bytes / 1073741824.0);
       missed.push_back(buf);

@@ -185,7 +185,6 @@ StatusOr<ValidationOutcome> run_validation_case(const ValidationCase& c) {
       const BlockCosts b = block_costs(make_cost_context(in.model, in.cluster, in.shape, s));
       o.predicted_s = b.dense.total_s();
       o.published_s = c.published / 1e3;
-      o.memory_judged = false;
       break;
     }
     case Measure::kTflopsPerGpu:
@@ -258,7 +257,7 @@ std::string validation_table(const std::vector<ValidationOutcome>& outcomes) {
     std::snprintf(line, sizeof(line), "%-44s %-9s %12.3f %12.3f %+7.1f%% %7.1f GB%s%s\n",
                   o.c.id.c_str(), o.c.kind.c_str(), o.published_s, o.predicted_s, 100 * o.error,
                   o.memory_peak_bytes / 1073741824.0,
-                  o.fits ? "" : (o.memory_judged ? " (over)" : " (over; one layer ran)"),
+                  o.fits ? "" : (o.memory_judged() ? " (over)" : " (over; one layer ran)"),
                   o.c.calibration ? " (calibration)" : "");
     out += line;
   }

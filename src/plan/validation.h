@@ -63,12 +63,12 @@ struct ValidationOutcome {
   double error = 0;  // predicted_s / published_s - 1
   bool fits = false;
   double memory_peak_bytes = 0, memory_limit_bytes = 0;
+  Prediction prediction;              // the whole-step prediction (its time breakdown, bubble, MFU)
+  LayoutKind kind = LayoutKind::kDp;  // of the resolved layout; the case's `kind` must agree
   // Whether the fit is a target: a source that timed one layer (Korthikanti et al. 2022,
   // Table 4) ran that layer, not the whole model in the row's layout, so the whole model's
   // memory (shown) says nothing about a run that took place.
-  bool memory_judged = true;
-  Prediction prediction;  // the whole-step prediction (its time breakdown, bubble, MFU)
-  LayoutKind kind = LayoutKind::kDp;  // of the resolved layout; the case's `kind` must agree
+  bool memory_judged() const { return c.measure != Measure::kLayerTime; }
 };
 
 // Parses the cases file; `source` names it in errors.
