@@ -9,6 +9,7 @@
 #include "core/host.h"
 #include "core/log.h"
 #include "core/pages.h"
+#include "core/stop_signals.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "kernels/cpu/gemm.h"
@@ -21,11 +22,6 @@
 
 namespace cann::train {
 namespace {
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-void on_stop_signal(int sig) {
-  g_stop_signal = sig;
-}
 
 // ", its 8 experts 3, 3, 2 a rank" where ep does not divide a MoE model's experts.
 std::string experts_spread(const model::ModelSpec& spec, int ep) {
@@ -149,22 +145,12 @@ Status Trainer::run(RunSummary* summary) {
   if (world_ && config_.compute_nice > 0 && set_compute_nice(config_.compute_nice) != 0)
     log_warning("--compute-nice " + std::to_string(config_.compute_nice) +
                 ": could not lower the priority of every compute thread");
-  g_stop_signal = 0;
-  auto old_int = std::signal(SIGINT, on_stop_signal);
-  auto old_term = std::signal(SIGTERM, on_stop_signal);
   // Across elastic nodes the agent asks with SIGUSR1 for a stop at the agreed step boundary
   // after which this process rejoins the next (graceful) generation instead of exiting.
   const bool regroups = env_ && !env_->node_snapshots.empty() && env_->node_id >= 0;
-  auto old_usr1 = regroups ? std::signal(SIGUSR1, on_stop_signal) : SIG_DFL;
-  struct RestoreSignals {
-    decltype(old_int) i, t, u;
-    bool usr1;
-    ~RestoreSignals() {
-      std::signal(SIGINT, i);
-      std::signal(SIGTERM, t);
-      if (usr1) std::signal(SIGUSR1, u);
-    }
-  } restore{old_int, old_term, old_usr1, regroups};
+  std::vector<int> stop_signals = {SIGINT, SIGTERM};
+  if (regroups) stop_signals.push_back(SIGUSR1);
+  StopSignals caught(stop_signals);
 
   summary->first_step = start_step_;
   summary->last_step = start_step_;
@@ -174,8 +160,9 @@ Status Trainer::run(RunSummary* summary) {
     if (!trained.ok() && (rejoinable() || node_rejoinable())) {
       CANN_RETURN_IF_ERROR(rejoinable() ? rejoin(trained)
                                         : rejoin_nodes(trained.message(), trained.code()));
-    } else if (trained.ok() && regroups && summary->interrupted && g_stop_signal == SIGUSR1) {
-      g_stop_signal = 0;
+    } else if (trained.ok() && regroups && summary->interrupted &&
+               StopSignals::caught() == SIGUSR1) {
+      StopSignals::clear();
       summary->interrupted = false;
       CANN_RETURN_IF_ERROR(rejoin_nodes("stopped after step " + std::to_string(summary->last_step) +
                                             " for the next generation (graceful)",
@@ -210,7 +197,7 @@ Status Trainer::train_steps(RunSummary* summary) {
     if (!c.expert_load.empty()) reporter_->count_expert_tokens(c.expert_load);
     if (!c.rank_rows.empty()) reporter_->count_expert_rows(c.rank_rows);
     bool grads_bad = grad_watch_ && grad_watch_->inspect(parts_->model().grads(), step + 1);
-    bool stop_requested = g_stop_signal != 0 || reporter_->stop_requested();
+    bool stop_requested = StopSignals::caught() != 0 || reporter_->stop_requested();
     CANN_RETURN_IF_ERROR(agree_on_step(&c, &stop_requested, &grads_bad));
     r.lr = schedule_.at(step);
     const double t_opt = now_seconds();
@@ -291,7 +278,7 @@ Status Trainer::train_steps(RunSummary* summary) {
       if (leader())
         reporter_->line(
             !summary->interrupted ? "exit interval reached after step " + std::to_string(done)
-            : g_stop_signal == SIGUSR1
+            : StopSignals::caught() == SIGUSR1
                 ? "stopped after step " + std::to_string(done) + " for the next generation"
                 : "stop requested (signal or /api/stop) after step " + std::to_string(done));
       break;
@@ -369,7 +356,7 @@ Status Trainer::average_over_ranks(float* values, size_t count, const char* what
 }
 
 bool Trainer::stop_signalled() {
-  return g_stop_signal != 0;
+  return StopSignals::caught() != 0;
 }
 
 Status Trainer::comm_failure(const Status& s) {
