@@ -234,6 +234,11 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   }
   CANN_RETURN_IF_ERROR(
       shm->allreduce(worst, 2, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
+  // Which measurement spread widest, and on which device: from the device whose spread it was.
+  const bool widest = mine[0] == worst[0];
+  float widest_of[2] = {widest ? mine[1] : -1.0f, widest ? static_cast<float>(env.rank) : -1.0f};
+  CANN_RETURN_IF_ERROR(
+      shm->allreduce(widest_of, 2, comm::DataType::kFloat32, comm::ReduceOp::kMax)->wait());
   // Collective timings: the median of kRepeats; their spread is not judged (a latency of tens
   // of microseconds varies with every wake-up, loaded or not).
   const double big = 64.0 * (1 << 20);
@@ -273,7 +278,7 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   noise.after = sample_load();
   noise.own_after = 1;
   noise.max_spread = worst[0];
-  const int which = mine[0] == worst[0] ? static_cast<int>(mine[1]) : -1;
+  const int which = static_cast<int>(widest_of[0]);
   char what[64] = "a measurement";
   if (which >= 0 && which < static_cast<int>(std::size(kShapes)))
     std::snprintf(what, sizeof(what), "GEMM %dx%dx%d", kShapes[which].m, kShapes[which].n,
@@ -285,6 +290,8 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
     std::snprintf(what, sizeof(what), "GEMMs thin in %d",
                   kThinDims[which - std::size(kShapes) - 1]);
   noise.max_spread_of = what;
+  if (P > 1 && widest_of[1] >= 0)
+    noise.max_spread_of += " on device " + std::to_string(static_cast<int>(widest_of[1]));
   noise.min_cpu_share = 1 - worst[1];
   const std::string busy = busy_reasons(noise, hardware_threads(), P);
   if (!busy.empty() && !accept_busy) {

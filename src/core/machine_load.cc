@@ -51,7 +51,7 @@ double spread(std::vector<double> v) {
 std::string busy_reasons(const MeasurementNoise& n, int cores, int used) {
   const int free_cores = std::max(0, cores - used);
   std::string out;
-  char buf[256];
+  char buf[384];
   auto add = [&](const char* text) { out += (out.empty() ? "" : "; ") + std::string(text); };
   for (const auto& [r, own, when] : {std::tuple{n.before, n.own_before, "before measuring"},
                                      std::tuple{n.after, n.own_after, "after measuring"}}) {
