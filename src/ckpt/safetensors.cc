@@ -11,9 +11,6 @@
 namespace cann::ckpt {
 namespace {
 
-// The format caps the header at 100 MB; larger is a corrupt or foreign file.
-constexpr uint64_t kMaxHeader = 100u << 20;  // as safetensors_file.cc's reader
-
 uint64_t product(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
@@ -65,7 +62,7 @@ StatusOr<SafeTensors> decode_safetensors(const std::string& bytes, const std::st
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i)
     n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (n > kMaxHeader || n > bytes.size() - 8)
+  if (n > kMaxSafetensorsHeader || n > bytes.size() - 8)
     return bad("header length " + std::to_string(n) + " past the end");
   auto header = parse_safetensors_header(bytes.substr(8, n), bytes.size() - 8 - n);
   if (!header.ok()) return bad(header.status().message());

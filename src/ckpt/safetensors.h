@@ -16,6 +16,9 @@
 
 namespace cann::ckpt {
 
+// The format caps the header at 100 MB; a larger one is a corrupt or foreign file.
+inline constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;
+
 struct SafeTensor {
   std::string name;
   std::vector<int64_t> shape;

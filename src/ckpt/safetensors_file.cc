@@ -14,7 +14,6 @@
 namespace cann::ckpt {
 namespace {
 
-constexpr uint64_t kMaxHeader = 100u << 20;  // the format's cap; larger is corrupt or foreign
 constexpr const char* kIndex = "model.safetensors.index.json";
 
 // Bytes per element of every dtype the format defines; 0 for a name it does not.
@@ -124,7 +123,7 @@ StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   in.read(reinterpret_cast<char*>(len), 8);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
-  if (n > kMaxHeader || n > size - 8)
+  if (n > kMaxSafetensorsHeader || n > size - 8)
     return bad("header length " + std::to_string(n) + " past the end (the file is truncated)");
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));

@@ -30,8 +30,6 @@
 namespace cann::cli {
 namespace {
 
-using Row = CommRow;
-
 double bus_factor(const std::string& op, int P) {
   if (P <= 1) return 1.0;
   return op == "allreduce" ? 2.0 * (P - 1) / P : static_cast<double>(P - 1) / P;
@@ -212,9 +210,9 @@ Status parse_size_range(const std::string& text, size_t* min_bytes, size_t* max_
 namespace {
 
 // A row from the repeats' times (seconds per call): the median, with the smallest and largest.
-Row timed_row(const std::string& backend, const std::string& op, int P, size_t size_bytes,
-              const std::vector<double>& times) {
-  Row r{backend, op, P, size_bytes};
+CommRow timed_row(const std::string& backend, const std::string& op, int P, size_t size_bytes,
+                  const std::vector<double>& times) {
+  CommRow r{backend, op, P, size_bytes};
   r.time_s = median(times);
   r.time_min_s = *std::min_element(times.begin(), times.end());
   r.time_max_s = *std::max_element(times.begin(), times.end());
@@ -224,10 +222,10 @@ Row timed_row(const std::string& backend, const std::string& op, int P, size_t s
 }
 
 // Each row's bus bandwidth against raw Gloo's all-reduce of the same size (all-reduce rows).
-void set_raw_ratios(std::vector<Row>& rows) {
-  for (Row& r : rows) {
+void set_raw_ratios(std::vector<CommRow>& rows) {
+  for (CommRow& r : rows) {
     if (r.op != "allreduce" || r.backend == "gloo-raw") continue;
-    for (const Row& raw : rows)
+    for (const CommRow& raw : rows)
       if (raw.backend == "gloo-raw" && raw.size_bytes == r.size_bytes && raw.busbw > 0)
         r.vs_raw = r.busbw / raw.busbw;
   }
@@ -255,7 +253,7 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
   const comm::Options opts{std::chrono::milliseconds(static_cast<long>(config.timeout_s * 1000)),
                            "bench"};
   const LoadReading load_before = read_load();
-  std::vector<Row> rows;
+  std::vector<CommRow> rows;
   std::vector<float> in, out;
   auto repeats = [&](comm::Group& g,
                      const std::function<Status()>& call) -> StatusOr<std::vector<double>> {
@@ -321,7 +319,7 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
   if (config.json) {
     std::printf("[");
     for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
+      const CommRow& r = rows[i];
       JsonLine j;
       j.add("backend", r.backend)
           .add("op", r.op)
@@ -346,7 +344,7 @@ StatusOr<bool> run_comm_bench_worker(const CommBenchConfig& config, const train:
   std::printf("# machine: %s\n", machine_description().c_str());
   std::printf("%-13s %-14s %10s %12s %12s %21s %11s %11s %7s\n", "# backend", "op", "size", "count",
               "time(us)", "min..max(us)", "algbw(GB/s)", "busbw(GB/s)", "vs raw");
-  for (const Row& r : rows) {
+  for (const CommRow& r : rows) {
     char range[64], ratio[16] = "-";
     std::snprintf(range, sizeof(range), "%.1f..%.1f", r.time_min_s * 1e6, r.time_max_s * 1e6);
     if (r.vs_raw > 0) std::snprintf(ratio, sizeof(ratio), "%.2fx", r.vs_raw);

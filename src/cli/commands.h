@@ -19,6 +19,10 @@ namespace cann::cli {
 
 using CommandMain = std::function<int()>;
 
+// Prints "<prefix>: <message>" on stderr and returns the status's exit code (2 for bad usage
+// or configuration).
+int fail_line(const char* prefix, const Status& s);
+
 // `cann-train run`: train a model in one process, or launch and supervise worker processes
 // (which re-run the binary with `argv_after_binary`).
 CommandMain add_run_command(CLI::App& app, std::vector<std::string> argv_after_binary);

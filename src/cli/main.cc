@@ -9,6 +9,11 @@
 
 #include "cli/commands.h"
 
+int cann::cli::fail_line(const char* prefix, const Status& s) {
+  std::fprintf(stderr, "%s: %s\n", prefix, s.message().c_str());
+  return s.exit_code();
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"cann-train: plan, train, survive and show distributed training."};
   app.name("cann-train");

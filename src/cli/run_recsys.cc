@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "cli/commands.h"
 #include "comm/store.h"
 #include "core/fs.h"
 #include "core/threads.h"
@@ -65,10 +66,7 @@ const std::set<std::string> kRecsysOnly = {
     "--sparse-optimizer", "--sparse-lr",    "--eval-rows",      "--bad-lines",
     "--ps-shards",        "--ps-staleness", "--ps-admit-after", "--ps-evict-after"};
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "cann-train run: error: %s\n", s.message().c_str());
-  return s.exit_code();
-}
+constexpr const char* kRecsysFailure = "cann-train run: error";
 
 recsys::SparseOptimizerConfig sparse_config(const RecsysFlags& flags) {
   recsys::SparseOptimizerConfig c;
@@ -153,12 +151,12 @@ int run_shard(const recsys::RecSpec& spec, const train::TrainConfig& config,
   if (env.elastic())
     sc.state_dir = recsys::shard_checkpoint_dir(env.snapshot_dir, role.index, role.shards);
   auto tables = recsys::ShardTables::open(spec, sc);
-  if (!tables.ok()) return fail(tables.status());
+  if (!tables.ok()) return fail_line(kRecsysFailure, tables.status());
   // The shard's progress is the steps it has applied.
   recsys::ShardTables* progress = tables->get();
   auto heartbeat = start_heartbeat(
       env, config.steps, [progress] { return static_cast<int>(progress->applied_steps()); });
-  if (!heartbeat.ok()) return fail(heartbeat.status());
+  if (!heartbeat.ok()) return fail_line(kRecsysFailure, heartbeat.status());
   if ((*tables)->restored_step() >= 0) {
     std::printf(
         "shard %d: restored after step %d from the tables its lost predecessor left in "
@@ -168,23 +166,25 @@ int run_shard(const recsys::RecSpec& spec, const train::TrainConfig& config,
     std::fflush(stdout);
   } else if (config.resume && !config.checkpoint_dir.empty()) {
     auto step = recsys::committed_step(config.checkpoint_dir);
-    if (!step.ok()) return fail(step.status());
+    if (!step.ok()) return fail_line(kRecsysFailure, step.status());
     if (*step > 0)
-      if (Status s = (*tables)->load(config.checkpoint_dir, *step); !s.ok()) return fail(s);
+      if (Status s = (*tables)->load(config.checkpoint_dir, *step); !s.ok())
+        return fail_line(kRecsysFailure, s);
   }
   const std::string host = env.comm_addr.empty() ? "127.0.0.1" : env.comm_addr;
   auto server = recsys::PsServer::start(tables->get(), sc, host);
-  if (!server.ok()) return fail(server.status());
+  if (!server.ok()) return fail_line(kRecsysFailure, server.status());
   auto store = comm::open_store(env.store_url, timeout);
-  if (!store.ok()) return fail(store.status());
+  if (!store.ok()) return fail_line(kRecsysFailure, store.status());
   // The generation tells a replacement's address from its lost predecessor's.
   const std::string address = host + ":" + std::to_string((*server)->port()) + "#" +
                               std::to_string(std::max(env.generation, 0));
-  if (Status s = (*store)->set(shard_key(env, role.index), address); !s.ok()) return fail(s);
+  if (Status s = (*store)->set(shard_key(env, role.index), address); !s.ok())
+    return fail_line(kRecsysFailure, s);
 
   // The workers build their model and connect within the rendezvous time.
   if (Status s = (*server)->serve(std::max(timeout, std::chrono::milliseconds(120000))); !s.ok())
-    return fail(s);
+    return fail_line(kRecsysFailure, s);
   return 0;
 }
 
@@ -193,7 +193,7 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
                const train::DistEnv& env, const Role& role, const train::CommConfig& comm) {
   const auto timeout = std::chrono::milliseconds(static_cast<long>(comm.timeout_s * 1000));
   auto heartbeat = start_heartbeat(env, rc.steps);
-  if (!heartbeat.ok()) return fail(heartbeat.status());
+  if (!heartbeat.ok()) return fail_line(kRecsysFailure, heartbeat.status());
   recsys::RecWorkerContext context;
   if (*heartbeat) {
     train::Heartbeat* h = heartbeat->get();
@@ -213,7 +213,7 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
     workers.local_rank = role.index % role.workers_per_node;
     workers.local_world_size = role.workers_per_node;
     auto group = train::make_world_group(workers, comm);
-    if (!group.ok()) return fail(group.status());
+    if (!group.ok()) return fail_line(kRecsysFailure, group.status());
     dense = std::move(*group);
     // Timeouts nest: a worker waiting on a stopped shard gives up after --comm-timeout and
     // names the shard; its peers, waiting on that worker in the dense all-reduce, wait twice
@@ -224,16 +224,16 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
   std::unique_ptr<recsys::PsClient> client;
   if (role.shards > 0) {
     auto store = comm::open_store(env.store_url, timeout);
-    if (!store.ok()) return fail(store.status());
+    if (!store.ok()) return fail_line(kRecsysFailure, store.status());
     std::vector<std::string> addresses;
     for (int k = 0; k < role.shards; ++k) {
       auto a = (*store)->get(shard_key(env, k), std::chrono::milliseconds(120000));
-      if (!a.ok()) return fail(a.status());
+      if (!a.ok()) return fail_line(kRecsysFailure, a.status());
       addresses.push_back(*a);
     }
     auto c =
         recsys::PsClient::connect(spec, role.index, addresses, timeout, flags.ps_staleness >= 0);
-    if (!c.ok()) return fail(c.status());
+    if (!c.ok()) return fail_line(kRecsysFailure, c.status());
     client = std::move(*c);
     context.store = client.get();
     if (env.elastic()) {
@@ -264,9 +264,9 @@ int run_worker(const recsys::RecSpec& spec, const recsys::RecTrainConfig& rc,
     }
   }
   auto summary = recsys::train_recsys(spec, rc, stdout, context);
-  if (!summary.ok()) return fail(summary.status());
+  if (!summary.ok()) return fail_line(kRecsysFailure, summary.status());
   if (client)
-    if (Status s = client->finish(); !s.ok()) return fail(s);
+    if (Status s = client->finish(); !s.ok()) return fail_line(kRecsysFailure, s);
   if (role.index == 0) print_done(*summary, client.get());
   return 0;
 }
@@ -343,7 +343,7 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
     }
   }
   auto spec = recsys::load_rec_spec(config.model);
-  if (!spec.ok()) return fail(spec.status());
+  if (!spec.ok()) return fail_line(kRecsysFailure, spec.status());
   recsys::RecTrainConfig rc;
   auto given = [&](const char* name) { return run.get_option(name)->count() > 0; };
   if (given("--steps")) rc.steps = config.steps;
@@ -364,19 +364,22 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
   rc.checkpoint_every = given("--checkpoint-every") ? config.checkpoint_every : 0;
   rc.resume = config.resume;
   if (rc.resume && rc.checkpoint_dir.empty())
-    return fail(
+    return fail_line(
+        kRecsysFailure,
         InvalidArgument("--resume needs --checkpoint-dir; hint: name the directory the "
                         "run wrote its checkpoints to"));
   if (!rc.checkpoint_dir.empty() && flags.ps_staleness >= 0)
-    return fail(InvalidArgument(
-        "--checkpoint-dir with --ps-staleness " + std::to_string(flags.ps_staleness) +
-        ": a checkpoint is the state after one step of every worker, which only synchronous "
-        "shards have; hint: drop --ps-staleness, or the checkpoints"));
+    return fail_line(
+        kRecsysFailure,
+        InvalidArgument(
+            "--checkpoint-dir with --ps-staleness " + std::to_string(flags.ps_staleness) +
+            ": a checkpoint is the state after one step of every worker, which only synchronous "
+            "shards have; hint: drop --ps-staleness, or the checkpoints"));
   if (config.threads > 0) set_num_threads(config.threads);
   recsys::RecWorkerContext compression;  // the dense gradients' wire format only
   if (given("--compress")) {
     auto c = plan::parse_compression(run.get_option("--compress")->as<std::string>());
-    if (!c.ok()) return fail(c.status());
+    if (!c.ok()) return fail_line(kRecsysFailure, c.status());
     using Kind = plan::Compression::Kind;
     using Dense = recsys::RecWorkerContext::DenseCompression;
     compression.compression = c->kind == Kind::kBf16     ? Dense::kBf16
@@ -385,38 +388,47 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
                                                          : Dense::kNone;
     compression.topk_ratio = c->topk_ratio;
     if (c->two_stage() && !config.checkpoint_dir.empty())
-      return fail(InvalidArgument(
-          "--compress " + plan::compression_name(*c) +
-          " with --checkpoint-dir: a recommendation run's checkpoints hold Adam's state, not the "
-          "compressed stage's error feedback; hint: use --compress bf16 or none, or drop the "
-          "checkpoints"));
+      return fail_line(
+          kRecsysFailure,
+          InvalidArgument(
+              "--compress " + plan::compression_name(*c) +
+              " with --checkpoint-dir: a recommendation run's checkpoints hold Adam's state, not "
+              "the "
+              "compressed stage's error feedback; hint: use --compress bf16 or none, or drop the "
+              "checkpoints"));
   }
   compression.onebit_warmup = config.onebit_warmup;
 
   auto env = train::detect_dist_env();
-  if (!env.ok()) return fail(env.status());
+  if (!env.ok()) return fail_line(kRecsysFailure, env.status());
   const int workers = agent.nproc_per_node * agent.nnodes;
   if (!env->has_value()) {
     if (workers > 1 && flags.ps_shards == 0)
-      return fail(InvalidArgument(
-          "--nproc-per-node " + std::to_string(agent.nproc_per_node) +
-          ": several workers of a recommendation model share its tables through parameter-server "
-          "shards; hint: add --ps-shards N"));
+      return fail_line(kRecsysFailure,
+                       InvalidArgument("--nproc-per-node " + std::to_string(agent.nproc_per_node) +
+                                       ": several workers of a recommendation model share its "
+                                       "tables through parameter-server "
+                                       "shards; hint: add --ps-shards N"));
     if (flags.ps_shards % agent.nnodes != 0)
-      return fail(InvalidArgument("--ps-shards " + std::to_string(flags.ps_shards) +
-                                  " does not divide over " + std::to_string(agent.nnodes) +
-                                  " nodes; hint: give a multiple of the node count"));
+      return fail_line(kRecsysFailure,
+                       InvalidArgument("--ps-shards " + std::to_string(flags.ps_shards) +
+                                       " does not divide over " + std::to_string(agent.nnodes) +
+                                       " nodes; hint: give a multiple of the node count"));
     if (rc.batch_size % workers != 0)
-      return fail(InvalidArgument("--batch-size " + std::to_string(rc.batch_size) +
-                                  " does not split over " + std::to_string(workers) +
-                                  " workers; hint: give a multiple of " + std::to_string(workers)));
+      return fail_line(
+          kRecsysFailure,
+          InvalidArgument("--batch-size " + std::to_string(rc.batch_size) +
+                          " does not split over " + std::to_string(workers) +
+                          " workers; hint: give a multiple of " + std::to_string(workers)));
     if (agent.elastic && flags.ps_shards == 0)
-      return fail(InvalidArgument(
-          "--elastic replaces lost parameter-server shards, and this run has none; hint: add "
-          "--ps-shards N, or drop --elastic"));
+      return fail_line(
+          kRecsysFailure,
+          InvalidArgument(
+              "--elastic replaces lost parameter-server shards, and this run has none; hint: add "
+              "--ps-shards N, or drop --elastic"));
     if (flags.ps_shards == 0) {
       auto summary = recsys::train_recsys(*spec, rc, stdout);
-      if (!summary.ok()) return fail(summary.status());
+      if (!summary.ok()) return fail_line(kRecsysFailure, summary.status());
       print_done(*summary, nullptr);
       return 0;
     }
@@ -434,15 +446,15 @@ int run_recsys(const CLI::App& run, const train::TrainConfig& config, const Recs
              "workers; hint: resume from --checkpoint-dir";
     };
     auto code = elastic::run_agent(agent);
-    if (!code.ok()) return fail(code.status());
+    if (!code.ok()) return fail_line(kRecsysFailure, code.status());
     return *code;
   }
   auto role = role_of(**env, flags.ps_shards);
-  if (!role.ok()) return fail(role.status());
+  if (!role.ok()) return fail_line(kRecsysFailure, role.status());
   if (role->workers < 1)
-    return fail(
-        InvalidArgument("--ps-shards leaves no worker on a node; hint: raise "
-                        "--nproc-per-node"));
+    return fail_line(kRecsysFailure,
+                     InvalidArgument("--ps-shards leaves no worker on a node; hint: raise "
+                                     "--nproc-per-node"));
   if (role->shard) return run_shard(*spec, config, flags, **env, *role, comm);
   return run_worker(*spec, rc, flags, compression, **env, *role, comm);
 }

@@ -46,10 +46,7 @@ void on_scale_signal(int sig) {
   g_scale_signal = sig;
 }
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "cann-train scale: %s\n", s.message().c_str());
-  return s.exit_code();
-}
+constexpr const char* kScaleFailure = "cann-train scale";
 
 std::string clock_text() {
   const std::time_t t = std::time(nullptr);
@@ -149,7 +146,7 @@ int run_auto(comm::Store& store, ScaleFlags& f, elastic::AutoScaleConfig config)
           say(f, old.status().message() + "; scaling stops");
           return 0;
         }
-        if (!old.ok()) return fail(old.status());
+        if (!old.ok()) return fail_line(kScaleFailure, old.status());
         say(f, "nodes " + std::to_string(old->min_nodes) + ".." + std::to_string(old->max_nodes) +
                    " -> " + std::to_string(change->min_nodes) + ".." +
                    std::to_string(change->max_nodes) + ": " + change->reason);
@@ -157,8 +154,9 @@ int run_auto(comm::Store& store, ScaleFlags& f, elastic::AutoScaleConfig config)
         say(f, scaler.held());
       }
     } else if (raw.ok() && !raw->has_value()) {
-      return fail(NotFound("no elastic job '" + f.job + "' at " + store.address() +
-                           " (no membership record); hint: --job is the run's --rdzv-id"));
+      return fail_line(kScaleFailure,
+                       NotFound("no elastic job '" + f.job + "' at " + store.address() +
+                                " (no membership record); hint: --job is the run's --rdzv-id"));
     }
     const auto until = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(static_cast<long>(f.interval_s * 1000));
@@ -235,18 +233,19 @@ CommandMain add_scale_command(CLI::App& app) {
     elastic::AutoScaleConfig config;
     if (!f->schedule.empty()) {
       auto loaded = elastic::load_scale_policy(f->schedule);
-      if (!loaded.ok()) return fail(loaded.status());
+      if (!loaded.ok()) return fail_line(kScaleFailure, loaded.status());
       config.windows = std::move(*loaded);
     }
-    if (Status s = resolve_job(*f); !s.ok()) return fail(s);
+    if (Status s = resolve_job(*f); !s.ok()) return fail_line(kScaleFailure, s);
     auto store = comm::open_store(f->rdzv, std::chrono::seconds(5));
     if (!store.ok())
-      return fail(IoError("cannot reach the job's store: " + store.status().message()));
+      return fail_line(kScaleFailure,
+                       IoError("cannot reach the job's store: " + store.status().message()));
     if (!f->auto_mode) {
       elastic::NodeRecord record;
       auto old = elastic::set_node_bounds(**store, f->job, f->min_nodes, f->max_nodes, "scale",
                                           &record);
-      if (!old.ok()) return fail(old.status());
+      if (!old.ok()) return fail_line(kScaleFailure, old.status());
       say(*f, "nodes " + std::to_string(old->min_nodes) + ".." + std::to_string(old->max_nodes) +
                   " -> " + std::to_string(f->min_nodes) + ".." + std::to_string(f->max_nodes) +
                   " (generation " + std::to_string(record.generation) + " runs on " +
@@ -256,7 +255,7 @@ CommandMain add_scale_command(CLI::App& app) {
     }
     // The bounds every decision stays inside: the flags, else the job's launch range.
     auto launch = elastic::get_node_bounds(**store, f->job);
-    if (!launch.ok()) return fail(launch.status());
+    if (!launch.ok()) return fail_line(kScaleFailure, launch.status());
     config.min_nodes = f->min_nodes > 0 ? f->min_nodes
                                         : (launch->launch_min > 0 ? launch->launch_min : 1);
     config.max_nodes = f->max_nodes > 0 ? f->max_nodes
@@ -265,7 +264,7 @@ CommandMain add_scale_command(CLI::App& app) {
     if (Status s = elastic::check_launch_range(*launch, f->job, config.min_nodes,
                                                config.max_nodes);
         !s.ok())
-      return fail(s);
+      return fail_line(kScaleFailure, s);
     if (config.min_nodes > config.max_nodes) {
       std::fprintf(stderr, "cann-train scale: --min-nodes %d is above the job's %d nodes at most\n",
                    config.min_nodes, config.max_nodes);

@@ -40,10 +40,7 @@ struct SearchFlags {
   std::string baseline;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "cann-train search: error: %s\n", s.message().c_str());
-  return s.exit_code();
-}
+constexpr const char* kSearchFailure = "cann-train search: error";
 
 std::string number_text(double v) {
   char buf[32];
@@ -55,29 +52,36 @@ using plan::with_commas;
 
 int run_search(const SearchFlags& f, const CLI::App& cmd) {
   auto objective = plan::parse_objective(f.objective);
-  if (!objective.ok()) return fail(objective.status());
+  if (!objective.ok()) return fail_line(kSearchFailure, objective.status());
   const bool cost_given = cmd.count("--max-cost-per-hour") > 0;
   const bool goodput_given = cmd.count("--min-goodput") > 0;
   if (cost_given && !(f.max_cost_per_hour >= 0))
-    return fail(InvalidArgument("--max-cost-per-hour: expected a cost in USD of 0 or more, got " +
-                                number_text(f.max_cost_per_hour) +
-                                "; hint: e.g. --max-cost-per-hour 5000"));
+    return fail_line(
+        kSearchFailure,
+        InvalidArgument("--max-cost-per-hour: expected a cost in USD of 0 or more, got " +
+                        number_text(f.max_cost_per_hour) +
+                        "; hint: e.g. --max-cost-per-hour 5000"));
   if (goodput_given && !(f.min_goodput >= 0 && f.min_goodput <= 1))
-    return fail(InvalidArgument("--min-goodput: expected a fraction in 0..1, got " +
-                                number_text(f.min_goodput) + "; hint: e.g. --min-goodput 0.95"));
+    return fail_line(
+        kSearchFailure,
+        InvalidArgument("--min-goodput: expected a fraction in 0..1, got " +
+                        number_text(f.min_goodput) + "; hint: e.g. --min-goodput 0.95"));
   auto in = plan::load_plan_input(f.model, f.cluster, f.input);
-  if (!in.ok()) return fail(in.status());
+  if (!in.ok()) return fail_line(kSearchFailure, in.status());
   const plan::DeviceSpec& dev = in->cluster.device;
   if ((cost_given || *objective == plan::Objective::kCost) && dev.hourly_cost_usd <= 0)
-    return fail(InvalidArgument(
-        std::string(cost_given ? "--max-cost-per-hour" : "--objective cost") + ": cluster " +
-        in->cluster.name + " (" + in->cluster.source +
-        ") has no device price; hint: set device.hourly_cost_usd in the cluster's YAML"));
+    return fail_line(
+        kSearchFailure,
+        InvalidArgument(
+            std::string(cost_given ? "--max-cost-per-hour" : "--objective cost") + ": cluster " +
+            in->cluster.name + " (" + in->cluster.source +
+            ") has no device price; hint: set device.hourly_cost_usd in the cluster's YAML"));
   if (*objective == plan::Objective::kEnergy && dev.tdp_watts <= 0)
-    return fail(InvalidArgument("--objective energy: cluster " + in->cluster.name + " (" +
-                                in->cluster.source +
-                                ") has no device power; hint: set device.tdp_watts in the "
-                                "cluster's YAML"));
+    return fail_line(kSearchFailure,
+                     InvalidArgument("--objective energy: cluster " + in->cluster.name + " (" +
+                                     in->cluster.source +
+                                     ") has no device power; hint: set device.tdp_watts in the "
+                                     "cluster's YAML"));
   plan::SearchOptions opt;
   opt.global_batch = f.global_batch;
   opt.max_comm_ratio = f.max_comm;
@@ -90,12 +94,13 @@ int run_search(const SearchFlags& f, const CLI::App& cmd) {
   const int gbs = f.global_batch > 0 ? f.global_batch : plan::default_global_batch(in->model);
   StatusOr<plan::Prediction> base = f.baseline.empty() ? plan::default_baseline(*in, gbs)
                                                        : plan::baseline_of(*in, f.baseline, gbs);
-  if (!base.ok() && !f.baseline.empty()) return fail(base.status());
+  if (!base.ok() && !f.baseline.empty()) return fail_line(kSearchFailure, base.status());
   const plan::Prediction* baseline = base.ok() ? &*base : nullptr;
   auto r = plan::search(*in, opt);
-  if (!r.ok()) return fail(r.status());
+  if (!r.ok()) return fail_line(kSearchFailure, r.status());
   if (r->top.empty())
-    return fail(
+    return fail_line(
+        kSearchFailure,
         Internal("the search found feasible candidates but none survived exact pricing; "
                  "hint: relax --max-memory-per-device or --max-comm-overhead slightly"));
   const plan::Prediction& w = r->top[0];
@@ -107,7 +112,7 @@ int run_search(const SearchFlags& f, const CLI::App& cmd) {
   if (!f.report.empty()) {
     Status s =
         write_file_atomic(f.report, plan::html_report(*in, *r, explanation, launch, baseline));
-    if (!s.ok()) return fail(s);
+    if (!s.ok()) return fail_line(kSearchFailure, s);
   }
   if (!f.out.empty()) {
     plan::PlanFile plan = plan::make_plan_file(*in, w, f.model, f.cluster, f.out);
@@ -116,7 +121,7 @@ int run_search(const SearchFlags& f, const CLI::App& cmd) {
       plan.baseline = plan::strategy_string(baseline->strategy);
     }
     Status s = plan::write_plan_file(f.out, plan);
-    if (!s.ok()) return fail(s);
+    if (!s.ok()) return fail_line(kSearchFailure, s);
   }
   if (f.json) {
     std::printf("%s\n", plan::search_json(*in, *r, 2, baseline,

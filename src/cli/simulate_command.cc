@@ -28,10 +28,7 @@ struct SimulateFlags {
   bool json = false;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "cann-train simulate: error: %s\n", s.message().c_str());
-  return s.exit_code();
-}
+constexpr const char* kSimulateFailure = "cann-train simulate: error";
 
 void print_text(const plan::PlanInput& in, const plan::Prediction& p) {
   std::printf("cann-train simulate: %s on %s (%d devices)\n%s\n\n", in.model.name.c_str(),
@@ -79,22 +76,22 @@ void print_text(const plan::PlanInput& in, const plan::Prediction& p) {
 
 int run_simulate(const SimulateFlags& f) {
   auto in = plan::load_plan_input(f.model, f.cluster, f.input);
-  if (!in.ok()) return fail(in.status());
+  if (!in.ok()) return fail_line(kSimulateFailure, in.status());
   auto parsed = plan::parse_strategy(f.strategy);
-  if (!parsed.ok()) return fail(parsed.status());
+  if (!parsed.ok()) return fail_line(kSimulateFailure, parsed.status());
   const int gbs = f.global_batch > 0 ? f.global_batch : plan::default_global_batch(in->model);
   auto s = plan::resolve_strategy(*parsed, in->model, in->cluster, gbs);
-  if (!s.ok()) return fail(s.status());
+  if (!s.ok()) return fail_line(kSimulateFailure, s.status());
   auto p = plan::predict(*in, *s, plan::Fidelity::kExact, !f.trace.empty());
-  if (!p.ok()) return fail(p.status());
+  if (!p.ok()) return fail_line(kSimulateFailure, p.status());
   if (!f.trace.empty()) {
     Status st = write_file_atomic(f.trace, plan::chrome_trace(*in, *p));
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return fail_line(kSimulateFailure, st);
   }
   if (!f.out.empty()) {
     Status st =
         plan::write_plan_file(f.out, plan::make_plan_file(*in, *p, f.model, f.cluster, f.out));
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return fail_line(kSimulateFailure, st);
   }
   if (f.json) {
     std::printf("%s\n", plan::prediction_json(*in, *p, 2).c_str());

@@ -138,7 +138,7 @@ Status ShardTables::load(const std::string& dir, int step) {
     if (crc32c(in.data(), in.size() - 4) != crc) return corrupt("checksum mismatch");
     at = 4;
     uint32_t version = 0;
-    int head[6];
+    int head[6] = {};
     take(&version, 4);
     take(head, sizeof(head));
     if (version != kVersion || head[0] != config_.shard || head[1] != config_.shards ||
