@@ -1,7 +1,6 @@
 // Stop signals caught off the compute threads; see stop_signals.h.
 #include "core/stop_signals.h"
 
-#include <omp.h>
 #include <pthread.h>
 
 #include <condition_variable>
@@ -21,10 +20,16 @@ void on_signal(int sig) {
 
 // In every thread of the OpenMP team (which runs BLAS and oneDNN) but the calling one.
 void mask_team(int how, const sigset_t& set) {
-#pragma omp parallel num_threads(num_threads())
-  {
-    if (omp_get_thread_num() != 0) pthread_sigmask(how, &set, nullptr);
-  }
+  struct Args {
+    int how;
+    const sigset_t* set;
+  } a{how, &set};
+  on_openmp_workers(
+      [](void* p) {
+        const Args& args = *static_cast<const Args*>(p);
+        pthread_sigmask(args.how, args.set, nullptr);
+      },
+      &a);
 }
 
 }  // namespace

@@ -53,21 +53,29 @@ double ComputeClock::cpu_seconds() const {
   return sum;
 }
 
-int set_compute_nice(int nice) {
-  int failures = 0;
-  auto lower = [&] {
-    const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
-    if (setpriority(PRIO_PROCESS, tid, nice) != 0) {
-#pragma omp atomic
-      ++failures;
-    }
-  };
-  lower();
+void on_openmp_workers(void (*fn)(void*), void* arg) {
 #pragma omp parallel num_threads(num_threads())
   {
-    if (omp_get_thread_num() != 0) lower();
+    if (omp_get_thread_num() != 0) fn(arg);
   }
-  return failures;
+}
+
+int set_compute_nice(int nice) {
+  struct Args {
+    int nice;
+    int failures = 0;
+  } a{nice};
+  auto lower = [](void* p) {
+    Args& args = *static_cast<Args*>(p);
+    const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+    if (setpriority(PRIO_PROCESS, tid, args.nice) != 0) {
+#pragma omp atomic
+      ++args.failures;
+    }
+  };
+  lower(&a);
+  on_openmp_workers(lower, &a);
+  return a.failures;
 }
 
 }  // namespace cann

@@ -12,6 +12,9 @@ int hardware_threads();
 // Sets the thread count for OpenMP loops and BLAS; n <= 0 means hardware_threads().
 void set_num_threads(int n);
 int num_threads();
+// Runs fn once on each OpenMP worker of the team num_threads() makes, the calling thread (the
+// team's thread 0) excepted: for settings that are per thread (priority, signal mask).
+void on_openmp_workers(void (*fn)(void*), void* arg);
 
 // Sets the nice value of the calling thread and of the OpenMP workers (the compute threads),
 // leaving threads created earlier by others (communication) at theirs: on a machine with no
