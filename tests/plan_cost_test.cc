@@ -162,6 +162,51 @@ TEST(PlanLayerTest, ActivationBytesFollowKorthikanti) {
   EXPECT_NEAR(costs(m, c, s).dense.peak_extra_bytes, sbh * (34 + 5 * as_h) / 4, 1e-6);
 }
 
+// torchtitan's per-operator policy on a Llama block (bias-free, GQA, rotary, SwiGLU, fused
+// core): backward recomputes the even matmuls of wq, wk, wv, wo, w1, w3, w2, that is wk, wo
+// and w3, and keeps the block's input and the outputs of wq, wv, the core, w1 and w2.
+TEST(PlanLayerTest, PerOperatorRecomputationRepeatsEveryOtherMatmul) {
+  model::ModelSpec m = gpt();
+  m.attention_dropout = m.hidden_dropout = 0;
+  m.num_key_value_heads = 4;
+  m.intermediate_size = 2816;
+  m.mlp = model::MlpKind::kSwiGlu;
+  m.norm = model::NormKind::kRmsNorm;
+  m.positions = model::PositionKind::kRotary;
+  m.qkv_bias = m.o_bias = m.mlp_bias = false;
+  ClusterSpec c = one_node(8);
+  c.device.attention = AttentionKernel::kFused;
+  Strategy s;
+  s.mbs = 2;
+  s.recompute = Recompute::kOp;
+  const double T = 2 * 512, h = 1024, d = 64, f = 2816;
+  for (int tp : {1, 2}) {
+    s.tp = tp;
+    s.sp = tp > 1;
+    const double q = 16.0 / tp, kv = 4.0 / tp, fl = f / tp, Tsp = T / tp;
+    const BlockCosts bc = costs(m, c, s);
+    // wk (T x kv*d x h), wo (T x h x q*d), w3 (T x f x h): 2mnk each.
+    EXPECT_NEAR(bc.dense.recompute.flops, 2 * T * (kv * d * h + h * q * d + fl * h), 1e-6 * T * h)
+        << "tp=" << tp;
+    // Kept, bf16: the block input, wq's and wv's outputs, the core's output and its fp32
+    // statistics (per query and head), w1's and w2's outputs, and under sp the two
+    // reduce-scatters' outputs (saved collectives).
+    const double core = 2 * T * q * d + 2 * 2 * q * 512;
+    const double kept = 2 * Tsp * h + 2 * T * (q + kv) * d + core + 2 * T * fl + 2 * T * h +
+                        (tp > 1 ? 2 * 2 * Tsp * h : 0);
+    EXPECT_NEAR(bc.dense.activation_bytes, kept, 1e-6 * kept) << "tp=" << tp;
+    // The collective before each sublayer's projections runs again.
+    if (tp > 1) EXPECT_GT(bc.dense.recompute.tp_comm_s, 0);
+    // Less kept than without recomputation, more than Megatron-Core's selective modules
+    // recompute (which repeat no matmul).
+    Strategy none = s, selective = s;
+    none.recompute = Recompute::kNone;
+    selective.recompute = Recompute::kSelective;
+    EXPECT_LT(kept, costs(m, c, none).dense.activation_bytes);
+    EXPECT_GT(bc.dense.recompute.flops, costs(m, c, selective).dense.recompute.flops);
+  }
+}
+
 TEST(PlanLayerTest, MoeCostsScaleWithTopKAndCapacity) {
   model::ModelSpec m = gpt();
   m.num_local_experts = 8;

@@ -95,7 +95,7 @@ TEST(PlanStrategyTest, SyntaxErrors) {
       {"pp=x", "key 'pp': expected a positive integer, got 'x'"},
       {"sp=maybe", "key 'sp': expected on or off"},
       {"zero=4", "expected a ZeRO stage 0, 1, 2 or 3, got '4'"},
-      {"recompute=some", "expected none, selective or full, got 'some'"},
+      {"recompute=some", "expected none, selective, full or op, got 'some'"},
   };
   for (const Case& c : cases) {
     auto s = parse_strategy(c.text);
@@ -161,6 +161,31 @@ TEST(PlanStrategyTest, EachRuleHasItsMessage) {
   // GQA: tp and the kv-head count must nest.
   expect_error(make(16, 4, 1, 1, 64), gpt(24, 6, 12), c, "num_key_value_heads 6");
   EXPECT_TRUE(validate_strategy(make(8, 8, 1, 1, 64), gpt(32, 4, 12), c).ok());
+}
+
+// recompute=op, torchtitan's per-operator policy, is priced on bias-free dense blocks with a
+// fused attention core only; the engine trains none of it.
+TEST(PlanStrategyTest, PerOperatorRecomputationNamesWhatItCannotPrice) {
+  auto s = parse_strategy("dp=64,recompute=op");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->recompute, Recompute::kOp);
+  EXPECT_EQ(strategy_brief(*s), "dp=64,recompute=op");
+  s->mbs = 1;  // as resolve_strategy fills them
+  s->gbs = 64;
+  model::ModelSpec llama = gpt(24, 8, 12);
+  llama.qkv_bias = llama.o_bias = llama.mlp_bias = false;
+  const ClusterSpec c = cluster(8, 8);
+  EXPECT_TRUE(validate_strategy(*s, llama, c).ok());
+  expect_error(*s, gpt(24, 8, 12), c, "model m has biases on its linear layers");
+  model::ModelSpec moe = gpt(16, 16, 8, 8);
+  moe.qkv_bias = moe.o_bias = moe.mlp_bias = false;
+  expect_error(*s, moe, c, "model m has expert layers");
+  ClusterSpec materialized = c;
+  materialized.device.attention = AttentionKernel::kMaterialized;
+  expect_error(*s, llama, materialized, "keeps the output of a fused attention kernel");
+  ClusterSpec cpu = c;
+  cpu.device.precision = Precision::kFp32;
+  expect_error(*s, llama, cpu, "which cluster c does not run");
 }
 
 }  // namespace

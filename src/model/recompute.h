@@ -10,12 +10,18 @@
 //   kFull       layers keep only their output (the next layer's input; the first layer's input
 //               is the embedding output, kept anyway); each layer's backward re-runs its
 //               forward into one set of layer buffers shared by all layers, then goes back.
+//   kOp         the planner only (the engine refuses it, plan/engine_support.h): torchtitan's
+//               per-operator policy ("selective" with selective_ac_option "op"), which saves
+//               the attention kernel's output and every other matmul of a block, counting its
+//               matmuls in forward order (in a Llama block wq, wv, w1, w2 are saved; wk, wo,
+//               w3 and every elementwise op are recomputed in backward). Priced in
+//               plan/layer_cost_attention.cc and plan/layer_cost_mlp.cc.
 // Recomputation runs the same kernels on the same inputs, so gradients are bitwise those of
 // kNone. The planner models the same layout (plan/engine_memory.h).
 #pragma once
 
 namespace cann::model {
 
-enum class Recompute { kNone, kSelective, kFull };
+enum class Recompute { kNone, kSelective, kFull, kOp };
 
 }  // namespace cann::model

@@ -20,6 +20,11 @@ std::string where(const Strategy& s) {
 
 Status check_layout(const Strategy& s, int world) {
   auto refuse = [&](const std::string& what) { return InvalidArgument(where(s) + what); };
+  if (s.recompute == Recompute::kOp)
+    return refuse(
+        "recompute=op (torchtitan's per-operator policy) is a mode the planner prices "
+        "for other engines; this one recomputes none, selective or full; hint: use "
+        "recompute=selective or full");
   // Under sp each tensor-parallel rank would route its own slice of the tokens, so the ranks
   // of a tensor group would exchange different rows with their expert peers: not built yet.
   if (s.ep > 1 && s.sp)

@@ -133,6 +133,7 @@ Dims dims(const CostContext& c, int window) {
   x.fused = !x.engine && c.cluster->device.attention == AttentionKernel::kFused;
   x.qk_norm = m.qk_norm;
   x.mla = m.mla_enabled;
+  x.op = st.recompute == Recompute::kOp;
   x.attn_dropout = m.attention_dropout > 0;
   x.hidden_dropout = m.hidden_dropout > 0;
   x.dropless = m.is_moe() && m.routing == model::MoeRouting::kDropless;
@@ -188,7 +189,7 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlock
   b.fwd = fwd.cost;
   b.bwd = bwd.cost;
   const Recompute r = c.strategy.recompute;
-  if (r == Recompute::kSelective) {
+  if (r == Recompute::kSelective || r == Recompute::kOp) {
     b.recompute = rc.cost;
   } else if (r == Recompute::kFull) {
     b.recompute = b.fwd;
@@ -217,6 +218,9 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlock
     b.peak_extra_bytes = full;
   } else if (r == Recompute::kSelective) {
     b.activation_bytes = a.selective + f.selective;
+    b.peak_extra_bytes = full - b.activation_bytes;
+  } else if (r == Recompute::kOp) {
+    b.activation_bytes = a.op + f.op;
     b.peak_extra_bytes = full - b.activation_bytes;
   } else {
     b.activation_bytes = full;

@@ -107,7 +107,7 @@ Stored attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
   const double norm_io = 2 * x.Tsp * x.h + norm_out;
   double kept = norm_io;
   double dropped = 0;  // what selective recomputation does not keep
-  if (x.fused) {
+  if (x.fused && !x.op) {
     dropped += norm_out;
     rc.stream(4 * x.Tsp * x.h);
   }
@@ -175,7 +175,25 @@ Stored attention(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
   bwd.linear_bwd(x.T, x.h, o_in);
   kept += residual(x, fwd, bwd);
 
-  const double t = tp_sublayer(tp_comm(c, x.T * x.h * x.e), x.sp);
+  const Comm tc = tp_comm(c, x.T * x.h * x.e);
+  if (x.op) {
+    // torchtitan's per-operator policy (model/recompute.h) on a block whose matmuls run wq, wk,
+    // wv, wo, then the MLP's: wq's and wv's outputs are saved, with the attention kernel's
+    // output and statistics and the block's input; backward replays the sublayer's forward
+    // with everything else recomputed: the norm, wk, QK-norm, rotary embedding, wo (whose
+    // output only feeds a collective) and the residual add, and the collective after the norm
+    // (sp) or after wo (no sp; a reduce-scatter's output is saved).
+    rc.stream(4 * x.Tsp * x.h);
+    rc.linear(x.T, x.kvl * x.d, x.h);
+    if (x.qk_norm) rc.stream(4 * x.T * (x.q + x.kvl) * x.d);
+    if (x.rot > 0) rc.stream(4 * x.T * (x.q + x.kvl) * x.rot);
+    rc.linear(x.T, x.h, o_in);
+    rc.stream((x.hidden_dropout ? 7 : 6) * x.Tsp * x.h);
+    rc.cost.tp_comm_s += x.sp ? tc.ag : tc.ar;
+    st.op =
+        2 * x.Tsp * x.h + 2 * x.T * (x.q + x.kvl) * x.d + core_kept + (x.sp ? 2 * x.Tsp * x.h : 0);
+  }
+  const double t = tp_sublayer(tc, x.sp);
   fwd.cost.tp_comm_s += t;
   bwd.cost.tp_comm_s += t;
   // Context parallelism as the engine runs it (Llama 3's form, model/context_parallel.cc):

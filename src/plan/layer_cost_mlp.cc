@@ -59,7 +59,7 @@ double mlp_body(const Dims& x, double rows, double width, double batch, Pass& fw
   bwd.linear_bwd(per, x.h, width, batch);
   bwd.stream((x.glu ? 10 : 6) * rows * width);
   bwd.linear_bwd(per, fc1, x.h, batch);
-  if (x.fused) rc.stream((x.glu ? 6 : 4) * rows * width);
+  if (x.fused && !x.op) rc.stream((x.glu ? 6 : 4) * rows * width);
   // Under fp8 both are cached in fp8: fc2's input as a linear layer's, fc1's output as
   // DeepSeek-V3 caches the SwiGLU operator's inputs (section 3.3.3).
   *act = 2 * rows * width * x.lin;
@@ -107,11 +107,31 @@ Stored dense_mlp(const CostContext& c, const Dims& x, Pass& fwd, Pass& bwd, Pass
   const double norm_out = 2 * x.Tsp * x.h * x.lin;  // fc1's input
   st.none = 2 * x.Tsp * x.h + norm_out + body + (x.hidden_dropout ? x.Tsp * x.h : 0);
   st.selective = st.none;
-  if (x.fused) {
+  if (x.fused && !x.op) {
     rc.stream(4 * x.Tsp * x.h);
     st.selective -= norm_out + act;
   }
-  const double t = tp_sublayer(tp_comm(c, x.T * x.h * x.e), x.sp);
+  const Comm tc = tp_comm(c, x.T * x.h * x.e);
+  if (x.op) {
+    // The per-operator policy, continuing the block's count of matmuls after attention's four
+    // (model/recompute.h): SwiGLU's w1 (gate) and w2 (down) are saved and w3 (up) is
+    // recomputed, or with one activation fc1 is saved and fc2 recomputed; with the norm, the
+    // activation and the collective after the norm (sp) or after the MLP (no sp). The final
+    // residual add feeds nothing backward needs, so the replay stops before it.
+    rc.stream(4 * x.Tsp * x.h);
+    if (x.glu) {
+      rc.linear(x.T, fl, x.h);
+      rc.stream(6 * x.T * fl);
+      st.op = 2 * x.T * fl + 2 * x.T * x.h;
+    } else {
+      rc.stream(4 * x.T * fl);
+      rc.linear(x.T, x.h, fl);
+      st.op = 2 * x.T * fl;
+    }
+    if (x.sp) st.op += 2 * x.Tsp * x.h;
+    rc.cost.tp_comm_s += x.sp ? tc.ag : tc.ar;
+  }
+  const double t = tp_sublayer(tc, x.sp);
   fwd.cost.tp_comm_s += t;
   bwd.cost.tp_comm_s += t;
   // A user activation on whole rows (model/custom_op.h, kFullRow): under tp the engine

@@ -39,6 +39,7 @@ struct Dims {
   double lin = 1, attn_out = 1, dispatch_e = 2;
   bool engine;  // fp32 and a spec the engine builds: the engine's buffers
   bool sp, glu, fused, qk_norm, mla, attn_dropout, hidden_dropout, dropless;
+  bool op;  // torchtitan's per-operator recomputation (Recompute::kOp): `rc` holds its kernels
 };
 
 // The micro-batch's dimensions under the context's strategy, for layers whose attention
@@ -57,10 +58,11 @@ Comm tp_comm(const CostContext& c, double bytes);
 double tp_sublayer(const Comm& t, bool sp);
 
 // Bytes one sublayer keeps from forward to backward for one micro-batch (bf16 bytes), without
-// recomputation and under selective recomputation.
+// recomputation, under selective recomputation and under the per-operator policy.
 struct Stored {
   double none = 0;
   double selective = 0;
+  double op = 0;
 };
 
 // Attention sublayer, its norm and residual add: forward and backward kernels, the kernels

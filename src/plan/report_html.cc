@@ -98,7 +98,7 @@ td:first-child,th:first-child{text-align:left} pre{background:#f6f6f6;padding:10
 const char kScript[] = R"(<script>
 const D = JSON.parse(document.getElementById('data').textContent);
 const NS = 'http://www.w3.org/2000/svg';
-const RC = ['none', 'selective', 'full'];
+const RC = ['none', 'selective', 'full', 'op'];
 function strat(p) {
   return `dp=${p[5]},tp=${p[6]},pp=${p[7]},ep=${p[8]},cp=${p[9]},sp=${p[10] ? 'on' : 'off'},` +
          `mbs=${p[11]},gbs=${D.gbs},zero=${p[12]},recompute=${RC[p[13]]},vpp=${p[14]}`;

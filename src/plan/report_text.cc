@@ -88,6 +88,7 @@ std::string cause(const PlanInput& in, const Prediction& w, const std::string& l
     return fmt("%s recomputation re-runs %s before each backward to save memory",
                std::string(recompute_name(s.recompute)).c_str(),
                s.recompute == Recompute::kFull ? "whole layers"
+               : s.recompute == Recompute::kOp ? "every other matmul and the elementwise kernels"
                : fused                         ? "the norms, activations and latent up-projections"
                                                : "the attention core");
   if (loss == "context-parallel ring")
@@ -268,6 +269,7 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
   std::vector<std::pair<std::string, Strategy>> near;
   if (s.recompute != Recompute::kNone) {
     Strategy n = s;
+    // Full recomputation's neighbour is the selective mode; the partial modes' is none.
     n.recompute = s.recompute == Recompute::kFull ? Recompute::kSelective : Recompute::kNone;
     near.push_back({"recompute=" + std::string(recompute_name(n.recompute)), n});
   }

@@ -72,6 +72,8 @@ std::string_view recompute_name(Recompute r) {
       return "selective";
     case Recompute::kFull:
       return "full";
+    case Recompute::kOp:
+      return "op";
   }
   return "?";
 }
@@ -140,8 +142,10 @@ StatusOr<Strategy> parse_strategy(const std::string& text) {
         s.recompute = Recompute::kSelective;
       } else if (v == "full") {
         s.recompute = Recompute::kFull;
+      } else if (v == "op") {
+        s.recompute = Recompute::kOp;
       } else {
-        return bad("key 'recompute': expected none, selective or full, got '" + v + "'");
+        return bad("key 'recompute': expected none, selective, full or op, got '" + v + "'");
       }
     } else if (key == "zero") {
       if (v.size() != 1 || v[0] < '0' || v[0] > '3')
@@ -241,6 +245,24 @@ Status validate_strategy(const Strategy& s, const model::ModelSpec& m, const Clu
                " needs the micro-batch count gbs/(dp*mbs) = " + std::to_string(s.micro_batches()) +
                " to be a multiple of pp=" + std::to_string(s.pp) +
                " (interleaved 1F1B runs micro-batches in groups of pp)");
+  if (s.recompute == Recompute::kOp) {
+    // torchtitan's policy counts aten.mm calls: a linear layer with a bias calls addmm, and
+    // expert and latent-attention blocks run matmuls its count would order otherwise.
+    std::string why;
+    if (m.is_moe()) why = "expert layers";
+    if (m.mla_enabled) why = "latent attention";
+    if (m.qkv_bias || m.o_bias || m.mlp_bias) why = "biases on its linear layers";
+    if (!why.empty())
+      return bad(
+          "recompute=op prices torchtitan's per-operator policy on bias-free dense "
+          "blocks, and model " +
+          m.name + " has " + why + "; hint: use recompute=selective or full");
+    if (c.device.attention != AttentionKernel::kFused || c.device.precision == Precision::kFp32)
+      return bad("recompute=op keeps the output of a fused attention kernel, which cluster " +
+                 c.name +
+                 " does not run (fp32, or attention: materialized); hint: use "
+                 "recompute=selective or full");
+  }
   return OkStatus();
 }
 
