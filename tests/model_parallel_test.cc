@@ -89,6 +89,7 @@ TEST(ModelParallelTest, LayoutFromStrategy) {
   refused("tp=2,sp=on,ep=2", 4, "expert parallelism (ep=2) with sp=on");
   refused("dp=2,pp=2,ep=2,zero=1", 4, "zero=1 with ep > 1");
   refused("cp=2,ep=2", 4, "context parallelism (cp=2) with expert parallelism (ep=2)");
+  refused("recompute=full:2", 1, "recompute=full:2 (every k-th layer");
   refused("dp=2,recompute=op", 2, "recompute=op (torchtitan's per-operator policy) is a mode");
   auto recompute = layout("tp=2,recompute=full", 2);
   ASSERT_TRUE(recompute.ok()) << recompute.status().message();

@@ -207,6 +207,39 @@ TEST(PlanLayerTest, PerOperatorRecomputationRepeatsEveryOtherMatmul) {
   }
 }
 
+// recompute=full:2: layers 1 and 3 of four are recomputed whole, layers 0 and 2 keep all they
+// save, as torchtitan wraps every second block.
+TEST(PlanLayerTest, EveryKthLayerRecomputesOnlyThoseLayers) {
+  const model::ModelSpec m = gpt();
+  const ClusterSpec c = one_node(8);
+  Strategy s;
+  s.mbs = 2;
+  s.recompute = Recompute::kFull;
+  const BlockCosts full = costs(m, c, s);
+  s.recompute = Recompute::kNone;
+  const BlockCosts none = costs(m, c, s);
+  s.recompute = Recompute::kFull;
+  s.recompute_every = 2;
+  const BlockCosts half = costs(m, c, s);
+  for (int l = 0; l < 4; ++l) {
+    const BlockCost& b = layer_block(half, m, l);
+    const BlockCost& want = l % 2 == 1 ? full.dense : none.dense;
+    EXPECT_EQ(b.activation_bytes, want.activation_bytes) << "layer " << l;
+    EXPECT_EQ(b.recompute.flops, want.recompute.flops) << "layer " << l;
+  }
+  // The whole model: half the layers' recomputation, memory between the two.
+  double act_half = 0, act_full = 0, act_none = 0, rc_half = 0, rc_full = 0;
+  for (int l = 0; l < 4; ++l) {
+    act_half += layer_block(half, m, l).activation_bytes;
+    act_full += layer_block(full, m, l).activation_bytes;
+    act_none += layer_block(none, m, l).activation_bytes;
+    rc_half += layer_block(half, m, l).recompute.flops;
+    rc_full += layer_block(full, m, l).recompute.flops;
+  }
+  EXPECT_DOUBLE_EQ(rc_half, rc_full / 2);
+  EXPECT_DOUBLE_EQ(act_half, (act_full + act_none) / 2);
+}
+
 TEST(PlanLayerTest, MoeCostsScaleWithTopKAndCapacity) {
   model::ModelSpec m = gpt();
   m.num_local_experts = 8;

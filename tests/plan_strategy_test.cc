@@ -95,7 +95,7 @@ TEST(PlanStrategyTest, SyntaxErrors) {
       {"pp=x", "key 'pp': expected a positive integer, got 'x'"},
       {"sp=maybe", "key 'sp': expected on or off"},
       {"zero=4", "expected a ZeRO stage 0, 1, 2 or 3, got '4'"},
-      {"recompute=some", "expected none, selective, full or op, got 'some'"},
+      {"recompute=some", "expected none, selective, full, full:K or op, got 'some'"},
   };
   for (const Case& c : cases) {
     auto s = parse_strategy(c.text);
@@ -161,6 +161,33 @@ TEST(PlanStrategyTest, EachRuleHasItsMessage) {
   // GQA: tp and the kv-head count must nest.
   expect_error(make(16, 4, 1, 1, 64), gpt(24, 6, 12), c, "num_key_value_heads 6");
   EXPECT_TRUE(validate_strategy(make(8, 8, 1, 1, 64), gpt(32, 4, 12), c).ok());
+}
+
+// recompute=full:K recomputes every K-th layer whole (torchtitan's selective layer mode).
+TEST(PlanStrategyTest, EveryKthLayerRecomputationRoundTrips) {
+  auto s = parse_strategy("dp=64,recompute=full:2");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->recompute, Recompute::kFull);
+  EXPECT_EQ(s->recompute_every, 2);
+  EXPECT_EQ(strategy_brief(*s), "dp=64,recompute=full:2");
+  s->mbs = 1;
+  s->gbs = 64;
+  EXPECT_EQ(strategy_string(*s),
+            "dp=64,tp=1,pp=1,ep=1,cp=1,sp=off,mbs=1,gbs=64,zero=0,recompute=full:2,vpp=1");
+  auto back = parse_strategy(strategy_string(*s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *s);
+  // full:1 is full.
+  EXPECT_EQ(strategy_brief(*parse_strategy("recompute=full:1")), "recompute=full");
+  for (const char* bad :
+       {"recompute=full:0", "recompute=full:", "recompute=full:2x", "recompute=full:-1"}) {
+    auto r = parse_strategy(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("full:K recomputes every K-th layer"), std::string::npos)
+        << r.status().message();
+  }
+  s->recompute_every = 13;
+  expect_error(*s, gpt(24, 8, 12), cluster(8, 8), "but model m has 12");
 }
 
 // recompute=op, torchtitan's per-operator policy, is priced on bias-free dense blocks with a

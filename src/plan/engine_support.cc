@@ -20,6 +20,11 @@ std::string where(const Strategy& s) {
 
 Status check_layout(const Strategy& s, int world) {
   auto refuse = [&](const std::string& what) { return InvalidArgument(where(s) + what); };
+  if (s.recompute_every > 1)
+    return refuse("recompute=full:" + std::to_string(s.recompute_every) +
+                  " (every k-th layer, torchtitan's selective layer checkpointing) is a mode the "
+                  "planner prices for other engines; this one recomputes every layer or none; "
+                  "hint: use recompute=full or selective");
   if (s.recompute == Recompute::kOp)
     return refuse(
         "recompute=op (torchtitan's per-operator policy) is a mode the planner prices "

@@ -73,10 +73,16 @@ std::string megatron_args(const PlanInput& in, const Prediction& p) {
     out += flag("--moe-expert-capacity-factor", cf);
   }
   if (s.recompute == Recompute::kSelective) out += flag("--recompute-activations");
-  if (s.recompute == Recompute::kFull) {
+  if (s.recompute == Recompute::kFull && s.recompute_every == 1) {
     out += flag("--recompute-granularity", "full");
     out += flag("--recompute-method", "uniform");
     out += flag("--recompute-num-layers", 1);
+  } else if (s.recompute == Recompute::kFull) {
+    // As many layers of each chunk, the first ones rather than every k-th: the same work and
+    // memory.
+    out += flag("--recompute-granularity", "full");
+    out += flag("--recompute-method", "block");
+    out += flag("--recompute-num-layers", m.num_hidden_layers / (s.pp * s.vpp) / s.recompute_every);
   }
   if (s.zero >= 1) out += flag("--use-distributed-optimizer");
   out += flag("--overlap-grad-reduce");
@@ -109,6 +115,12 @@ std::string megatron_args(const PlanInput& in, const Prediction& p) {
     notes += "\n# ep=" + std::to_string(s.ep) + " does not divide the " +
              std::to_string(m.num_local_experts) +
              " experts: Megatron-Core refuses it (cann-train run spreads them unevenly)";
+  if (s.recompute_every > 1)
+    notes += "\n# recompute=full:" + std::to_string(s.recompute_every) +
+             " is torchtitan's selective layer checkpointing (selective_ac_option " +
+             std::to_string(s.recompute_every) +
+             "); Megatron-LM's block method above recomputes as many layers of each chunk, "
+             "its first ones";
   if (s.recompute == Recompute::kOp)
     notes +=
         "\n# recompute=op is torchtitan's per-operator policy (activation_checkpoint mode "

@@ -416,6 +416,17 @@ BlockCosts block_costs(const CostContext& ctx) {
     b.dense_window = layer(ctx, xw, false, e);
     if (m.is_moe()) b.moe_window = layer(ctx, xw, true, e);
   }
+  if (s.recompute == Recompute::kFull && s.recompute_every > 1) {
+    CostContext kept = ctx;
+    kept.strategy.recompute = Recompute::kNone;
+    kept.strategy.recompute_every = 1;
+    const BlockCosts k = block_costs(kept);
+    b.recompute_every = s.recompute_every;
+    b.dense_kept = k.dense;
+    b.moe_kept = k.moe;
+    b.dense_window_kept = k.dense_window;
+    b.moe_window_kept = k.moe_window;
+  }
   b.embedding = embedding(ctx, x, e);
   b.head = head(ctx, x, e);
   if (m.num_nextn_predict_layers > 0) {
@@ -428,6 +439,11 @@ BlockCosts block_costs(const CostContext& ctx) {
 
 const BlockCost& layer_block(const BlockCosts& b, const model::ModelSpec& m, int l) {
   const bool moe = m.is_moe_layer(l);
+  // torchtitan wraps block l when (l + 1) % k == 0: layers k-1, 2k-1, ... are recomputed.
+  if (b.recompute_every > 1 && (l + 1) % b.recompute_every != 0) {
+    if (m.window(l) > 0) return moe ? b.moe_window_kept : b.dense_window_kept;
+    return moe ? b.moe_kept : b.dense_kept;
+  }
   if (m.window(l) > 0) return moe ? b.moe_window : b.dense_window;
   return moe ? b.moe : b.dense;
 }

@@ -79,6 +79,10 @@ struct BlockCosts {
   BlockCost dense_window, moe_window;
   // DeepSeek's multi-token prediction modules, all of them, on the last pipeline stage.
   BlockCost mtp;
+  // recompute=full:k: the layers between every k-th, which keep all they save (the four
+  // blocks above without recomputation); 1: every layer is priced as above.
+  int recompute_every = 1;
+  BlockCost dense_kept, moe_kept, dense_window_kept, moe_window_kept;
   // fp32 engine only: the backward scratch every device holds once, whatever its layers.
   double scratch_bytes = 0;
 };
@@ -92,7 +96,7 @@ struct BlockCosts {
 // the last stage's copy of a tied head's weight when pp > 1.
 BlockCosts block_costs(const CostContext& ctx);
 
-// The block of layer l: dense or MoE, full attention or windowed.
+// The block of layer l: dense or MoE, full attention or windowed, recomputed or not.
 const BlockCost& layer_block(const BlockCosts& b, const model::ModelSpec& m, int l);
 
 }  // namespace cann::plan

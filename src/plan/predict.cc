@@ -86,7 +86,8 @@ double dp_exposed(const PlanInput& in, const Strategy& s, double params, double 
       return m * hidden_by(rs, false, Collective::kReduceScatter) +
              hidden_by(ag, true, Collective::kAllGather);
     default: {
-      const double regather = s.recompute == Recompute::kFull ? 2 : 1;
+      // Recomputed layers gather their weights again for the recomputation.
+      const double regather = s.recompute == Recompute::kFull ? 1 + 1.0 / s.recompute_every : 1;
       return m * (hidden_by(ag, true, Collective::kAllGather) +
                   hidden_by(regather * ag + rs, false, Collective::kReduceScatter));
     }

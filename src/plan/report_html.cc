@@ -41,7 +41,8 @@ std::string num(double v, int digits = 4) {
 }
 
 // [step_s, memory_GB, goodput, tokens_per_s, pareto, dp, tp, pp, ep, cp, sp, mbs, zero,
-//  recompute, vpp, tei, usd_per_million_tokens, joules_per_token]
+//  recompute, vpp, tei, usd_per_million_tokens, joules_per_token]; recompute is the enum's
+//  value, or for full recomputation of every k-th layer (k > 1) 100 + k.
 std::string point(const Candidate& c) {
   const Strategy& s = c.strategy;
   char buf[320];
@@ -49,7 +50,9 @@ std::string point(const Candidate& c) {
       buf, sizeof(buf), "[%.5g,%.4g,%.4g,%.5g,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%.4g,%.4g,%.4g]",
       c.step_time_s, c.memory_peak_bytes / 1073741824.0, c.goodput, c.tokens_per_s,
       c.pareto ? 1 : 0, s.dp, s.tp, s.pp, s.ep, s.cp, s.sp ? 1 : 0, s.mbs, s.zero,
-      static_cast<int>(s.recompute), s.vpp, c.tei, c.usd_per_million_tokens, c.joules_per_token);
+      s.recompute == Recompute::kFull && s.recompute_every > 1 ? 100 + s.recompute_every
+                                                               : static_cast<int>(s.recompute),
+      s.vpp, c.tei, c.usd_per_million_tokens, c.joules_per_token);
   return buf;
 }
 
@@ -99,9 +102,10 @@ const char kScript[] = R"(<script>
 const D = JSON.parse(document.getElementById('data').textContent);
 const NS = 'http://www.w3.org/2000/svg';
 const RC = ['none', 'selective', 'full', 'op'];
+const rc = (v) => v > 100 ? `full:${v - 100}` : RC[v];
 function strat(p) {
   return `dp=${p[5]},tp=${p[6]},pp=${p[7]},ep=${p[8]},cp=${p[9]},sp=${p[10] ? 'on' : 'off'},` +
-         `mbs=${p[11]},gbs=${D.gbs},zero=${p[12]},recompute=${RC[p[13]]},vpp=${p[14]}`;
+         `mbs=${p[11]},gbs=${D.gbs},zero=${p[12]},recompute=${rc(p[13])},vpp=${p[14]}`;
 }
 function el(tag, attrs, parent) {
   const e = document.createElementNS(NS, tag);

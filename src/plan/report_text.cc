@@ -86,8 +86,9 @@ std::string cause(const PlanInput& in, const Prediction& w, const std::string& l
   const bool fused = in.cluster.device.attention == AttentionKernel::kFused;
   if (loss == "recomputation")
     return fmt("%s recomputation re-runs %s before each backward to save memory",
-               std::string(recompute_name(s.recompute)).c_str(),
-               s.recompute == Recompute::kFull ? "whole layers"
+               recompute_text(s).c_str(),
+               s.recompute == Recompute::kFull && s.recompute_every > 1 ? "every k-th layer whole"
+               : s.recompute == Recompute::kFull                        ? "whole layers"
                : s.recompute == Recompute::kOp ? "every other matmul and the elementwise kernels"
                : fused                         ? "the norms, activations and latent up-projections"
                                                : "the attention core");
@@ -271,6 +272,7 @@ std::string explain_winner(const PlanInput& in, const Prediction& w, const Predi
     Strategy n = s;
     // Full recomputation's neighbour is the selective mode; the partial modes' is none.
     n.recompute = s.recompute == Recompute::kFull ? Recompute::kSelective : Recompute::kNone;
+    n.recompute_every = 1;
     near.push_back({"recompute=" + std::string(recompute_name(n.recompute)), n});
   }
   if (s.zero > 0) {

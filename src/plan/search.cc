@@ -222,7 +222,17 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
           // row and `run` does not train the two together.
           if (sp && (tp == 1 || (engine_only && ep > 1))) continue;
           for (int mbs : divisors(gbs, opt.max_micro_batch)) {
-            for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+            // Recomputation: none, selective, every second layer whole (torchtitan's selective
+            // layer mode; Megatron-LM's block method recomputes as many), every layer whole.
+            // The engine recomputes every layer or none of them (engine_support.h).
+            struct Mode {
+              Recompute rc;
+              int every;
+            };
+            for (const Mode mode : {Mode{Recompute::kNone, 1}, Mode{Recompute::kSelective, 1},
+                                    Mode{Recompute::kFull, 2}, Mode{Recompute::kFull, 1}}) {
+              if (mode.every > 1 && (engine_only || mode.every > L)) continue;
+              const Recompute rc = mode.rc;
               Strategy s;
               s.tp = tp;
               s.cp = cp;
@@ -231,6 +241,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
               s.mbs = mbs;
               s.gbs = gbs;
               s.recompute = rc;
+              s.recompute_every = mode.every;
               bool have_blocks = false;
               BlockCosts blocks;
               for (int pp : divisors(rest, L)) {

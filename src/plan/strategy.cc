@@ -78,11 +78,18 @@ std::string_view recompute_name(Recompute r) {
   return "?";
 }
 
+std::string recompute_text(const Strategy& s) {
+  std::string out(recompute_name(s.recompute));
+  if (s.recompute == Recompute::kFull && s.recompute_every > 1)
+    out += ":" + std::to_string(s.recompute_every);
+  return out;
+}
+
 std::string strategy_string(const Strategy& s) {
   std::ostringstream o;
   o << "dp=" << s.dp << ",tp=" << s.tp << ",pp=" << s.pp << ",ep=" << s.ep << ",cp=" << s.cp
     << ",sp=" << (s.sp ? "on" : "off") << ",mbs=" << s.mbs << ",gbs=" << s.gbs << ",zero=" << s.zero
-    << ",recompute=" << recompute_name(s.recompute) << ",vpp=" << s.vpp;
+    << ",recompute=" << recompute_text(s) << ",vpp=" << s.vpp;
   return o.str();
 }
 
@@ -100,7 +107,7 @@ std::string strategy_brief(const Strategy& s) {
   key(s.mbs != 0, "mbs", std::to_string(s.mbs));
   key(s.gbs != 0, "gbs", std::to_string(s.gbs));
   key(s.zero != 0, "zero", std::to_string(s.zero));
-  key(s.recompute != Recompute::kNone, "recompute", std::string(recompute_name(s.recompute)));
+  key(s.recompute != Recompute::kNone, "recompute", recompute_text(s));
   key(s.vpp != 1, "vpp", std::to_string(s.vpp));
   return o.tellp() > 0 ? o.str() : "dp";
 }
@@ -144,8 +151,20 @@ StatusOr<Strategy> parse_strategy(const std::string& text) {
         s.recompute = Recompute::kFull;
       } else if (v == "op") {
         s.recompute = Recompute::kOp;
+      } else if (v.starts_with("full:")) {
+        const std::string k = v.substr(5);
+        char* end = nullptr;
+        const long every = std::strtol(k.c_str(), &end, 10);
+        if (k.empty() || *end != '\0' || every < 1 || every > 1000000)
+          return bad(
+              "key 'recompute': full:K recomputes every K-th layer, K a positive "
+              "integer, got '" +
+              v + "'");
+        s.recompute = Recompute::kFull;
+        s.recompute_every = static_cast<int>(every);
       } else {
-        return bad("key 'recompute': expected none, selective, full or op, got '" + v + "'");
+        return bad("key 'recompute': expected none, selective, full, full:K or op, got '" + v +
+                   "'");
       }
     } else if (key == "zero") {
       if (v.size() != 1 || v[0] < '0' || v[0] > '3')
@@ -245,6 +264,11 @@ Status validate_strategy(const Strategy& s, const model::ModelSpec& m, const Clu
                " needs the micro-batch count gbs/(dp*mbs) = " + std::to_string(s.micro_batches()) +
                " to be a multiple of pp=" + std::to_string(s.pp) +
                " (interleaved 1F1B runs micro-batches in groups of pp)");
+  if (s.recompute_every > m.num_hidden_layers)
+    return bad("recompute=full:" + std::to_string(s.recompute_every) + " recomputes every " +
+               std::to_string(s.recompute_every) + "-th layer, but model " + m.name + " has " +
+               std::to_string(m.num_hidden_layers) + "; hint: use K at most " +
+               std::to_string(m.num_hidden_layers));
   if (s.recompute == Recompute::kOp) {
     // torchtitan's policy counts aten.mm calls: a linear layer with a bias calls addmm, and
     // expert and latent-attention blocks run matmuls its count would order otherwise.

@@ -32,6 +32,9 @@ struct Strategy {
   int gbs = 0;      // global batch, sequences per optimizer step
   int zero = 0;     // ZeRO stage 0-3 over the data-parallel (times context-parallel) group
   Recompute recompute = Recompute::kNone;
+  // Full recomputation of every k-th layer only (layers k-1, 2k-1, ...: torchtitan's selective
+  // layer checkpointing, selective_ac_option k); 1: every layer. "recompute=full:k".
+  int recompute_every = 1;
   int vpp = 1;  // model chunks per pipeline stage (interleaved 1F1B when > 1)
 
   int devices() const { return dp * tp * pp * cp; }
@@ -48,6 +51,8 @@ std::string strategy_string(const Strategy& s);
 // "tp=2,sp=on" for parse_strategy("sp=on,tp=2"); "dp" when none does. For messages and logs.
 std::string strategy_brief(const Strategy& s);
 std::string_view recompute_name(Recompute r);
+// The recompute key's value: recompute_name, or "full:k" for every k-th layer.
+std::string recompute_text(const Strategy& s);
 
 // Syntax only: keys, values and duplicates. Omitted keys take their defaults; `dp`, `mbs` and
 // `gbs` left out are marked 0 and filled in by resolve_strategy (mbs 1). The trainer reads an
