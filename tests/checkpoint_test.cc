@@ -256,6 +256,37 @@ TEST(SnapshotWriterTest, LentSlotsArePublishedInPlaceAndAlternate) {
   expect_error(read_checkpoint(*path).status(), StatusCode::kDataLoss, {"params", "checksum"});
 }
 
+// A lent slot whose first section lies elsewhere (the parameters, which stay in the model's
+// own buffer) and whose others lie in place is still the slot written: the section from
+// elsewhere is copied into its place there, the others are not touched, and the next slot lent
+// besides it is the other one.
+TEST(SnapshotWriterTest, ALentSlotTakesTheSectionsThatLieElsewhere) {
+  TempDir tmp;
+  SnapshotWriter writer(tmp.path(), 2);
+  const std::vector<uint64_t> bytes = {4000, 256};
+  const char* published = nullptr;
+  for (int step = 1; step <= 3; ++step) {
+    StatusOr<std::vector<char*>> at = writer.lend(bytes, published);
+    ASSERT_TRUE(at.ok()) << at.status().message();
+    if (published != nullptr) EXPECT_NE((*at)[1], published) << "step " << step;
+    const std::vector<char> p = pattern(4000, step), m = pattern(256, 70 + step);
+    std::memcpy((*at)[1], m.data(), m.size());
+    CheckpointWrite w;
+    w.step = step;
+    w.meta_json = "{}";
+    w.sections = {{"params", p.data(), 4000}, {"adam_m", (*at)[1], 256}};
+    StatusOr<std::string> path = writer.write(w);
+    ASSERT_TRUE(path.ok()) << path.status().message();
+    // Written into the lent slot: its params section now holds the copy.
+    EXPECT_EQ(std::memcmp((*at)[0], p.data(), p.size()), 0) << "step " << step;
+    StatusOr<LoadedCheckpoint> loaded = read_checkpoint(*path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    EXPECT_EQ(loaded->find("params")->data, p) << "step " << step;
+    EXPECT_EQ(loaded->find("adam_m")->data, m) << "step " << step;
+    published = (*at)[1];
+  }
+}
+
 // A memory snapshot damaged in place (a stray write, a bad page) is DataLoss naming the
 // section, caught by its word sum.
 TEST(SnapshotWriterTest, ADamagedSnapshotIsDataLossNamingTheSection) {

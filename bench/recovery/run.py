@@ -31,10 +31,17 @@ each layout (a --strategy and its world size) a GPT of 4 layers, hidden 64, sequ
 experts in every second layer for ep) is trained with --elastic and one random worker SIGKILLed
 as above; the refill (the lost rank replaced in the same layout, the survivors' mesh rebuilt,
 every rank loading its own snapshot) is timed the same way and validated the same way (final
-state byte-identical to the fault-free run of the layout). The snapshot's cost is judged end
-to end: the median wall time per step with a snapshot every step against one every 1000 steps
-(none in the run), interleaved, --repeats runs each, for every layout and for what
-`run --nproc-per-node 2 --elastic` trains by default; target at most 2%.
+state byte-identical to the fault-free run of the layout). The snapshot's cost per step: a run
+with a snapshot every step and one with a snapshot every 1000 steps (none in the run), back to
+back, --repeats rounds, for every layout and for what `run --nproc-per-node 2 --elastic` trains
+by default, --repeats rounds; each run's median iteration (consecutive step lines of rank 0:
+the step and all between steps, which also holds what state living in the snapshot's shared
+memory costs every step), judged on the median over rounds of the paired ratio; target at most
+2%. The end-to-end ratio (wall time per step from the 10th step on) is printed beside it. On
+the layouts' steps of 5-10 ms, runs of a second or two over two shared cores differ by
+several percent from one another whichever of them snapshots, more than the target: their
+verdicts are noise, which the spread shows; the default model's 140 ms steps are judged
+within about a point.
 
 Node loss (root only: network namespaces). Two nodes of 2 workers each (--nnodes 1:2, Redis in
 the first node's namespace); at a random point of a random step the second node's link goes
@@ -308,20 +315,26 @@ def overhead(a, tmp):
 
 def between_steps(logf):
     """Rank 0's median time between the end of one step and the start of the next (the step
-    lines' wall times less the next step's own time: reporting and the snapshot), and its
-    median step time."""
+    lines' wall times less the next step's own time: reporting and the snapshot), its median
+    step time, and its median iteration (consecutive step lines' wall times: the step with
+    everything between steps, the snapshot included), from the 10th step on."""
     rows = [r for r in read_jsonl(logf) if "event" not in r]
     gaps = [b["time"] - a["time"] - b["step_time_s"] for a, b in zip(rows[10:], rows[11:])]
-    return statistics.median(gaps), statistics.median(r["step_time_s"] for r in rows[10:])
+    iters = [b["time"] - a["time"] for a, b in zip(rows[10:], rows[11:])]
+    return (statistics.median(gaps), statistics.median(r["step_time_s"] for r in rows[10:]),
+            statistics.median(iters))
 
 
 def snapshot_cost(a, work_root, argv_for, steps):
-    """With a snapshot every step and with none (--repeats interleaved runs each, argv_for(work,
-    every) the command): {"snap": [s/step end to end per run (wall time from the 10th step
-    on)], "none": [the same without snapshots], "own_ms": the median time between steps with
-    less without (rank 0's own cost of the snapshot), "step_ms": the median step time}."""
+    """--repeats rounds of two runs, back to back (argv_for(work, every) the command): with a
+    snapshot every step and with none. {"snap": [s/step end to end per run (wall time from the
+    10th step on)], "none": [the same without snapshots], "snap_iter"/"none_iter": [each run's
+    median iteration], "ratios": [per round, median iteration with / without], "own_ms": the
+    median time between steps with less without (rank 0's own cost of the snapshot),
+    "step_ms": the median step time}."""
     times = {1: [], 1000: []}
     gaps = {1: [], 1000: []}
+    iters = {1: [], 1000: []}
     step_times = []
     for rep in range(a.repeats):
         for every in (1, 1000):
@@ -330,10 +343,12 @@ def snapshot_cost(a, work_root, argv_for, steps):
             logf = os.path.join(work, "log.jsonl")
             times[every].append(seconds_per_step_after_10(
                 argv_for(work, every), logf, steps, f"snapshot cost run in {work}"))
-            gap, step = between_steps(logf)
+            gap, step, it = between_steps(logf)
             gaps[every].append(gap)
+            iters[every].append(it)
             step_times.append(step)
-    return {"snap": times[1], "none": times[1000],
+    return {"snap": times[1], "none": times[1000], "snap_iter": iters[1],
+            "none_iter": iters[1000], "ratios": [w / n for w, n in zip(iters[1], iters[1000])],
             "own_ms": 1e3 * (statistics.median(gaps[1]) - statistics.median(gaps[1000])),
             "step_ms": 1e3 * statistics.median(step_times)}
 
@@ -407,20 +422,28 @@ def layouts_bench(a, rng, tmp):
               f"   {fmt(r['first_step'])}  ({lo:.3f}..{hi:.3f})   {r['steps_lost']:4d}"
               + (f"  ({r['spurious']} kill(s) after a stale heartbeat left out of the times)"
                  if r["spurious"] else ""))
-    print(f"snapshot every step against none, {a.repeats} interleaved runs each: ms per step end "
-          f"to end (wall time from the 10th step to the last), median (min..max); the judged "
-          f"cost is the ratio of the medians; beside it rank 0's added time between steps")
-    print(f"{'strategy':<26s}{'with':>22}{'none':>22}  end to end  between steps  share")
+    print(f"snapshot every step against none, {a.repeats} rounds of a run with and a run "
+          f"without, back to back. Judged: each run's median iteration (rank 0's consecutive "
+          f"step lines from the 10th step on: the step and all between steps, the snapshot "
+          f"included), the median over rounds of the paired ratio with / without; ms: median "
+          f"(min..max) over the rounds. Beside it, not judged: the ratio of the medians of the "
+          f"runs' end-to-end time per step (wall time from the 10th step to the last), and "
+          f"rank 0's added time between steps (its share of the step)")
+    print(f"{'strategy':<26s}{'with ms':>22}{'none ms':>22}  {'per step (rounds)':<26s}"
+          f"end to end  between steps  share")
     v = Verdicts()
     rows = results + [dict(strategy="default model, dp=2", **default)]
     for r in rows:
+        cost = (statistics.median(r["ratios"]) - 1) * 100
+        lo, hi = (min(r["ratios"]) - 1) * 100, (max(r["ratios"]) - 1) * 100
         e2e = (statistics.median(r["snap"]) / statistics.median(r["none"]) - 1) * 100
         share = r["own_ms"] / r["step_ms"] * 100
-        print(f"{r['strategy']:<26s}{spread([1e3 * x for x in r['snap']], '{:.2f}'):>22}"
-              f"{spread([1e3 * x for x in r['none']], '{:.2f}'):>22}     {e2e:+6.1f}%  "
-              f"{r['own_ms']:8.3f} ms  {share:4.1f}%")
-        v.judge(e2e <= 2.0, f"{r['strategy']}: snapshot every step costs {e2e:+.1f}% end to end "
-                f"(at most 2%)")
+        judged = f"{cost:+.1f}% ({lo:+.1f}..{hi:+.1f}%)"
+        print(f"{r['strategy']:<26s}{spread([1e3 * x for x in r['snap_iter']], '{:.2f}'):>22}"
+              f"{spread([1e3 * x for x in r['none_iter']], '{:.2f}'):>22}  {judged:<26s}"
+              f"{e2e:+9.1f}%  {r['own_ms']:8.3f} ms  {share:4.1f}%")
+        v.judge(cost <= 2.0, f"{r['strategy']}: a snapshot every step costs {cost:+.1f}% per "
+                f"step (median iteration, rounds {lo:+.1f}..{hi:+.1f}%; at most 2%)")
     slowest = max(r["first_step"] for r in results)
     v.judge(slowest < 0.5, f"refill under 0.5 s (median per layout): slowest {slowest:.3f} s")
     if not ok:

@@ -189,7 +189,9 @@ StatusOr<std::string> SnapshotWriter::write(const CheckpointWrite& w) {
   // The slot to write: the lent one the sections lie in, else the one holding this step
   // already, else a hidden one, else a new one while there are fewer than keep, else the
   // oldest.
-  Slot* target = w.sections.empty() ? nullptr : slot_holding(w.sections[0].data);
+  Slot* target = nullptr;
+  for (const SectionView& s : w.sections)
+    if (target == nullptr) target = slot_holding(s.data);
   const bool lent = target != nullptr;
   for (Slot& s : slots_)
     if (target == nullptr && s.step == w.step) target = &s;

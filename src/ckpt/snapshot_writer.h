@@ -28,9 +28,9 @@
 //
 // State that lives in a snapshot (lend()): an optimizer that writes its output straight into
 // the mapped data file of a hidden slot, and a write() whose sections already lie there,
-// publish a snapshot without copying anything: only the header, the manifest and the renames
-// are written. The live state then moves between two slots, each step writing its output into
-// the one that does not hold the newest published snapshot.
+// publish them without copying: only the other sections, the header, the manifest and the
+// renames are written. The live state then moves between two slots, each step writing its
+// output into the one that does not hold the newest published snapshot.
 //
 // One writer per directory; readers may read published steps while it writes the next one.
 // Not thread-safe.

@@ -172,7 +172,7 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
   // State living in the slot (before_update): published in place, with the sums the update
   // took where nothing changed it since.
   if (placed_ && sums_.valid) {
-    const float* live[3] = {live_.params, live_.m, live_.v};
+    const float* live[3] = {run_.model->model().params(), live_.m, live_.v};
     for (size_t i = 0; i < 3 && i < w.sections.size(); ++i) {
       if (w.sections[i].data != live[i]) continue;
       w.sections[i].has_word_sum = true;

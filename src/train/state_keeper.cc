@@ -125,7 +125,10 @@ Status StateKeeper::before_update(int done) {
       log_warning(first.status().message());
       return OkStatus();
     }
-    run_.optimizer->place_state({first->params, first->m, first->v, nullptr});
+    // The moments move into the slot; the parameters stay in the model's own buffer (see
+    // state_keeper.h) and the snapshot copies them.
+    float* params = run_.model->model().params();
+    run_.optimizer->place_state({params, first->m, first->v, nullptr});
     live_ = *first;
     placed_ = true;
   }
@@ -140,7 +143,8 @@ Status StateKeeper::before_update(int done) {
     live_ = *next;
   }
   sums_.valid = false;
-  run_.optimizer->update_into({live_.params, live_.m, live_.v, due ? &sums_ : nullptr});
+  run_.optimizer->update_into(
+      {run_.model->model().params(), live_.m, live_.v, due ? &sums_ : nullptr});
   return OkStatus();
 }
 
