@@ -214,6 +214,11 @@ class CompressedStage : public FullStateStage {
 };
 
 // ZeRO stages 1-3.
+// The snapshot section of a ZeRO rank's own parameter piece of bucket i.
+std::string piece_name(size_t i) {
+  return "zero_param_piece_" + std::to_string(i);
+}
+
 class ZeroStage : public OptimizerStage {
  public:
   static StatusOr<std::unique_ptr<ZeroStage>> create(model::Model& model, comm::Group& group,
@@ -317,6 +322,15 @@ class ZeroStage : public OptimizerStage {
     std::vector<OwnBuffer> out = {{"zero_m_shard", zero_->m_shard(), n},
                                   {"zero_v_shard", zero_->v_shard(), n}};
     if (gatherer_) out.push_back({"zero_param_shard", zero_->param_shard(), n});
+    // Stages 1 and 2: the parameters are whole on every rank after the step's all-gather, and
+    // each rank's own pieces of them, the ones its step updated, are all a restore needs
+    // (after_restore gathers the rest): 4 bytes a parameter over the group, not 4 on each rank.
+    if (!gatherer_) {
+      const std::vector<ShardPiece>& pieces = zero_->pieces();
+      for (size_t i = 0; i < pieces.size(); ++i)
+        if (pieces[i].len > 0)
+          out.push_back({piece_name(i), model_.params() + pieces[i].flat_begin, pieces[i].len});
+    }
     return out;
   }
   Status load_own_buffers(const RankBufferLookup& find, int step,
@@ -330,7 +344,27 @@ class ZeroStage : public OptimizerStage {
     zero_->load_shards(m, v, p);
     zero_->set_step_count(step);
     if (gatherer_) gatherer_->invalidate();
+    // Stages 1 and 2: this rank's parameter pieces, where the snapshot has them (one written
+    // before they were kept holds the whole parameters, loaded by the caller).
+    if (!gatherer_) {
+      const std::vector<ShardPiece>& pieces = zero_->pieces();
+      size_t found = 0, wanted = 0;
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (pieces[i].len == 0) continue;
+        ++wanted;
+        const float* piece = find(piece_name(i), pieces[i].len);
+        if (piece == nullptr) continue;
+        ++found;
+        std::memcpy(model_.params() + pieces[i].flat_begin, piece, pieces[i].len * sizeof(float));
+      }
+      if (found != 0 && found != wanted)
+        return DataLoss(path + ": " + std::to_string(wanted - found) + " of this rank's " +
+                        std::to_string(wanted) + " ZeRO parameter pieces are missing");
+    }
     return OkStatus();
+  }
+  Status after_restore() override {
+    return gatherer_ ? OkStatus() : zero_->allgather_params(model_.params());
   }
   size_t optimizer_state_bytes() const override {
     return (2 * zero_->shard_floats() + zero_->staging_floats()) * sizeof(float);

@@ -90,6 +90,10 @@ class OptimizerStage {
   virtual Status adopt_params() { return OkStatus(); }
   // ZeRO-3: every layer gathered and kept until the next step (a collective).
   virtual Status materialize_params() { return OkStatus(); }
+  // After a restore, on every rank of the group at once (a collective under ZeRO stages 1 and
+  // 2, whose own snapshots hold only the parameter pieces each rank updates: the pieces are
+  // all-gathered into the parameters).
+  virtual Status after_restore() { return OkStatus(); }
   virtual Status param_status() const { return OkStatus(); }
   // The update on the reduced gradients; returns the gradient norm before clipping.
   virtual StatusOr<double> step(float lr) = 0;

@@ -159,7 +159,13 @@ StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
   // Stages 2 and 3 accumulate the micro-steps' reductions into the shard: next step from 0.
   if (stage_ >= 2) grad_shard_.zero();
   if (stage_ == 3) return norm;  // layers are gathered from the shard when next needed
-  // All-gather the updated pieces back into every rank's parameters, bucket by bucket.
+  CANN_RETURN_IF_ERROR(allgather_params(params));
+  return norm;
+}
+
+Status ZeroOptimizer::allgather_params(float* params) {
+  const size_t P = static_cast<size_t>(group_.size());
+  // The updated pieces back into every rank's parameters, bucket by bucket.
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const ShardPiece& p = pieces_[i];
     const plan::Bucket& b = buckets_[i];
@@ -170,7 +176,7 @@ StatusOr<double> ZeroOptimizer::step(float* params, float lr) {
         group_.allgather(staging_.data(), mine.data(), p.padded, comm::DataType::kFloat32)->wait());
     std::memcpy(params + b.begin, staging_.data(), b.size() * sizeof(float));
   }
-  return norm;
+  return OkStatus();
 }
 
 Status ZeroOptimizer::gather_pieces(float* full, const float* shard) {

@@ -70,6 +70,9 @@ class ZeroOptimizer {
 
   // Stage 3: takes this rank's pieces of full parameters (after initialization or a restore).
   void load_params(const float* full);
+  // Stages 1 and 2: every rank's pieces of `params` (each rank's own pieces, which its step
+  // updates) all-gathered into all of `params`; a collective, as at the end of step().
+  Status allgather_params(float* params);
   // Stage 3: every rank's pieces gathered into full parameters; a collective.
   Status gather_params(float* full);
   // Every rank's reduced gradient pieces gathered into a full gradient; a collective.

@@ -109,9 +109,9 @@ StatusOr<OptimizerSnapshot> DataParallelEngine::snapshot_own() {
   if (own.empty() || stage_->keeps_rank_buffers()) return snapshot();
   OptimizerSnapshot s;
   s.own_part = true;
-  // ZeRO: this rank's moment (and stage 3 parameter) pieces; stages 1 and 2 hold every
-  // parameter in the model's buffer after the step's all-gather.
-  s.params = config_.zero == 3 ? nullptr : model_.params();
+  // ZeRO: this rank's moment and parameter pieces (stage 3: its parameter shard; stages 1 and
+  // 2: its pieces of the whole parameters it holds, OptimizerStage::own_buffers).
+  s.params = nullptr;
   for (const parallel::OwnBuffer& b : own)
     s.extra_sections.push_back({b.name, b.data, b.floats * sizeof(float)});
   nlohmann::json extra = {{"zero", config_.zero},
@@ -141,8 +141,10 @@ Status DataParallelEngine::restore(const ckpt::LoadedCheckpoint& ck, ResumeState
   if (own.value("own_part", false)) {
     // This rank's own snapshot (the caller checked its mark): the shards as they were.
     int step = 0;
+    // The whole parameters where the snapshot has them (stages 1 and 2 before they kept only
+    // their pieces), else the stage loads its pieces and after_restore gathers the rest.
     CANN_RETURN_IF_ERROR(restore_training_checkpoint(ck, model_, nullptr, nullptr, &step, state,
-                                                     nullptr, config_.zero != 3));
+                                                     nullptr, ck.find("params") != nullptr));
     return stage_->load_own_buffers(
         [&ck](const std::string& name, size_t floats) {
           return section_floats(ck, name, &floats);

@@ -55,6 +55,7 @@ class DataParallelEngine : public StepOptimizer {
   void zero_grads() override;
   Status adopt_params() override { return stage_->adopt_params(); }
   Status materialize_params() override { return stage_->materialize_params(); }
+  Status after_restore() override { return stage_->after_restore(); }
   Status param_status() const override { return stage_->param_status(); }
   StatusOr<double> step(float lr) override { return stage_->step(lr); }
   bool placeable() const override { return stage_->placeable(); }

@@ -85,7 +85,19 @@ StatusOr<int> StateKeeper::restore_at_start() {
     return InvalidArgument("checkpoint is at step " + std::to_string(step) + ", beyond --steps " +
                            std::to_string(config_.steps) +
                            "; hint: raise --steps to continue training");
+  // A restarted generation may have loaded own snapshots (every rank alike: the generation is
+  // the world's); a first start and --resume load whole states.
+  if (generation() > 0) CANN_RETURN_IF_ERROR(after_restore());
   return step;
+}
+
+// Every rank, whatever it restored from: the collective that completes what own snapshots left
+// to the peers (StepOptimizer::after_restore).
+Status StateKeeper::after_restore() {
+  if (run_.optimizer == nullptr) return OkStatus();
+  Status s = run_.optimizer->after_restore();
+  if (!s.ok() && run_.world != nullptr) return run_.on_comm_failure(s);
+  return s;
 }
 
 // Every rank of a restarted generation must go on from the same step: the copies each tries
@@ -108,6 +120,7 @@ StatusOr<int> StateKeeper::restore_after_rejoin() {
   if (ck) {
     CANN_ASSIGN_OR_RETURN(const int step, restore(*ck));
     CANN_RETURN_IF_ERROR(agree_on_restored_step(step));
+    CANN_RETURN_IF_ERROR(after_restore());
     event("state_restored", "step " + std::to_string(step) + " from " + ck->path + " (rank " +
                                 std::to_string(rank_) + " kept its process)");
     return step;
@@ -117,6 +130,7 @@ StatusOr<int> StateKeeper::restore_after_rejoin() {
   CANN_RETURN_IF_ERROR(run_.optimizer->adopt_params());  // ZeRO-3 takes its shard again
   run_.batches->restart();
   CANN_RETURN_IF_ERROR(agree_on_restored_step(0));
+  CANN_RETURN_IF_ERROR(after_restore());
   return 0;
 }
 

@@ -184,6 +184,8 @@ class StateKeeper {
   StatusOr<int> restore(const ckpt::LoadedCheckpoint& ck);
   // Checks over the world that every rank restored `step`.
   Status agree_on_restored_step(int step);
+  // The optimizer's after_restore, on every rank (a collective where the state is sharded).
+  Status after_restore();
   // Multi-node elastic (peer_restore.cc).
   StatusOr<int> restore_from_peers();
   // Model parallelism across elastic nodes: a changed world re-plans the layout

@@ -49,6 +49,10 @@ class StepOptimizer {
   virtual Status materialize_params() = 0;
   // The first failure of a parameter gather (check after each forward and backward).
   virtual Status param_status() const = 0;
+  // After a restore (or a start without one), on every rank of the world at once: what a
+  // rank's own snapshot left to its peers (ZeRO stages 1 and 2: the parameters beyond its own
+  // pieces) gathered. A collective where the state is sharded.
+  virtual Status after_restore() { return OkStatus(); }
 
   // The update on the reduced gradients; returns the gradient norm.
   virtual StatusOr<double> step(float lr) = 0;
