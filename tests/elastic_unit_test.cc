@@ -2,6 +2,8 @@
 // (snapshot semantics, pacing, failures), the choice of in-memory snapshots after a failure,
 // event lines under concurrent writers, and the heartbeat monitor's three verdicts.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include "core/event_log.h"
 #include "core/fs.h"
 #include "elastic/heartbeat_monitor.h"
+#include "elastic/worker_process.h"
 #include "model/spec.h"
 #include "plan/engine_support.h"
 #include "test_util.h"
@@ -267,6 +270,48 @@ TEST(ReplicaPlanTest, RankSnapshotMarkRoundTrips) {
   EXPECT_FALSE(ckpt::rank_snapshot_mark("{\"a\":1}").has_value());
   EXPECT_FALSE(ckpt::rank_snapshot_mark("not json").has_value());
   EXPECT_FALSE(ckpt::rank_snapshot_mark("{\"rank_snapshot\":{\"rank\":\"x\"}}").has_value());
+}
+
+// Snapshot roots of agents that were killed stay in memory until reboot; the next agent
+// removes them. Only roots whose creator (pid and start time, in this pid namespace) is gone.
+TEST(SnapshotRootTest, RootsOfEndedAgentsAreSweptAndOthersKept) {
+  TempDir base("cann-snap-sweep");
+  char link[64] = {};
+  ASSERT_GT(::readlink("/proc/self/ns/pid", link, sizeof(link) - 1), 0);
+  const std::string ns = std::to_string(std::strtoull(std::strchr(link, '[') + 1, nullptr, 10));
+  const pid_t self = getpid();
+  const long long start = elastic::process_start_ticks(self);
+  ASSERT_GT(start, 0);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // gone: its pid names no process now
+  EXPECT_EQ(elastic::process_start_ticks(child), -1);
+  auto root = [&](const std::string& mark) {
+    const std::string dir = base.file("cann-train-snap-job-1" + mark + "-AbC123");
+    EXPECT_TRUE(make_dirs(dir + "/rank0/step-00000003").ok());
+    return dir;
+  };
+  const std::string live =
+      root("-p" + std::to_string(self) + "s" + std::to_string(start) + "n" + ns);
+  const std::string dead = root("-p" + std::to_string(child) + "s12345n" + ns);
+  // This pid, another start time: the pid was reused by a process that did not make it.
+  const std::string reused =
+      root("-p" + std::to_string(self) + "s" + std::to_string(start + 1) + "n" + ns);
+  const std::string other_ns = root("-p" + std::to_string(child) + "s12345n1");
+  const std::string unmarked = base.file("cann-train-snap-job-2-XyZ789");
+  ASSERT_TRUE(make_dirs(unmarked).ok());
+  const std::string foreign =
+      base.file("not-ours-p" + std::to_string(child) + "s1n" + ns + "-AAAAAA");
+  ASSERT_TRUE(make_dirs(foreign).ok());
+
+  EXPECT_EQ(elastic::sweep_stale_snapshot_roots(base.path()), 2);
+  EXPECT_TRUE(is_directory(live));
+  EXPECT_FALSE(is_directory(dead));
+  EXPECT_FALSE(is_directory(reused));
+  EXPECT_TRUE(is_directory(other_ns));
+  EXPECT_TRUE(is_directory(unmarked));
+  EXPECT_TRUE(is_directory(foreign));
+  EXPECT_EQ(elastic::sweep_stale_snapshot_roots(base.path()), 0);
 }
 
 TEST(EventLogTest, LinesFromManyWritersStayWholeJson) {

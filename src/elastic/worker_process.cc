@@ -8,10 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "core/fs.h"
+#include "core/log.h"
 
 namespace cann::elastic {
 
@@ -143,10 +146,93 @@ void pump_all(std::vector<Worker>& workers, int timeout_ms) {
   }
 }
 
+namespace {
+
+constexpr char kSnapshotRootPrefix[] = "cann-train-snap-";
+
+// The inode of this process's pid namespace (/proc/self/ns/pid reads "pid:[<inode>]"); 0
+// when unknown. Pids name processes only within one namespace.
+unsigned long long pid_namespace() {
+  char link[64] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+  if (n <= 0) return 0;
+  const char* open = std::strchr(link, '[');
+  return open != nullptr ? std::strtoull(open + 1, nullptr, 10) : 0;
+}
+
+// "-p<pid>s<start ticks>n<pid namespace>-XXXXXX" at the end of a root's name: its creator.
+// False when absent.
+bool snapshot_root_owner(const std::string& name, long long* pid, long long* start,
+                         unsigned long long* ns) {
+  if (name.size() < 8 || name[name.size() - 7] != '-') return false;
+  const std::string head = name.substr(0, name.size() - 7);
+  const size_t p = head.rfind("-p");
+  if (p == std::string::npos) return false;
+  const size_t s = head.find('s', p + 2), n = head.find('n', p + 2);
+  if (s == std::string::npos || n == std::string::npos || s == p + 2 || n <= s + 1 ||
+      n + 1 == head.size())
+    return false;
+  for (size_t i = p + 2; i < head.size(); ++i)
+    if (i != s && i != n && (head[i] < '0' || head[i] > '9')) return false;
+  *pid = std::atoll(head.substr(p + 2, s - p - 2).c_str());
+  *start = std::atoll(head.substr(s + 1, n - s - 1).c_str());
+  *ns = std::strtoull(head.substr(n + 1).c_str(), nullptr, 10);
+  return true;
+}
+
+}  // namespace
+
+long long process_start_ticks(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return -1;
+  char line[1024] = {};
+  const bool got = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  const char* close = got ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
+  if (close == nullptr) return -1;
+  // Fields from the third on (state) follow ") "; the start time is the 22nd field.
+  const char* at = close + 1;
+  for (int field = 3; field <= 22 && *at != '\0'; ++field) {
+    while (*at == ' ') ++at;
+    if (field == 22) return std::atoll(at);
+    while (*at != ' ' && *at != '\0') ++at;
+  }
+  return -1;
+}
+
+int sweep_stale_snapshot_roots(const std::string& base) {
+  StatusOr<std::vector<std::string>> names = list_dir(base);
+  if (!names.ok()) return 0;
+  int removed = 0;
+  const unsigned long long ns = pid_namespace();
+  for (const std::string& name : *names) {
+    if (name.rfind(kSnapshotRootPrefix, 0) != 0) continue;
+    long long pid = 0, start = 0;
+    unsigned long long owner_ns = 0;
+    // Only roots made in this pid namespace: another container sharing the base names its
+    // processes by other pids.
+    if (!snapshot_root_owner(name, &pid, &start, &owner_ns) || pid <= 0 || ns == 0 ||
+        owner_ns != ns)
+      continue;
+    if (process_start_ticks(static_cast<pid_t>(pid)) == start) continue;  // its creator lives
+    if (remove_all(join_path(base, name)).ok()) ++removed;
+  }
+  return removed;
+}
+
 StatusOr<std::string> make_snapshot_root(const std::string& job) {
   const char* tmp = std::getenv("TMPDIR");
   const std::string base = is_directory("/dev/shm") ? "/dev/shm" : (tmp ? tmp : "/tmp");
-  std::string templ = base + "/cann-train-snap-" + job.substr(0, 16) + "-XXXXXX";
+  if (const int stale = sweep_stale_snapshot_roots(base); stale > 0)
+    log_info("removed " + std::to_string(stale) + " snapshot director" +
+             (stale == 1 ? "y" : "ies") + " under " + base +
+             " left by agents that ended without removing them (killed)");
+  const pid_t self = getpid();
+  std::string templ = base + "/" + kSnapshotRootPrefix + job.substr(0, 16) + "-p" +
+                      std::to_string(self) + "s" + std::to_string(process_start_ticks(self)) + "n" +
+                      std::to_string(pid_namespace()) + "-XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr)

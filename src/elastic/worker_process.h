@@ -58,8 +58,19 @@ void pump_all(std::vector<Worker>& workers, int timeout_ms);
 // Sends `sig` to every running worker and marks it stopped by the agent.
 void signal_workers(std::vector<Worker>& workers, int sig);
 
-// A directory for the workers' in-memory snapshots: in /dev/shm (memory) when it exists.
+// A directory for the workers' in-memory snapshots: in /dev/shm (memory) when it exists. Its
+// name carries the creating process's pid and start time, and creating one first removes the
+// roots under the same base whose creator is gone (sweep_stale_snapshot_roots).
 StatusOr<std::string> make_snapshot_root(const std::string& job);
+// Removes the snapshot roots under `base` whose creator ended without removing them (an agent
+// killed with its workers, a lost node's processes SIGKILLed): the pid and start time in the
+// name no longer name a live process of this pid namespace. Memory file systems hold them
+// until reboot otherwise. Roots of live processes, of other pid namespaces, and roots without
+// that mark, are left alone. Returns how many it removed.
+int sweep_stale_snapshot_roots(const std::string& base);
+// The start time of process `pid` in clock ticks after boot (/proc/<pid>/stat, field 22); -1
+// when there is no such process.
+long long process_start_ticks(pid_t pid);
 
 // Whether `pid` is stopped (SIGSTOP, or a debugger): state T or t in /proc/<pid>/stat.
 bool process_stopped(pid_t pid);
