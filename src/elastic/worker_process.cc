@@ -180,20 +180,26 @@ bool snapshot_root_owner(const std::string& name, long long* pid, long long* sta
   return true;
 }
 
-}  // namespace
-
-long long process_start_ticks(pid_t pid) {
+// The fields of /proc/<pid>/stat from the third (the state) on, after the command name (which
+// may hold spaces and parentheses); empty when there is no such process.
+std::string stat_fields(pid_t pid) {
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
   std::FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return -1;
+  if (f == nullptr) return std::string();
   char line[1024] = {};
   const bool got = std::fgets(line, sizeof(line), f) != nullptr;
   std::fclose(f);
-  const char* close = got ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
-  if (close == nullptr) return -1;
-  // Fields from the third on (state) follow ") "; the start time is the 22nd field.
-  const char* at = close + 1;
+  const char* close = got ? std::strrchr(line, ')') : nullptr;
+  return close != nullptr && close[1] == ' ' ? std::string(close + 2) : std::string();
+}
+
+}  // namespace
+
+long long process_start_ticks(pid_t pid) {
+  const std::string fields = stat_fields(pid);
+  // The start time is the 22nd field.
+  const char* at = fields.c_str();
   for (int field = 3; field <= 22 && *at != '\0'; ++field) {
     while (*at == ' ') ++at;
     if (field == 22) return std::atoll(at);
@@ -242,15 +248,8 @@ StatusOr<std::string> make_snapshot_root(const std::string& job) {
 }
 
 bool process_stopped(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  std::FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return false;
-  char line[512] = {};
-  const bool got = std::fgets(line, sizeof(line), f) != nullptr;
-  std::fclose(f);
-  const char* close = got ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
-  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+  const std::string fields = stat_fields(pid);
+  return !fields.empty() && (fields[0] == 'T' || fields[0] == 't');
 }
 
 void signal_workers(std::vector<Worker>& workers, int sig) {

@@ -121,10 +121,6 @@ std::string megatron_args(const PlanInput& in, const Prediction& p) {
              std::to_string(s.recompute_every) +
              "); Megatron-LM's block method above recomputes as many layers of each chunk, "
              "its first ones";
-  if (s.recompute == Recompute::kOp)
-    notes +=
-        "\n# recompute=op is torchtitan's per-operator policy (activation_checkpoint mode "
-        "\"selective\", selective_ac_option \"op\"); Megatron-LM has no such switch";
   if (s.zero >= 2)
     notes += "\n# zero=" + std::to_string(s.zero) +
              ": Megatron-LM's distributed optimizer is ZeRO-1; use the DeepSpeed config for "
@@ -165,10 +161,6 @@ std::string deepspeed_config(const PlanInput& in, const Prediction& p) {
     out +=
         "\n# selective recomputation (attention core only) has no DeepSpeed switch: "
         "checkpoint the attention core in the model code";
-  if (s.recompute == Recompute::kOp)
-    out +=
-        "\n# recompute=op is torchtitan's per-operator policy; DeepSpeed checkpoints whole "
-        "layers, which this configuration asks for";
   if (s.vpp > 1)
     out += "\n# vpp=" + std::to_string(s.vpp) +
            ": DeepSpeed's pipeline engine does not interleave; expect the vpp=1 bubble";

@@ -231,6 +231,22 @@ BlockCost layer(const CostContext& c, const Dims& x, bool moe, const EngineBlock
   return b;
 }
 
+// The layer blocks under c's strategy: dense and MoE (when the model has experts), and their
+// forms attending through the spec's sliding window (when a layer has one). `x` is dims(c, 0).
+void layer_blocks(const CostContext& c, const Dims& x, const EngineBlocks* e, BlockCost* dense,
+                  BlockCost* moe, BlockCost* dense_window, BlockCost* moe_window) {
+  const model::ModelSpec& m = *c.model;
+  *dense = layer(c, x, false, e);
+  if (m.is_moe()) *moe = layer(c, x, true, e);
+  int window = 0;
+  for (int l = 0; l < m.num_hidden_layers; ++l) window = std::max(window, m.window(l));
+  if (window > 0) {
+    const Dims xw = cost::dims(c, window);
+    *dense_window = layer(c, xw, false, e);
+    if (m.is_moe()) *moe_window = layer(c, xw, true, e);
+  }
+}
+
 BlockCost embedding(const CostContext& c, const Dims& x, const EngineBlocks* eng) {
   const model::ModelSpec& m = *c.model;
   Pass fwd = cost::pass(c, x), bwd = cost::pass(c, x);
@@ -407,25 +423,14 @@ BlockCosts block_costs(const CostContext& ctx) {
   }
   const EngineBlocks* e = x.engine ? &eng : nullptr;
   BlockCosts b;
-  b.dense = layer(ctx, x, false, e);
-  if (m.is_moe()) b.moe = layer(ctx, x, true, e);
-  int window = 0;
-  for (int l = 0; l < m.num_hidden_layers; ++l) window = std::max(window, m.window(l));
-  if (window > 0) {
-    const Dims xw = cost::dims(ctx, window);
-    b.dense_window = layer(ctx, xw, false, e);
-    if (m.is_moe()) b.moe_window = layer(ctx, xw, true, e);
-  }
+  layer_blocks(ctx, x, e, &b.dense, &b.moe, &b.dense_window, &b.moe_window);
   if (s.recompute == Recompute::kFull && s.recompute_every > 1) {
+    // The layers between every k-th: the same blocks without recomputation.
     CostContext kept = ctx;
     kept.strategy.recompute = Recompute::kNone;
     kept.strategy.recompute_every = 1;
-    const BlockCosts k = block_costs(kept);
     b.recompute_every = s.recompute_every;
-    b.dense_kept = k.dense;
-    b.moe_kept = k.moe;
-    b.dense_window_kept = k.dense_window;
-    b.moe_window_kept = k.moe_window;
+    layer_blocks(kept, x, e, &b.dense_kept, &b.moe_kept, &b.dense_window_kept, &b.moe_window_kept);
   }
   b.embedding = embedding(ctx, x, e);
   b.head = head(ctx, x, e);

@@ -232,7 +232,6 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
             for (const Mode mode : {Mode{Recompute::kNone, 1}, Mode{Recompute::kSelective, 1},
                                     Mode{Recompute::kFull, 2}, Mode{Recompute::kFull, 1}}) {
               if (mode.every > 1 && (engine_only || mode.every > L)) continue;
-              const Recompute rc = mode.rc;
               Strategy s;
               s.tp = tp;
               s.cp = cp;
@@ -240,7 +239,7 @@ StatusOr<SearchResult> search(const PlanInput& in, const SearchOptions& opt) {
               s.sp = sp;
               s.mbs = mbs;
               s.gbs = gbs;
-              s.recompute = rc;
+              s.recompute = mode.rc;
               s.recompute_every = mode.every;
               bool have_blocks = false;
               BlockCosts blocks;
