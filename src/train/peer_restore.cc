@@ -109,16 +109,8 @@ StatusOr<int> StateKeeper::restore_from_peers() {
   if (offer == std::numeric_limits<int64_t>::min()) {
     // No copy on any node (a failure before the first snapshot, or snapshots further apart
     // than the run got): the newest disk checkpoint, else the start, on every rank alike.
-    CANN_ASSIGN_OR_RETURN(auto ck, recovery_state(config_.checkpoint_dir));
-    int restored = 0;
-    if (ck) {
-      CANN_ASSIGN_OR_RETURN(restored, restore(*ck));
-      event("state_restored", "step " + std::to_string(restored) + " from " + ck->path +
-                                  " (no in-memory snapshot on any node), world size " +
+    return restore_recovery_state(" (no in-memory snapshot on any node), world size " +
                                   std::to_string(world_size));
-    }
-    CANN_RETURN_IF_ERROR(agree_on_restored_step(restored));
-    return restored;
   }
   const int64_t step = -offer;
   if (local && local->step != step) local.reset();

@@ -62,12 +62,7 @@ StatusOr<int> StateKeeper::restore_at_start() {
     CANN_ASSIGN_OR_RETURN(step, restore_from_peers());
   } else if (generation() > 0) {
     // A restarted elastic generation: the committed step from memory, else from disk.
-    CANN_ASSIGN_OR_RETURN(auto ck, recovery_state(config_.checkpoint_dir));
-    if (ck) {
-      CANN_ASSIGN_OR_RETURN(step, restore(*ck));
-      event("state_restored", "step " + std::to_string(step) + " from " + ck->path);
-    }
-    CANN_RETURN_IF_ERROR(agree_on_restored_step(step));
+    CANN_ASSIGN_OR_RETURN(step, restore_recovery_state(""));
   } else if (config_.resume) {
     if (config_.checkpoint_dir.empty())
       return InvalidArgument("--resume needs --checkpoint-dir DIR to resume from");
@@ -88,6 +83,17 @@ StatusOr<int> StateKeeper::restore_at_start() {
   // A restarted generation may have loaded own snapshots (every rank alike: the generation is
   // the world's); a first start and --resume load whole states.
   if (generation() > 0) CANN_RETURN_IF_ERROR(after_restore());
+  return step;
+}
+
+StatusOr<int> StateKeeper::restore_recovery_state(const std::string& note) {
+  CANN_ASSIGN_OR_RETURN(auto ck, recovery_state(config_.checkpoint_dir));
+  int step = 0;
+  if (ck) {
+    CANN_ASSIGN_OR_RETURN(step, restore(*ck));
+    event("state_restored", "step " + std::to_string(step) + " from " + ck->path + note);
+  }
+  CANN_RETURN_IF_ERROR(agree_on_restored_step(step));
   return step;
 }
 

@@ -182,6 +182,9 @@ class StateKeeper {
   ResumeState resume_state(int step) const;
   // Loads `ck` into the bound state; returns its step.
   StatusOr<int> restore(const ckpt::LoadedCheckpoint& ck);
+  // recovery_state() loaded (the state_restored event naming where from, then `note`), or
+  // nothing when it is empty; then agreed over the world. Returns the step (0: nothing).
+  StatusOr<int> restore_recovery_state(const std::string& note);
   // Checks over the world that every rank restored `step`.
   Status agree_on_restored_step(int step);
   // The optimizer's after_restore, on every rank (a collective where the state is sharded).
