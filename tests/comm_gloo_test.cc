@@ -670,5 +670,53 @@ TEST(MultiProcGloo, KilledRankIsNamedBySurvivorsOfSmallAllreduces) {
   killed_rank_is_named_within_the_timeout(16);  // 64 bytes: the small-message connections
 }
 
+// A large send in flight whose receiver is killed mid-transfer: the connection is known broken
+// at once, but this Gloo (Debian's 2022-05 snapshot) wakes only bound buffers of the sends it is
+// writing (Pair::signalException walks tx_ for op.buf, not op.ubuf), so an unbound send waits
+// out the whole group timeout. Fails today (6.2 s for a 6 s timeout): the reproduction of what
+// keeps a survivor of a lost node from leaving its generation in time.
+TEST(MultiProcGloo, SendInFlightToARankKilledMidTransferFailsPromptly) {
+  ASSERT_EQ(thread_count(), 1) << "run this test in a process of its own (ctest does)";
+  test::TempDir dir("gloo-send-dead");
+  constexpr auto kTimeout = 6s;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const size_t n = size_t{1} << 28;  // 1 GiB: still in flight when the receiver dies
+  auto pids = fork_ranks(2, [&](int rank) {
+    close(ready[0]);
+    auto g = process_group(dir.path(), rank, 2, kTimeout);
+    if (!g.ok()) return 2;
+    int64_t one = 1;
+    if (!(*g)->allreduce(&one, 1, DataType::kInt64, ReduceOp::kSum)->wait(60s).ok()) return 3;
+    std::vector<float> buf(n, 1.0f);
+    if (write(ready[1], "x", 1) != 1) return 4;
+    if (rank == 1) {
+      (void)(*g)->recv(buf.data(), buf.size(), DataType::kFloat32, 0, 7)->wait(60s);
+      std::this_thread::sleep_for(60s);
+      return 5;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status s = (*g)->send(buf.data(), buf.size(), DataType::kFloat32, 1, 7)->wait(60s);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    write_text_file(dir.file("result"), std::to_string(ms) + " ms: " + s.message());
+    return 0;
+  });
+  close(ready[1]);
+  char byte;
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(read(ready[0], &byte, 1), 1) << "a rank never ran";
+  close(ready[0]);
+  std::this_thread::sleep_for(150ms);
+  kill(pids[1], SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  waitpid(pids[1], nullptr, 0);
+  EXPECT_EQ(wait_exit(pids[0], killed_at + kTimeout + 5s), 0);
+  const auto took = std::chrono::steady_clock::now() - killed_at;
+  const std::string message = test::read_text(dir.file("result"));
+  EXPECT_LT(took, 1500ms) << message;
+  EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace cann::comm

@@ -16,8 +16,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "comm/gloo_internal.h"
 #include "comm/gloo_store.h"
@@ -261,7 +263,9 @@ Status GlooChannel::send(const void* data, size_t bytes, int dst, uint32_t tag, 
     } else {
       auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
       buf->send(dst, kP2pSlotBase + tag);
-      buf->waitSend(nullptr, time_left(deadline));
+      const WatchedTransfer watched(this, buf.get(), dst, false);
+      if (!buf->waitSend(nullptr, time_left(deadline)))
+        throw gloo::IoException("the connection broke while the data was being sent");
     }
   } catch (const std::exception& e) {
     return IoError(describe_transfer_failure(what, dst, "to receive", e.what()));
@@ -285,7 +289,9 @@ Status GlooChannel::recv(void* data, size_t bytes, int src, uint32_t tag, Deadli
     } else {
       auto buf = context_->createUnboundBuffer(data, bytes);
       buf->recv(src, kP2pSlotBase + tag);
-      buf->waitRecv(nullptr, time_left(deadline));
+      const WatchedTransfer watched(this, buf.get(), src, true);
+      if (!buf->waitRecv(nullptr, time_left(deadline)))
+        throw gloo::IoException("the connection broke while the data was being received");
     }
   } catch (const std::exception& e) {
     return IoError(describe_transfer_failure(what, src, "to send", e.what()));
@@ -332,6 +338,93 @@ std::map<int, std::string> GlooChannel::broken_peers() {
     }
   }
   return broken;
+}
+
+bool GlooChannel::peer_broken(int peer) {
+  if (!context_ || peer == rank_) return false;
+  char byte = 0;
+  try {
+    auto probe = context_->createUnboundBuffer(&byte, 0);
+    context_->getPair(peer)->recv(probe.get(), kProbeSlot, 0, 0);
+  } catch (const std::exception& e) {
+    return !is_local_abort(e.what());
+  }
+  return false;
+}
+
+namespace {
+
+// The unbound transfers waiting for their peers, and the thread that probes the peers of those
+// that wait long (GlooChannel::WatchedTransfer). One per process, never destroyed (its thread
+// lives as long as the process).
+class TransferWatch {
+ public:
+  static TransferWatch& get() {
+    static TransferWatch* watch = new TransferWatch();
+    return *watch;
+  }
+  uint64_t add(GlooChannel* channel, gloo::transport::UnboundBuffer* buffer, int peer,
+               bool receiving) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { loop(); }).detach();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    sends_[next_] = {channel, buffer, peer, receiving, now, now};
+    return next_++;
+  }
+  void remove(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sends_.erase(id);
+  }
+
+ private:
+  struct Entry {
+    GlooChannel* channel;
+    gloo::transport::UnboundBuffer* buffer;
+    int peer;
+    bool receiving;
+    std::chrono::steady_clock::time_point since, probed;
+  };
+  // A transfer on a healthy connection may take this long before its peer is probed, and again
+  // between probes: each probe of a healthy connection leaves a zero-byte receive posted there.
+  static constexpr auto kProbeAfter = std::chrono::milliseconds(300);
+
+  void loop() {
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      // Under the lock throughout: a send is removed (and its buffer and channel may go) only
+      // after this pass is done with it.
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto now = std::chrono::steady_clock::now();
+      for (auto& [id, e] : sends_) {
+        if (now - e.since < kProbeAfter || now - e.probed < kProbeAfter) continue;
+        e.probed = now;
+        if (!e.channel->peer_broken(e.peer)) continue;
+        if (e.receiving)
+          e.buffer->abortWaitRecv();
+        else
+          e.buffer->abortWaitSend();
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::map<uint64_t, Entry> sends_;
+  uint64_t next_ = 1;
+  bool started_ = false;
+};
+
+}  // namespace
+
+GlooChannel::WatchedTransfer::WatchedTransfer(GlooChannel* channel,
+                                              gloo::transport::UnboundBuffer* buffer, int peer,
+                                              bool receiving)
+    : id_(TransferWatch::get().add(channel, buffer, peer, receiving)) {}
+
+GlooChannel::WatchedTransfer::~WatchedTransfer() {
+  TransferWatch::get().remove(id_);
 }
 
 void GlooChannel::abort() {

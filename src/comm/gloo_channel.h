@@ -36,7 +36,8 @@ namespace gloo {
 class Context;
 namespace transport {
 class Buffer;
-}
+class UnboundBuffer;
+}  // namespace transport
 }  // namespace gloo
 
 namespace cann::comm {
@@ -133,6 +134,28 @@ class GlooChannel {
   // Fails every pending operation on this channel, here and at every peer (whose connections to
   // this rank close). Idempotent. After it, every call fails.
   void abort();
+
+  // Whether the connection to `peer` holds an error of its own (closed, reset). Probes as
+  // broken_peers does, for one peer.
+  bool peer_broken(int peer);
+
+  // An unbound transfer waiting for its peer, watched meanwhile: this Gloo wakes a send or a
+  // receive whose bytes are on the wire when their connection breaks only at their timeout
+  // (it signals the pending ones and the bound buffers, not unbound ones in progress), so a
+  // thread of this file probes the peer of a transfer waiting past a fraction of a second and,
+  // if its connection broke, ends the wait (waitSend or waitRecv then returns false). Scoped to
+  // one wait.
+  class WatchedTransfer {
+   public:
+    WatchedTransfer(GlooChannel* channel, gloo::transport::UnboundBuffer* buffer, int peer,
+                    bool receiving);
+    ~WatchedTransfer();
+    WatchedTransfer(const WatchedTransfer&) = delete;
+    WatchedTransfer& operator=(const WatchedTransfer&) = delete;
+
+   private:
+    uint64_t id_;
+  };
 
  private:
   GlooChannel(int rank, int size, bool bound);

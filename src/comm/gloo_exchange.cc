@@ -64,6 +64,7 @@ Status GlooChannel::exchange_unbound(std::span<const PeerTransfer> sends,
     }
     for (; done < posted.size(); ++done) {
       Posted& p = posted[done];
+      const WatchedTransfer watched(this, p.buffer.get(), p.peer, p.is_recv);
       const bool ok = p.is_recv ? p.buffer->waitRecv(nullptr, time_left(deadline))
                                 : p.buffer->waitSend(nullptr, time_left(deadline));
       if (!ok) throw gloo::IoException("the operation was aborted");
