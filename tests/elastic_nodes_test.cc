@@ -251,6 +251,7 @@ class MultiProcElasticNodesTest : public ::testing::Test {
   struct Lost {
     std::string output;  // the survivor's
     std::string scaled;  // the scaled event's detail
+    std::string restored;  // the state_restored event's detail
   };
   // A whole node dies (agent and workers SIGKILLed) at step 120 of a run with `extra` flags:
   // the other trains on at world size 2 from the committed step and finishes.
@@ -309,12 +310,14 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     EXPECT_NE(survivor->output().find("workers keep their processes"), std::string::npos)
         << survivor->output();
     EXPECT_NE(survivor->output().find("its process kept"), std::string::npos) << survivor->output();
-    return {survivor->output(), scaled ? (*scaled)["detail"].get<std::string>() : ""};
+    return {survivor->output(), scaled ? (*scaled)["detail"].get<std::string>() : "",
+            restored ? (*restored)["detail"].get<std::string>() : ""};
   }
 
   // A second node starts while the first trains alone: it is admitted at the next generation
-  // (world 2 -> 4), its ranks receive the state from a rank of the first, and no step is trained
-  // twice (admission stops the workers at a step boundary).
+  // (world 2 -> 4), its ranks receive the state from a rank of the first (under model
+  // parallelism, `extra`, the first node's parts assembled), and no step is trained twice
+  // (admission stops the workers at a step boundary).
   void admit_a_late_node(const std::string& job, const std::vector<std::string>& extra = {}) {
     steps_ = 2000;  // long enough to outlast the admission (a few seconds)
     const std::string run = dir_.path();
@@ -327,7 +330,18 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     const auto* scaled = find_event(ev, "scaled");
     ASSERT_TRUE(scaled) << out(a, b);
     EXPECT_NE((*scaled)["detail"].get<std::string>().find("world size 2 -> 4"), std::string::npos);
-    EXPECT_NE(b->output().find("received the snapshot of step"), std::string::npos) << out(a, b);
+    if (extra.empty()) {
+      EXPECT_NE(b->output().find("received the snapshot of step"), std::string::npos) << out(a, b);
+    } else {
+      // Under model parallelism the first node's parts are assembled into the whole state
+      // over the new world, which each rank slices onto the new layout.
+      const auto* restored = find_event(ev, "state_restored");
+      ASSERT_TRUE(restored) << out(a, b);
+      EXPECT_NE((*restored)["detail"].get<std::string>().find(
+                    "assembled from the snapshots of 2 ranks of generation 0, world size 4"),
+                std::string::npos)
+          << (*restored)["detail"];
+    }
     // The first node's workers stopped at the agreed step and rejoined in their processes.
     EXPECT_NE(a->output().find("workers keep their processes"), std::string::npos) << a->output();
     EXPECT_NE(a->output().find("for the next generation"), std::string::npos) << a->output();
@@ -521,6 +535,8 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorParallelismKe
   const Lost lost = lose_a_node("mp-tp-" + suffix_, {"--strategy", "tp=2"});
   EXPECT_NE(lost.scaled.find("-> dp=1,tp=2,pp=1,ep=1,cp=1,"), std::string::npos) << lost.scaled;
   EXPECT_EQ(lost.output.find("re-planned"), std::string::npos) << lost.output;
+  EXPECT_NE(lost.restored.find("assembled from the snapshots of 4 ranks"), std::string::npos)
+      << lost.restored;
 }
 
 // tp=2 x pp=2 needs four ranks: the node left alone trains the layout the planner chose for
@@ -529,6 +545,8 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorAndPipelineIs
   const Lost lost = lose_a_node("mp-tppp-" + suffix_, {"--strategy", "tp=2,pp=2"});
   EXPECT_NE(lost.scaled.find("--strategy dp=1,tp=2,pp=2"), std::string::npos) << lost.scaled;
   EXPECT_NE(lost.output.find("re-planned from tp=2,pp=2"), std::string::npos) << lost.output;
+  EXPECT_NE(lost.restored.find("assembled from the snapshots of 4 ranks"), std::string::npos)
+      << lost.restored;
 }
 
 // Experts on both nodes (dp=4 x ep=4: two of the 8 experts per rank) and one node lost: the two
@@ -539,6 +557,8 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderExpertParallelismSp
   steps_ = 200;
   const Lost lost = lose_a_node("mp-ep-" + suffix_, {"--strategy", "ep=4"});
   EXPECT_NE(lost.output.find("re-planned from ep=4"), std::string::npos) << lost.output;
+  EXPECT_NE(lost.restored.find("assembled from the snapshots of 4 ranks"), std::string::npos)
+      << lost.restored;
 }
 
 // Three ranks a node, dp=6 x ep=6 (a small GPT with 8 experts: 2, 2, 1, 1, 1, 1 a rank), one
@@ -554,6 +574,8 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostSpreadsItsExpertsUnevenl
   EXPECT_NE(lost.output.find("re-planned from ep=6, its 8 experts 3, 3, 2 a rank"),
             std::string::npos)
       << lost.output;
+  EXPECT_NE(lost.restored.find("assembled from the snapshots of 6 ranks"), std::string::npos)
+      << lost.restored;
 }
 
 // One node trains pp=2; a second joins and the job goes on at dp=2 x pp=2, the joiner's ranks

@@ -24,12 +24,14 @@ using model::ShardPlace;
 using model::TensorInfo;
 
 // Every (stage, tp rank, ep rank) of a split places its owned tensors into a zero buffer:
-// together they rebuild the whole model, and slicing the whole model gives each part back.
+// together they rebuild the whole model, and slicing the whole model gives each part back; so
+// do the strided groups of the same runs.
 void expect_round_trip(const model::ModelSpec& spec, int tp, int ep, std::vector<int> bounds) {
   const ParamTable full = model::build_param_table(spec);
   std::vector<float> whole(full.total_floats());
   for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i % 1000) + 0.5f;
-  std::vector<float> rebuilt(whole.size(), 0.0f);
+  std::vector<float> rebuilt(whole.size(), 0.0f), grouped(whole.size(), 0.0f);
+  size_t groups = 0, runs = 0;
   for (size_t s = 0; s + 1 < bounds.size(); ++s) {
     for (int tr = 0; tr < tp; ++tr) {
       for (int er = 0; er < ep; ++er) {
@@ -44,14 +46,32 @@ void expect_round_trip(const model::ModelSpec& spec, int tp, int ep, std::vector
           return t.expert ? tr == 0 : (t.tp_split != model::TpSplit::kReplicated || tr == 0);
         };
         model::place_into_full(local, part.data(), full, at, owned, rebuilt.data());
+        // The same placement through the strided groups an elastic node's snapshot carries.
+        const std::vector<int64_t> g = model::full_run_groups(local, full, at, owned);
+        ASSERT_TRUE(
+            model::place_run_groups(g, part.data(), part.size(), grouped.data(), grouped.size()));
+        groups += g.size() / 6;
+        model::for_each_full_run(local, full, at, owned, [&](size_t, size_t, size_t) { ++runs; });
+        // A group that reaches outside either buffer is refused.
+        std::vector<int64_t> bad = g;
+        bad[bad.size() - 6] = static_cast<int64_t>(part.size());  // the last group past the end
+        EXPECT_FALSE(
+            model::place_run_groups(bad, part.data(), part.size(), grouped.data(), grouped.size()));
       }
     }
   }
   // Alignment padding between tensors is not a tensor: compare tensor by tensor.
   for (const TensorInfo& t : full.tensors())
-    for (size_t j = 0; j < t.numel; ++j)
+    for (size_t j = 0; j < t.numel; ++j) {
       ASSERT_EQ(rebuilt[t.offset + j], whole[t.offset + j])
           << spec.name << " tp=" << tp << " ep=" << ep << ": " << t.name << "[" << j << "]";
+      ASSERT_EQ(grouped[t.offset + j], whole[t.offset + j])
+          << spec.name << " tp=" << tp << " ep=" << ep << ": " << t.name << "[" << j << "]";
+    }
+  // A row split's rows are one group: far fewer groups than runs once tp > 1.
+  if (tp > 1) {
+    EXPECT_LT(groups * 4, runs) << spec.name << " tp=" << tp;
+  }
 }
 
 TEST(ModelParallelCheckpointTest, PartsRebuildTheWholeModel) {

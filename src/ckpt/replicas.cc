@@ -73,6 +73,12 @@ std::string with_rank_snapshot_mark(const std::string& meta_json, const RankSnap
   return meta.dump();
 }
 
+std::string without_rank_snapshot_mark(const std::string& meta_json) {
+  nlohmann::json meta = nlohmann::json::parse(meta_json);
+  meta.erase(kRankSnapshotKey);
+  return meta.dump();
+}
+
 ReplicaPlan plan_replica_restore(const std::string& root, int world_size) {
   ReplicaPlan plan;
   plan.candidates.assign(static_cast<size_t>(world_size), "");
@@ -138,7 +144,8 @@ std::vector<SnapshotCopy> list_node_snapshots(const std::string& root) {
     for (const std::string& rank : *ranks) {
       auto steps = list_checkpoints(join_path(join_path(root, gen), rank));
       if (!steps.ok()) continue;
-      for (const std::string& p : *steps) out.push_back({snapshot_step(p), p});
+      const int g = gen.rfind("gen", 0) == 0 ? std::atoi(gen.c_str() + 3) : -1;
+      for (const std::string& p : *steps) out.push_back({snapshot_step(p), p, g});
     }
   }
   std::stable_sort(out.begin(), out.end(),

@@ -44,6 +44,8 @@ struct RankSnapshotMark {
 std::optional<RankSnapshotMark> rank_snapshot_mark(const std::string& meta_json);
 // meta_json (a JSON object) with `mark` added.
 std::string with_rank_snapshot_mark(const std::string& meta_json, const RankSnapshotMark& mark);
+// meta_json (a JSON object) without its mark.
+std::string without_rank_snapshot_mark(const std::string& meta_json);
 
 // The step of a snapshot directory "<...>/step-00000007" (7); -1 for any other name.
 int64_t snapshot_step(const std::string& step_dir);
@@ -69,6 +71,7 @@ ReplicaPlan plan_replica_restore(const std::string& root, int world_size);
 struct SnapshotCopy {
   int64_t step = 0;
   std::string path;
+  int generation = -1;  // G of its gen<G> directory
 };
 std::vector<SnapshotCopy> list_node_snapshots(const std::string& root);
 // Removes every copy of all but the `keep_steps` newest steps under root (a generation's

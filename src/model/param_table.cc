@@ -188,23 +188,81 @@ void slice_from_full(const ParamTable& full, const float* full_buf, const ParamT
   }
 }
 
-void place_into_full(const ParamTable& local, const float* local_buf, const ParamTable& full,
-                     const ShardPlace& at, const std::function<bool(const TensorInfo&)>& owned,
-                     float* full_buf) {
+void for_each_full_run(const ParamTable& local, const ParamTable& full, const ShardPlace& at,
+                       const std::function<bool(const TensorInfo&)>& owned,
+                       const std::function<void(size_t, size_t, size_t)>& fn) {
   for (const TensorInfo& t : local.tensors()) {
     if (!owned(t)) continue;
     const TensorInfo& whole = full.at(*full.find(t.name));
     if (t.expert && at.ep > 1) {
       for_each_expert(t, static_cast<int>(whole.shape[0]), at,
-                      [&](size_t local, size_t global, size_t n) {
-                        if (global == std::string::npos) return;
-                        std::copy(local_buf + t.offset + local, local_buf + t.offset + local + n,
-                                  full_buf + whole.offset + global);
+                      [&](size_t in_local, size_t global, size_t n) {
+                        if (global != std::string::npos)
+                          fn(t.offset + in_local, whole.offset + global, n);
                       });
       continue;
     }
-    place_tp_shard(t, local_buf + t.offset, full_buf + whole.offset, at.tp_rank, at.tp);
+    for_each_shard_run(t, at.tp_rank, at.tp, [&](size_t s, size_t f, size_t n) {
+      if (f != static_cast<size_t>(-1)) fn(t.offset + s, whole.offset + f, n);
+    });
   }
+}
+
+std::vector<int64_t> full_run_groups(const ParamTable& local, const ParamTable& full,
+                                     const ShardPlace& at,
+                                     const std::function<bool(const TensorInfo&)>& owned) {
+  std::vector<int64_t> g;
+  for_each_full_run(local, full, at, owned, [&g](size_t from_u, size_t to_u, size_t n_u) {
+    const int64_t from = static_cast<int64_t>(from_u), to = static_cast<int64_t>(to_u),
+                  n = static_cast<int64_t>(n_u);
+    if (!g.empty()) {
+      int64_t* last = &g[g.size() - 6];
+      if (last[3] == 1 && from == last[0] + last[2] && to == last[1] + last[2]) {
+        last[2] += n;  // contiguous in both layouts: one run
+        return;
+      }
+      if (n == last[2] && last[3] == 1) {
+        last[3] = 2;  // a second run of the same size: a strided group
+        last[4] = from - last[0];
+        last[5] = to - last[1];
+        return;
+      }
+      if (n == last[2] && from == last[0] + last[3] * last[4] &&
+          to == last[1] + last[3] * last[5]) {
+        ++last[3];
+        return;
+      }
+    }
+    g.insert(g.end(), {from, to, n, 1, 0, 0});
+  });
+  return g;
+}
+
+bool place_run_groups(const std::vector<int64_t>& groups, const float* local_buf,
+                      size_t local_floats, float* full_buf, size_t full_floats) {
+  if (groups.size() % 6 != 0) return false;
+  const int64_t nl = static_cast<int64_t>(local_floats), nf = static_cast<int64_t>(full_floats);
+  for (size_t k = 0; k < groups.size(); k += 6) {
+    const int64_t* g = &groups[k];
+    const int64_t len = g[2], repeat = g[3];
+    if (len < 0 || repeat < 1 || repeat > nf) return false;
+    const int64_t last_here = g[0] + (repeat - 1) * g[4], last_there = g[1] + (repeat - 1) * g[5];
+    if (std::min({g[0], g[1], last_here, last_there}) < 0 || std::max(g[0], last_here) + len > nl ||
+        std::max(g[1], last_there) + len > nf)
+      return false;
+    for (int64_t j = 0; j < repeat; ++j)
+      std::copy(local_buf + g[0] + j * g[4], local_buf + g[0] + j * g[4] + len,
+                full_buf + g[1] + j * g[5]);
+  }
+  return true;
+}
+
+void place_into_full(const ParamTable& local, const float* local_buf, const ParamTable& full,
+                     const ShardPlace& at, const std::function<bool(const TensorInfo&)>& owned,
+                     float* full_buf) {
+  for_each_full_run(local, full, at, owned, [&](size_t from, size_t to, size_t n) {
+    std::copy(local_buf + from, local_buf + from + n, full_buf + to);
+  });
 }
 
 ParamTable build_param_table(const ModelSpec& s, int tp) {

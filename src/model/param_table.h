@@ -130,6 +130,22 @@ struct ShardPlace {
 // block of experts, or the whole tensor. The last stage's copy of the tied wte takes wte.
 void slice_from_full(const ParamTable& full, const float* full_buf, const ParamTable& local,
                      const ShardPlace& at, float* local_buf);
+// The runs of the tensors of `local` that `owned` selects, in the whole model's layout:
+// fn(offset in local, offset in full, floats) for each contiguous piece (a tensor-parallel
+// shard's rows, an expert), padding and empty expert slots left out.
+void for_each_full_run(const ParamTable& local, const ParamTable& full, const ShardPlace& at,
+                       const std::function<bool(const TensorInfo&)>& owned,
+                       const std::function<void(size_t, size_t, size_t)>& fn);
+// The same runs as strided groups, six numbers each, flat: offset in local, offset in full,
+// floats, repeat, and the steps between repeats in local and in full (a row-split tensor's
+// rows are one group, runs adjacent in both layouts one run): a few groups a tensor.
+std::vector<int64_t> full_run_groups(const ParamTable& local, const ParamTable& full,
+                                     const ShardPlace& at,
+                                     const std::function<bool(const TensorInfo&)>& owned);
+// full_buf (full_floats long) <- local_buf (local_floats long) by `groups`; false, with nothing
+// guaranteed written, when a group is malformed or reaches outside either buffer.
+bool place_run_groups(const std::vector<int64_t>& groups, const float* local_buf,
+                      size_t local_floats, float* full_buf, size_t full_floats);
 // The inverse, for the tensors of `local` that `owned` selects: writes each into its place in
 // full_buf and leaves the rest of full_buf untouched.
 void place_into_full(const ParamTable& local, const float* local_buf, const ParamTable& full,

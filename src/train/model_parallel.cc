@@ -177,16 +177,20 @@ model::ShardPlace ModelParallel::shard_place() const {
   return {c.tp, layout_.tp, c.ep, layout_.ep, nullptr};
 }
 
-Status ModelParallel::gather_full(comm::Group& world, const model::ParamTable& local,
-                                  const model::ParamTable& full, const model::ShardPlace& at,
-                                  const std::vector<const float*>& locals, float* out) {
-  const parallel::MeshCoords& c = mesh_->coords();
-  auto owned = [&](const model::TensorInfo& t) {
+std::function<bool(const model::TensorInfo&)> ModelParallel::owned_in_full() const {
+  const parallel::MeshCoords c = mesh_->coords();
+  return [c](const model::TensorInfo& t) {
     if (t.name == "wte" && t.layer >= 0) return false;  // the last stage's tied copy
     if (c.cp != 0) return false;
     if (t.expert) return c.expert_block == 0 && c.tp == 0;
     return c.dp == 0 && (t.tp_split != model::TpSplit::kReplicated || c.tp == 0);
   };
+}
+
+Status ModelParallel::gather_full(comm::Group& world, const model::ParamTable& local,
+                                  const model::ParamTable& full, const model::ShardPlace& at,
+                                  const std::vector<const float*>& locals, float* out) {
+  const auto owned = owned_in_full();
   const size_t n = full.total_floats();
   std::fill(out, out + n * locals.size(), 0.0f);
   for (size_t i = 0; i < locals.size(); ++i)

@@ -95,12 +95,16 @@ class ModelParallel {
   // Checkpoints of a model-parallel run hold the whole model in the single-process layout, so
   // they load under any strategy (and world size) by slicing. This rank's place in that layout:
   model::ShardPlace shard_place() const;
+  // Whether this rank is the one owner of its copy of a tensor in the whole model:
+  // data-parallel rank 0 (the first expert group for experts), tensor-parallel rank 0 for
+  // replicated tensors, context-parallel rank 0, never the last stage's copy of the tied wte.
+  // Every element of the whole model has exactly one owner over the world.
+  std::function<bool(const model::TensorInfo&)> owned_in_full() const;
   // A collective over `world`: out (count x full.total_floats(), zeroed here) <- the whole
   // model's buffers, one per entry of `locals` (this rank's buffers in `local`'s layout:
-  // parameters, AdamW moments). Each tensor comes from one owner (data-parallel rank 0, or the
-  // first expert group for experts; tensor-parallel rank 0 for replicated tensors; never the
-  // last stage's copy of the tied wte) and lands in a buffer that is otherwise zero on every
-  // rank, so a sum over the ranks assembles it exactly. Costs an all-reduce of count full
+  // parameters, AdamW moments). Each tensor comes from its owner (owned_in_full) and lands in
+  // a buffer that is otherwise zero on every rank, so a sum over the ranks assembles it
+  // exactly. Costs an all-reduce of count full
   // models: fine for checkpoints, which are rare.
   // `at`: shard_place() with the model's expert placement.
   Status gather_full(comm::Group& world, const model::ParamTable& local,

@@ -259,6 +259,10 @@ Status ModelParts::gather_full(const std::vector<const float*>& locals, float* o
   return s.ok() ? s : on_comm_failure_(s);
 }
 
+std::vector<int64_t> ModelParts::full_runs() const {
+  return model::full_run_groups(model_->table(), *full_table_, shard_place(), mp_->owned_in_full());
+}
+
 model::ShardPlace ModelParts::shard_place() const {
   model::ShardPlace at = mp_->shard_place();
   at.expert = model_->expert_locator();

@@ -2,7 +2,9 @@
 //
 // A generation may change the world size, and the ranks of a node that just joined have no
 // snapshot at all, so the state cannot be the agent's choice of per-rank files as on one node.
-// Instead the ranks of the new group agree on it:
+// Instead the ranks of the new group agree on it. A model-parallel generation's snapshots are
+// parts of the state, each on two nodes, assembled by node_parts.cc; those of a data-parallel
+// generation hold the whole state, and the newest of either kind serves. For the whole state:
 //   1. each rank finds the newest snapshot of its node that verifies (every generation's copies
 //      live under the node's root, ckpt::list_node_snapshots); the oldest of these over the
 //      ranks that have one is the step S to load (as on one node: the committed step). Any copy
@@ -30,6 +32,10 @@ namespace cann::train {
 namespace {
 
 constexpr auto kWait = std::chrono::hours(24);  // collectives fail on their own comm timeout
+// A copy's order: its step, then its generation (below this bound).
+constexpr int64_t kGenerations = int64_t{1} << 20;
+// Generations of parts looked at, newest first, before the disk checkpoint.
+constexpr int kGenerationsTried = 4;
 
 // A step directory's files as one blob: "<name>\0<size>\n" per file, a blank line, the bytes.
 StatusOr<std::string> pack_copy(const std::string& step_dir) {
@@ -76,22 +82,6 @@ StatusOr<std::string> unpack_copy(const std::string& blob, const std::string& di
 StatusOr<int> StateKeeper::restore_from_peers() {
   comm::Group* world = run_.world;
   const int world_size = world ? world->size() : 1;
-  // This node's newest copy that verifies: what this rank offers.
-  const std::vector<ckpt::SnapshotCopy> copies = ckpt::list_node_snapshots(node_snapshots_);
-  int64_t newest = -1;
-  std::optional<ckpt::LoadedCheckpoint> local;
-  std::string local_dir;
-  for (const ckpt::SnapshotCopy& c : copies) {
-    StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(c.path);
-    if (ck.ok()) {
-      newest = c.step;
-      local = std::move(*ck);
-      local_dir = c.path;
-      break;
-    }
-    log_warning("rank " + std::to_string(rank_) + ": snapshot " + c.path +
-                " unusable, trying an older copy: " + ck.status().message());
-  }
   auto allreduce_max = [this, world](int64_t* v, size_t n, const char* tag) -> Status {
     if (world == nullptr) return OkStatus();
     comm::Options opts;
@@ -100,18 +90,58 @@ StatusOr<int> StateKeeper::restore_from_peers() {
         world->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
     return s.ok() ? s : run_.on_comm_failure(s);
   };
+  // What the nodes hold, newest first: copies of the whole state (data-parallel generations)
+  // or parts of a model-parallel generation (node_parts.cc); the newer kind serves.
+  const std::vector<NodeCopy> all = node_copies();
+  auto key = [](const NodeCopy& c) { return c.step * kGenerations + std::max(c.generation, 0); };
+  int64_t newest[2] = {-1, -1};  // [parts, whole]
+  for (const NodeCopy& c : all) {
+    int64_t& k = newest[c.rank >= 0 ? 0 : 1];
+    k = std::max(k, key(c));
+  }
+  CANN_RETURN_IF_ERROR(allreduce_max(newest, 2, "restore_kind"));
+  if (newest[0] > newest[1]) {
+    // A generation whose parts are incomplete (a node and the next lost, or a generation that
+    // failed while writing its first parts) yields to the one before.
+    int64_t below = std::numeric_limits<int64_t>::max();
+    for (int attempt = 0; attempt < kGenerationsTried; ++attempt) {
+      int64_t gen = -1;
+      for (const NodeCopy& c : all)
+        if (c.rank >= 0 && c.generation < below) gen = std::max<int64_t>(gen, c.generation);
+      CANN_RETURN_IF_ERROR(allreduce_max(&gen, 1, "restore_generation"));
+      if (gen < 0) break;
+      CANN_ASSIGN_OR_RETURN(const int step, restore_node_parts(all, static_cast<int>(gen)));
+      if (step >= 0) return step;
+      below = gen;
+    }
+    return restore_from_disk_or_start();
+  }
+  if (newest[1] < 0) return restore_from_disk_or_start();
+  // This node's newest copy of the whole state that verifies: what this rank offers.
+  std::vector<ckpt::SnapshotCopy> copies;
+  for (const NodeCopy& c : all)
+    if (c.rank < 0) copies.push_back({c.step, c.path, c.generation});
+  int64_t newest_step = -1;
+  std::optional<ckpt::LoadedCheckpoint> local;
+  std::string local_dir;
+  for (const ckpt::SnapshotCopy& c : copies) {
+    StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(c.path);
+    if (ck.ok()) {
+      newest_step = c.step;
+      local = std::move(*ck);
+      local_dir = c.path;
+      break;
+    }
+    log_warning("rank " + std::to_string(rank_) + ": snapshot " + c.path +
+                " unusable, trying an older copy: " + ck.status().message());
+  }
   // The step: the oldest of the ranks' newest (-newest maximized; ranks without any snapshot,
   // a node that just joined, offer nothing). Every rank finished it, and a node whose newest is
   // one interval ahead still holds it, so at most one snapshot interval is trained again and
   // the step log stays complete.
-  int64_t offer = newest >= 0 ? -newest : std::numeric_limits<int64_t>::min();
+  int64_t offer = newest_step >= 0 ? -newest_step : std::numeric_limits<int64_t>::min();
   CANN_RETURN_IF_ERROR(allreduce_max(&offer, 1, "restore_step"));
-  if (offer == std::numeric_limits<int64_t>::min()) {
-    // No copy on any node (a failure before the first snapshot, or snapshots further apart
-    // than the run got): the newest disk checkpoint, else the start, on every rank alike.
-    return restore_recovery_state(" (no in-memory snapshot on any node), world size " +
-                                  std::to_string(world_size));
-  }
+  if (offer == std::numeric_limits<int64_t>::min()) return restore_from_disk_or_start();
   const int64_t step = -offer;
   if (local && local->step != step) local.reset();
   for (const ckpt::SnapshotCopy& c : copies) {

@@ -152,23 +152,13 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
     writer_->prepare(std::vector<size_t>(3, n * sizeof(float)));
   }
   if (!snapshot_due(done)) return OkStatus();
-  if (whole_model_snapshots()) {
-    // Across elastic nodes: the whole state, which any layout of a re-planned world loads;
-    // every rank takes part in the gather, one per node writes it (peer_restore.cc reads a
-    // node's copies whichever rank wrote them).
-    CANN_ASSIGN_OR_RETURN(OptimizerSnapshot snap, gathered_state());
-    if (local_rank_ != 0) return OkStatus();
-    ResumeState st = resume_state(done);
-    st.step_log = step_log;
-    Status s =
-        snapshot(training_checkpoint(*run_.spec, run_.model->full_table(), snap, st, config_));
-    if (!s.ok()) log_warning(s.message());
-    return OkStatus();
-  }
   // Under model parallelism this rank's own part in its own layout, marked as its own: no
-  // collective across the mesh, nor over the data-parallel group (ZeRO's shards as they are).
-  StatusOr<OptimizerSnapshot> own =
-      run_.rank_layout.empty() ? run_.optimizer->snapshot() : run_.optimizer->snapshot_own();
+  // collective across the mesh, nor, on one node, over the data-parallel group (ZeRO's shards
+  // as they are). Across nodes the part is whole within the rank's layout (ZeRO's moments
+  // gathered over the data-parallel group), so that it places into the whole model.
+  StatusOr<OptimizerSnapshot> own = run_.rank_layout.empty() || run_.node_parts
+                                        ? run_.optimizer->snapshot()
+                                        : run_.optimizer->snapshot_own();
   if (!own.ok() && run_.world != nullptr) return run_.on_comm_failure(own.status());
   CANN_RETURN_IF_ERROR(own.status());
   OptimizerSnapshot snap = std::move(*own);
@@ -180,6 +170,16 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
     object.append(model_meta_members(model.spec(), model.table()));
     // Under ep the buffers hold the experts where they now live (--expert-rebalance).
     if (!run_.rank_layout.empty()) object.append(expert_slots_member(model));
+    if (run_.node_parts) {
+      // Where the part lands in the whole model (node_parts.cc): a few groups a tensor.
+      std::string runs;
+      for (int64_t v : run_.model->full_runs())
+        runs.append(runs.empty() ? "" : ",").append(std::to_string(v));
+      object.append(",\"node_parts\":{\"world\":" +
+                    std::to_string(run_.world != nullptr ? run_.world->size() : 1) +
+                    ",\"full_floats\":" + std::to_string(run_.model->full_table().total_floats()) +
+                    ",\"runs\":[" + runs + "]}");
+    }
     object.push_back('}');
     if (!run_.rank_layout.empty())
       object = ckpt::with_rank_snapshot_mark(object, {run_.rank_layout, rank_});
@@ -204,6 +204,11 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
   Status s = snapshot(w);
   if (!s.ok()) log_warning(s.message());
   if (s.ok() && placed_) live_.published = true;
+  if (run_.node_parts) {
+    // The same bytes to the next node, whether or not this copy could be written.
+    s = copy_to_next_node(w);
+    if (!s.ok()) return s;
+  }
   return OkStatus();
 }
 

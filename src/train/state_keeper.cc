@@ -44,6 +44,7 @@ StatusOr<std::unique_ptr<StateKeeper>> StateKeeper::create(const TrainConfig& co
   if (env != nullptr) {
     k->rank_ = env->rank;
     k->local_rank_ = env->local_rank;
+    k->local_world_ = std::max(1, env->local_world_size);
     k->generation_ = env->generation;
     k->snapshot_every_ = std::max(1, env->snapshot_every);
     k->restore_from_ = env->restore_from;
@@ -103,8 +104,7 @@ bool StateKeeper::snapshot_due(int done) const {
 }
 
 Status StateKeeper::before_update(int done) {
-  if (snapshots_ == nullptr || run_.optimizer == nullptr || !run_.optimizer->placeable() ||
-      whole_model_snapshots())
+  if (snapshots_ == nullptr || run_.optimizer == nullptr || !run_.optimizer->placeable())
     return OkStatus();
   const bool due = snapshot_due(done);
   if (!placed_ && !due) return OkStatus();  // lives in its own buffers until the first snapshot

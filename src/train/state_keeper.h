@@ -77,6 +77,12 @@ struct RunState {
   // Model parallelism: the strategy string this rank's snapshots are marked with (they hold its
   // own part of the state, which only this rank of this layout loads); empty otherwise.
   std::string rank_layout;
+  // Multi-node elastic under model parallelism (with rank_layout set): a changed world is
+  // re-planned, so each snapshot also says where this rank's elements land in the whole model
+  // (ModelParts::full_runs) and goes, as a copy, to the rank of the same place on the next
+  // node; a restore assembles the whole state from the copies the nodes left hold
+  // (node_parts.cc).
+  bool node_parts = false;
 };
 
 class StateKeeper {
@@ -191,13 +197,29 @@ class StateKeeper {
   Status after_restore();
   // Multi-node elastic (peer_restore.cc).
   StatusOr<int> restore_from_peers();
-  // Model parallelism across elastic nodes: a changed world re-plans the layout
-  // (elastic_layouts.h), so the snapshots keep the whole state, as a disk checkpoint does, and
-  // a restore slices it onto the new layout.
-  bool whole_model_snapshots() const {
-    return run_.model != nullptr && run_.model->model_parallel() != nullptr &&
-           run_.rank_layout.empty();
-  }
+  // Under RunState::node_parts (node_parts.cc): sends the snapshot `w` to the rank of the same
+  // place on the next node and keeps the one the previous node's sends as that rank's copy, in
+  // this generation's directory. A collective over the world; a no-op on one node.
+  Status copy_to_next_node(const ckpt::CheckpointWrite& w);
+  // The state of a new generation from the node-parts copies of generation `gen` this node
+  // holds (`copies`; those of old ranks congruent to this local rank): the committed step's
+  // parts placed
+  // into the whole model and summed over the world, loaded as a whole-model checkpoint. -1
+  // when some old rank's part survives nowhere (every rank alike).
+  struct NodeCopy {
+    int64_t step = 0;
+    int generation = -1;
+    int rank = -1;      // a node part's old rank; -1: a copy of the whole state
+    int64_t world = 0;  // a node part's old world size
+    std::string path;
+  };
+  // The node's copies whose metadata reads (the newest step first).
+  std::vector<NodeCopy> node_copies() const;
+  StatusOr<int> restore_node_parts(const std::vector<NodeCopy>& copies, int gen);
+  // No usable snapshot on any node (a failure before the first snapshot, snapshots further apart
+  // than the run got, or parts lost with two neighbouring nodes): the newest disk checkpoint,
+  // else the start, on every rank alike.
+  StatusOr<int> restore_from_disk_or_start();
   // The optimizer's state with, under model parallelism, the whole model gathered into
   // full_state_ (a collective over the world; it then follows the full table).
   StatusOr<OptimizerSnapshot> gathered_state();
@@ -214,8 +236,14 @@ class StateKeeper {
   // The snapshots' model metadata (model_meta_members with the rank's mark), serialized once
   // per bind(), not every step.
   std::string snapshot_meta_;
+  // copy_to_next_node's buffers, kept between snapshots: what it sends and receives.
+  struct NodeCopyBuffers {
+    std::vector<int32_t> out, in;
+  };
+  NodeCopyBuffers copy_;
   int rank_ = 0;
   int local_rank_ = 0;
+  int local_world_ = 1;
   std::atomic<int> generation_{-1};  // -1: not an elastic job
   bool leader_ = false;
   int snapshot_every_ = 1;

@@ -121,13 +121,16 @@ void Trainer::watch_grads() {
 void Trainer::bind_state() {
   // A rank's snapshot holds only its own part of the state under model parallelism and ZeRO
   // on one node, where a lost rank's place is refilled in the same layout: its shards as it
-  // holds them, with no gather every step. Across elastic nodes a changed world is re-planned
-  // and resharded from the whole state, which the snapshots then keep.
+  // holds them, with no gather every step. Across elastic nodes a changed world is re-planned:
+  // under model parallelism each rank's part says where it lands in the whole model and goes to
+  // the next node too, and a restore assembles the whole state from the parts the nodes left
+  // hold; under data parallelism every snapshot holds the whole state.
   const bool nodes = env_ != nullptr && !env_->node_snapshots.empty();
-  const bool own = !nodes && (parts_->model_parallel() != nullptr || layout_.strategy.zero > 0);
+  const bool mp = parts_->model_parallel() != nullptr;
+  const bool own = nodes ? mp : mp || layout_.strategy.zero > 0;
   keeper_->bind({&spec_, parts_.get(), opt_.get(), batches_.get(), world_.get(),
                  [this](const Status& s) { return comm_failure(s); },
-                 own ? plan::strategy_string(layout_.strategy) : ""});
+                 own ? plan::strategy_string(layout_.strategy) : "", nodes && mp});
 }
 
 Status Trainer::run(RunSummary* summary) {
