@@ -98,15 +98,21 @@ class GlooChannel {
   //   Why two receive buffers per peer are enough: exchange k uses buffer k % 2, and a peer
   //   sends its exchange k + 2 only after it received this rank's exchange k + 1, which this
   //   rank sends after its caller is done with the blocks of exchange k.
+  //   Why a stamp follows the bytes: this Gloo, when a connection closes, flags every buffer
+  //   registered on it, and a wait on one rethrows the flag before it looks at whether the data
+  //   came, so a peer that got its data and left (the end of a job) would fail this rank's
+  //   exchange although its bytes had arrived. The stamp (a function of k, after the bytes on
+  //   the same in-order stream) says they did.
   static constexpr int kSmallMaxRanks = 16;
-  static constexpr size_t kSmallCapacity = 60 * 1024;
+  static constexpr size_t kSmallCapacity = 60 * 1024;  // one buffer: message and stamp
+  static constexpr size_t kSmallStamp = sizeof(uint64_t);
   // Whether a channel over `transport` and `size` ranks can carry them (connect's
   // small_messages): TCP with unbound buffers, 2..kSmallMaxRanks ranks.
   static bool small_messages_fit(const TransportConfig& transport, int size) {
     return transport.transport == "tcp" && !transport.bound_buffers && size >= 2 &&
            size <= kSmallMaxRanks;
   }
-  size_t small_capacity() const { return small_recv_.empty() ? 0 : kSmallCapacity; }
+  size_t small_capacity() const { return small_recv_.empty() ? 0 : kSmallCapacity - kSmallStamp; }
   Status exchange_small(const void* in, size_t bytes, std::vector<const char*>& blocks,
                         Traffic& traffic);
 
