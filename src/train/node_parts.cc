@@ -31,6 +31,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/replicas.h"
+#include "ckpt/snapshot_writer.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "train/state_keeper.h"
@@ -132,8 +133,13 @@ Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
   // Kept as the sender's copy in this node's directory of the generation; a copy that cannot be
   // written leaves the older ones, as the rank's own snapshots do.
   const std::string dir = join_path(snapshot_root_, "rank" + std::to_string(from));
-  Status s = make_dirs(dir);
-  if (s.ok()) s = ckpt::write_checkpoint(dir, copy, kNodeCopiesKept).status();
+  std::unique_ptr<ckpt::SnapshotWriter>& writer = copy_writers_[dir];
+  Status s = OkStatus();
+  if (!writer) {
+    s = make_dirs(dir);
+    if (s.ok()) writer = std::make_unique<ckpt::SnapshotWriter>(dir, kNodeCopiesKept);
+  }
+  if (s.ok()) s = writer->write(copy).status();
   if (!s.ok())
     log_warning("rank " + std::to_string(rank_) + ": copy of rank " + std::to_string(from) +
                 "'s snapshot: " + s.message());

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -241,6 +242,9 @@ class StateKeeper {
     std::vector<int32_t> out, in;
   };
   NodeCopyBuffers copy_;
+  // The writers of the copies other ranks send (one per directory: <root>/rank<sender>), kept
+  // so that a copy costs a memory copy into a mapped slot, as the rank's own snapshot does.
+  std::map<std::string, std::unique_ptr<ckpt::SnapshotWriter>> copy_writers_;
   int rank_ = 0;
   int local_rank_ = 0;
   int local_world_ = 1;
