@@ -99,6 +99,8 @@ MOE = LAYERED + "num_local_experts: 4\nnum_experts_per_tok: 2\nmoe_layer_freq: 2
 DEFAULT_LAYOUTS = ("dp=2,tp=2@4;pp=2,mbs=2@2;pp=2,vpp=2,mbs=2@2;cp=2@2;dp=2,ep=2@2;"
                    "dp=2,zero=1@2;dp=2,tp=2,sp=on,zero=3@4")
 NODE_LAYOUTS = "tp=2;tp=2,pp=2;ep=4"
+# Steps of each run that measures the snapshots' cost on two nodes (timed from the 10th).
+NODE_SNAPSHOT_STEPS = 120
 # The spec the agents' layout planner prices (elastic_layouts.h) in the node losses under model
 # parallelism: written by the benchmark so that no calibration runs while it measures.
 PLAN_SPEC = (
@@ -325,9 +327,46 @@ def between_steps(logf):
             statistics.median(iters))
 
 
-def snapshot_cost(a, work_root, argv_for, steps):
-    """--repeats rounds of two runs, back to back (argv_for(work, every) the command): with a
-    snapshot every step and with none. {"snap": [s/step end to end per run (wall time from the
+def one_process_job(argv_for, steps):
+    """A snapshot_cost runner: the job argv_for(work, every) starts, timed by its step log."""
+    return lambda work, every, logf: seconds_per_step_after_10(
+        argv_for(work, every), logf, steps, f"snapshot cost run in {work}")
+
+
+def two_node_job(a, model, strategy, home, steps):
+    """A snapshot_cost runner: the job on two nodes of 2 workers (two network namespaces, Redis
+    in the first, as node_loss starts them), timed by the first node's step log."""
+    def run(work, every, logf):
+        link = dp_link()
+        try:
+            link.up()
+            link.start_redis(os.path.join(work, "redis.txt"))
+            nodes = [link.spawn(i, [
+                a.binary, "run", "--model", model, "--steps", str(steps), "--batch-size", "8",
+                "--seq-len", "32", "--sample-tokens", "0", "--eval-every", "0",
+                "--eval-batches", "1", "--monitor", "off", "--threads", "1",
+                "--nproc-per-node", "2", "--elastic", "--nnodes", "2", "--rdzv",
+                link.redis_url(), "--rdzv-id", "bench-node-snapshots", "--snapshot-every",
+                str(every), "--log-json", logf, "--checkpoint-dir", os.path.join(work, "ck"),
+                "--checkpoint-every", "100000", "--strategy", strategy],
+                os.path.join(work, f"node{i}.txt"), env=dp_vs_ddp().clean_env(
+                    CANN_TRAIN_HOME=home)) for i in (0, 1)]
+            wait_for_step(logf, 10, nodes[0])
+            t0 = time.time()
+            for i, n in enumerate(nodes):
+                if n.wait(timeout=600) != 0:
+                    raise RuntimeError(f"snapshot cost run under {strategy}: node {i} exited "
+                                       f"with {n.returncode}; see {work}/node{i}.txt")
+            return (time.time() - t0) / (steps - 10)
+        finally:
+            link.close()
+    return run
+
+
+def snapshot_cost(a, work_root, run, steps):
+    """--repeats rounds of two runs, back to back (run(work, every, logf) runs the job and
+    returns its wall time per step from the 10th step on): with a snapshot every step and with
+    none. {"snap": [s/step end to end per run (wall time from the
     10th step on)], "none": [the same without snapshots], "snap_iter"/"none_iter": [each run's
     median iteration], "ratios": [per round, median iteration with / without], "own_ms": the
     median time between steps with less without (rank 0's own cost of the snapshot),
@@ -341,8 +380,7 @@ def snapshot_cost(a, work_root, argv_for, steps):
             work = os.path.join(work_root, f"snap-{rep}-{every}")
             os.makedirs(work)
             logf = os.path.join(work, "log.jsonl")
-            times[every].append(seconds_per_step_after_10(
-                argv_for(work, every), logf, steps, f"snapshot cost run in {work}"))
+            times[every].append(run(work, every, logf))
             gap, step, it = between_steps(logf)
             gaps[every].append(gap)
             iters[every].append(it)
@@ -402,12 +440,13 @@ def layouts_bench(a, rng, tmp):
         work = os.path.join(tmp, f"snapcost-{i}")
         os.makedirs(work)
         r["strategy"] = strategy
-        r.update(snapshot_cost(a, work, layout_snapshot_argv(a, model, world, extra), a.steps))
+        r.update(snapshot_cost(a, work, one_process_job(layout_snapshot_argv(a, model, world, extra),
+                                                        a.steps), a.steps))
         results.append(r)
         load.mark()
     work = os.path.join(tmp, "snapcost-default")
     os.makedirs(work)
-    default = snapshot_cost(a, work, default_snapshot_argv(a, 40), 40)
+    default = snapshot_cost(a, work, one_process_job(default_snapshot_argv(a, 40), 40), 40)
     ok = all(r["valid"] for r in results)
     print(f"machine: {machine()}")
     print(f"refill under model parallelism: SIGKILL one random worker at a random step, "
@@ -605,8 +644,9 @@ def node_loss_runs(a, rng, tmp, model):
 
 
 def node_layout_runs(a, rng, tmp):
-    """--node-kills node losses per layout of --node-layouts ({strategy: [...]}), cann-train
-    alone, or the reason none was measured."""
+    """Per layout of --node-layouts, --node-kills node losses and the cost of a snapshot every
+    step on two nodes ({strategy: {"losses": [node_loss], "snapshots": snapshot_cost}}),
+    cann-train alone, or the reason none was measured."""
     layouts = [s for s in a.node_layouts.split(";") if s]
     if a.node_kills == 0 or not layouts:
         return "node loss under model parallelism not measured"
@@ -630,12 +670,17 @@ def node_layout_runs(a, rng, tmp):
             kill_step = rng.randint(int(a.steps * 0.2), int(a.steps * 0.7))
             runs[strategy].append(node_loss(a, model, tmp, k, kill_step, rng.random(), strategy,
                                             home))
+        work = os.path.join(tmp, "node-snapcost-" + strategy.replace(",", "-").replace("=", ""))
+        os.makedirs(work)
+        runs[strategy] = {"losses": runs[strategy], "snapshots": snapshot_cost(
+            a, work, two_node_job(a, model, strategy, home, NODE_SNAPSHOT_STEPS),
+            NODE_SNAPSHOT_STEPS)}
     return runs
 
 
 def node_layout_report(a, runs, v):
-    """Prints the table of node losses under model parallelism and judges it into v; False when
-    a run failed validation."""
+    """Prints the tables of node losses and snapshot costs under model parallelism and judges
+    them into v; False when a run failed validation."""
     if isinstance(runs, str):
         print(runs)
         return True
@@ -644,7 +689,8 @@ def node_layout_report(a, runs, v):
           f"planned for 2 ranks; seconds after the loss, median (min..max)")
     print(f"{'launched as':<12s} {'detect':>22} {'restore':>22} {'first step':>22} "
           f"{'most lost':>9}  new layout")
-    for strategy, rows in runs.items():
+    for strategy, both in runs.items():
+        rows = both["losses"]
         scaled = rows[0]["scaled"]
         new = scaled[scaled.find(" -> ", scaled.find("--strategy")) + 4:] \
             if "--strategy" in scaled else "as launched"
@@ -657,7 +703,21 @@ def node_layout_report(a, runs, v):
                 f"loss (median; under 2.5 s)")
         lost = max(r["steps_lost"] for r in rows)
         v.judge(lost <= 1, f"node loss under {strategy}: at most {lost} step(s) lost (at most 1)")
-    return all(r["valid"] for rows in runs.values() for r in rows)
+    print(f"snapshots on two nodes (each rank's part, a copy on the other node): a snapshot "
+          f"every step against none, {a.repeats} rounds, back to back; end to end (wall time "
+          f"per step from the 10th step, medians) and per round (median iterations' ratio)")
+    print(f"{'launched as':<12s} {'with ms':>22} {'none ms':>22}  end to end  per round")
+    for strategy, both in runs.items():
+        r = both["snapshots"]
+        e2e = (statistics.median(r["snap"]) / statistics.median(r["none"]) - 1) * 100
+        cost = (statistics.median(r["ratios"]) - 1) * 100
+        lo, hi = (min(r["ratios"]) - 1) * 100, (max(r["ratios"]) - 1) * 100
+        print(f"{strategy:<12s} {spread([1e3 * x for x in r['snap']], '{:.2f}'):>22} "
+              f"{spread([1e3 * x for x in r['none']], '{:.2f}'):>22}  {e2e:+9.1f}%  "
+              f"{cost:+.1f}% ({lo:+.1f}..{hi:+.1f}%)")
+        v.judge(e2e <= 2.0, f"two nodes under {strategy}: a snapshot every step costs "
+                f"{e2e:+.1f}% end to end (at most 2%)")
+    return all(r["valid"] for both in runs.values() for r in both["losses"])
 
 
 def node_loss_report(a, runs, v):
