@@ -98,10 +98,16 @@ std::vector<nlohmann::json> log_lines(const std::string& path, bool events) {
   return out;
 }
 
+// The first event of that name: a pointer into `ev`, so never into a temporary (has_event).
 const nlohmann::json* find_event(const std::vector<nlohmann::json>& ev, const std::string& name) {
   for (const auto& e : ev)
     if (e["event"] == name) return &e;
   return nullptr;
+}
+const nlohmann::json* find_event(std::vector<nlohmann::json>&&, const std::string&) = delete;
+
+bool has_event(const std::vector<nlohmann::json>& ev, const std::string& name) {
+  return find_event(ev, name) != nullptr;
 }
 
 class MultiProcElasticNodesTest : public ::testing::Test {
@@ -386,7 +392,7 @@ class MultiProcElasticNodesModelParallelTest : public MultiProcElasticNodesTest 
 // (a) A whole node dies (agent and workers SIGKILLed): the other finishes on the smaller world.
 TEST_F(MultiProcElasticNodesTest, NodeKilledTheOtherFinishes) {
   const Lost lost = lose_a_node("kill-" + suffix_);
-  EXPECT_TRUE(find_event(log_lines(dir_.path() + "/log.jsonl", true), "failure_detected"));
+  EXPECT_TRUE(has_event(log_lines(dir_.path() + "/log.jsonl", true), "failure_detected"));
 }
 
 // (a') A node lost before any in-memory snapshot (snapshots further apart than the run got): no
@@ -414,7 +420,7 @@ TEST_F(MultiProcElasticNodesTest, MaxRestartsEndsTheJob) {
   EXPECT_EQ(a->wait(60), 1) << out(a, b);
   EXPECT_NE(a->output().find("after 0 restarts (--max-restarts 0)"), std::string::npos)
       << a->output();
-  EXPECT_FALSE(find_event(log_lines(run + "/log.jsonl", true), "scaled"));
+  EXPECT_FALSE(has_event(log_lines(run + "/log.jsonl", true), "scaled"));
 }
 
 // (d) A node started later is admitted at the next generation and receives the state.
@@ -445,7 +451,7 @@ TEST_F(MultiProcElasticNodesTest, StoreRestartIsSurvived) {
   const std::string both = out(a, b);
   EXPECT_NE(both.find("does not answer"), std::string::npos) << both;
   EXPECT_NE(both.find("answers again"), std::string::npos) << both;
-  EXPECT_FALSE(find_event(log_lines(run + "/log.jsonl", true), "scaled")) << both;
+  EXPECT_FALSE(has_event(log_lines(run + "/log.jsonl", true), "scaled")) << both;
   expect_no_step_lost(run, true);
   const std::string got = final_data(run), want = final_data(ref);
   ASSERT_GT(want.size(), 100000u);
@@ -494,7 +500,7 @@ TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
   EXPECT_NE(r.output.find("nodes 1..2 -> 1..1"), std::string::npos) << r.output;
   // Once the leader has acted (the scaled event), a policy whose one window covers the day
   // raises the bounds back, once, until interrupted.
-  for (int i = 0; i < 3000 && !find_event(log_lines(run + "/log.jsonl", true), "scaled"); ++i)
+  for (int i = 0; i < 3000 && !has_event(log_lines(run + "/log.jsonl", true), "scaled"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   test::write_text(run + "/policy.yaml",
                    "- {from: \"00:00\", to: \"00:00\", min_nodes: 1, max_nodes: 2}\n");
