@@ -174,14 +174,6 @@ StatusOr<int> StateKeeper::restore_from_disk_or_start() {
 StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copies, int gen) {
   comm::Group* world = run_.world;
   const int W = world != nullptr ? world->size() : 1;
-  auto allreduce = [this, world](int64_t* v, size_t n, comm::ReduceOp op,
-                                 const char* tag) -> Status {
-    if (world == nullptr) return OkStatus();
-    comm::Options opts;
-    opts.tag = tag;
-    Status s = world->allreduce(v, n, comm::DataType::kInt64, op, opts)->wait(kPartsWait);
-    return s.ok() ? s : run_.on_comm_failure(s);
-  };
   // This node's copies of generation `gen` that this rank answers for: the node's ranks share
   // its directory, so old rank r is looked at by the local rank r % (ranks per node).
   struct Part {
@@ -198,14 +190,13 @@ StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copie
     parts.push_back({c.rank, c.step, c.path});
     old_world = std::max<int64_t>(old_world, c.world);
   }
-  CANN_RETURN_IF_ERROR(allreduce(&old_world, 1, comm::ReduceOp::kMax, "parts_world"));
+  CANN_RETURN_IF_ERROR(world_max(&old_world, 1, "parts_world"));
   // The step: the oldest of the old ranks' newest, which every old rank finished and whose
   // copies a node keeps beside a newer one.
   std::vector<int64_t> newest(static_cast<size_t>(old_world), -1);
   for (const Part& p : parts)
     if (p.old_rank < old_world) newest[p.old_rank] = std::max(newest[p.old_rank], p.step);
-  CANN_RETURN_IF_ERROR(
-      allreduce(newest.data(), newest.size(), comm::ReduceOp::kMax, "parts_steps"));
+  CANN_RETURN_IF_ERROR(world_max(newest.data(), newest.size(), "parts_steps"));
   const auto lost = std::find(newest.begin(), newest.end(), -1);
   if (lost != newest.end()) {
     log_warning("rank " + std::to_string(rank_) + ": no node left holds a snapshot of rank " +
@@ -230,7 +221,7 @@ StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copie
     score[p.old_rank] = W - (rank_ - p.old_rank % W + W) % W;
   }
   std::vector<int64_t> best = score;
-  CANN_RETURN_IF_ERROR(allreduce(best.data(), best.size(), comm::ReduceOp::kMax, "parts_holders"));
+  CANN_RETURN_IF_ERROR(world_max(best.data(), best.size(), "parts_holders"));
   for (int64_t r = 0; r < old_world; ++r) {
     if (best[r] > 0) continue;
     log_warning("rank " + std::to_string(rank_) + ": no copy of rank " + std::to_string(r) +
@@ -304,19 +295,7 @@ StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copie
     blob.push_back('\0');
     blob += payload;
   }
-  if (world != nullptr) {
-    comm::Options opts;
-    opts.tag = "parts_meta";
-    int64_t size = static_cast<int64_t>(blob.size());
-    Status s = world->broadcast(&size, 1, comm::DataType::kInt64, placer, opts)->wait(kPartsWait);
-    if (!s.ok()) return run_.on_comm_failure(s);
-    std::vector<int32_t> words = as_words(blob);
-    words.resize((static_cast<size_t>(size) + 3) / 4);
-    s = world->broadcast(words.data(), words.size(), comm::DataType::kInt32, placer, opts)
-            ->wait(kPartsWait);
-    if (!s.ok()) return run_.on_comm_failure(s);
-    blob.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(size));
-  }
+  CANN_RETURN_IF_ERROR(broadcast_blob(blob, placer, "parts_meta"));
   ckpt::LoadedCheckpoint whole;
   whole.step = step;
   try {

@@ -79,17 +79,34 @@ StatusOr<std::string> unpack_copy(const std::string& blob, const std::string& di
 
 }  // namespace
 
+Status StateKeeper::world_max(int64_t* v, size_t n, const char* tag) {
+  if (run_.world == nullptr) return OkStatus();
+  comm::Options opts;
+  opts.tag = tag;
+  Status s =
+      run_.world->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
+  return s.ok() ? s : run_.on_comm_failure(s);
+}
+
+Status StateKeeper::broadcast_blob(std::string& blob, int root, const char* tag) {
+  comm::Group* world = run_.world;
+  if (world == nullptr) return OkStatus();
+  comm::Options opts;
+  opts.tag = tag;
+  int64_t size = static_cast<int64_t>(blob.size());
+  Status s = world->broadcast(&size, 1, comm::DataType::kInt64, root, opts)->wait(kWait);
+  if (!s.ok()) return run_.on_comm_failure(s);
+  std::vector<int32_t> words((static_cast<size_t>(size) + 3) / 4, 0);
+  if (!blob.empty()) std::memcpy(words.data(), blob.data(), blob.size());
+  s = world->broadcast(words.data(), words.size(), comm::DataType::kInt32, root, opts)->wait(kWait);
+  if (!s.ok()) return run_.on_comm_failure(s);
+  blob.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(size));
+  return OkStatus();
+}
+
 StatusOr<int> StateKeeper::restore_from_peers() {
   comm::Group* world = run_.world;
   const int world_size = world ? world->size() : 1;
-  auto allreduce_max = [this, world](int64_t* v, size_t n, const char* tag) -> Status {
-    if (world == nullptr) return OkStatus();
-    comm::Options opts;
-    opts.tag = tag;
-    Status s =
-        world->allreduce(v, n, comm::DataType::kInt64, comm::ReduceOp::kMax, opts)->wait(kWait);
-    return s.ok() ? s : run_.on_comm_failure(s);
-  };
   // What the nodes hold, newest first: copies of the whole state (data-parallel generations)
   // or parts of a model-parallel generation (node_parts.cc); the newer kind serves.
   const std::vector<NodeCopy> all = node_copies();
@@ -99,7 +116,7 @@ StatusOr<int> StateKeeper::restore_from_peers() {
     int64_t& k = newest[c.rank >= 0 ? 0 : 1];
     k = std::max(k, key(c));
   }
-  CANN_RETURN_IF_ERROR(allreduce_max(newest, 2, "restore_kind"));
+  CANN_RETURN_IF_ERROR(world_max(newest, 2, "restore_kind"));
   if (newest[0] > newest[1]) {
     // A generation whose parts are incomplete (a node and the next lost, or a generation that
     // failed while writing its first parts) yields to the one before.
@@ -108,7 +125,7 @@ StatusOr<int> StateKeeper::restore_from_peers() {
       int64_t gen = -1;
       for (const NodeCopy& c : all)
         if (c.rank >= 0 && c.generation < below) gen = std::max<int64_t>(gen, c.generation);
-      CANN_RETURN_IF_ERROR(allreduce_max(&gen, 1, "restore_generation"));
+      CANN_RETURN_IF_ERROR(world_max(&gen, 1, "restore_generation"));
       if (gen < 0) break;
       CANN_ASSIGN_OR_RETURN(const int step, restore_node_parts(all, static_cast<int>(gen)));
       if (step >= 0) return step;
@@ -140,7 +157,7 @@ StatusOr<int> StateKeeper::restore_from_peers() {
   // one interval ahead still holds it, so at most one snapshot interval is trained again and
   // the step log stays complete.
   int64_t offer = newest_step >= 0 ? -newest_step : std::numeric_limits<int64_t>::min();
-  CANN_RETURN_IF_ERROR(allreduce_max(&offer, 1, "restore_step"));
+  CANN_RETURN_IF_ERROR(world_max(&offer, 1, "restore_step"));
   if (offer == std::numeric_limits<int64_t>::min()) return restore_from_disk_or_start();
   const int64_t step = -offer;
   if (local && local->step != step) local.reset();
@@ -155,7 +172,7 @@ StatusOr<int> StateKeeper::restore_from_peers() {
   const bool have = local.has_value();
   // [the lowest rank holding the step, as world - rank; whether some rank lacks it]
   int64_t who[2] = {have ? world_size - rank_ : 0, have ? 0 : 1};
-  CANN_RETURN_IF_ERROR(allreduce_max(who, 2, "restore_source"));
+  CANN_RETURN_IF_ERROR(world_max(who, 2, "restore_source"));
   const int source = world_size - static_cast<int>(who[0]);
   std::string from = local_dir + " (this node's copy)";
   if (who[1] > 0) {
@@ -163,20 +180,8 @@ StatusOr<int> StateKeeper::restore_from_peers() {
     if (rank_ == source) {
       CANN_ASSIGN_OR_RETURN(blob, pack_copy(local_dir));
     }
-    int64_t size = static_cast<int64_t>(blob.size());
-    comm::Options opts;
-    opts.tag = "restore_size";
-    Status s = world->broadcast(&size, 1, comm::DataType::kInt64, source, opts)->wait(kWait);
-    if (!s.ok()) return run_.on_comm_failure(s);
-    // Broadcast moves 4-byte elements: pad the blob to a whole number of them.
-    std::vector<int32_t> words((static_cast<size_t>(size) + 3) / 4);
-    std::memcpy(words.data(), blob.data(), blob.size());
-    opts.tag = "restore_snapshot";
-    s = world->broadcast(words.data(), words.size(), comm::DataType::kInt32, source, opts)
-            ->wait(kWait);
-    if (!s.ok()) return run_.on_comm_failure(s);
+    CANN_RETURN_IF_ERROR(broadcast_blob(blob, source, "restore_snapshot"));
     if (!have) {
-      blob.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(size));
       char name[32];
       std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
       const std::string dir = join_path(snapshot_root_, "rank" + std::to_string(rank_));
@@ -184,11 +189,11 @@ StatusOr<int> StateKeeper::restore_from_peers() {
       CANN_ASSIGN_OR_RETURN(const std::string path, unpack_copy(blob, dir, name));
       CANN_ASSIGN_OR_RETURN(ckpt::LoadedCheckpoint ck, ckpt::read_checkpoint(path));
       local = std::move(ck);
-      from = path + " (received from rank " + std::to_string(source) + ", " + std::to_string(size) +
-             " bytes)";
+      from = path + " (received from rank " + std::to_string(source) + ", " +
+             std::to_string(blob.size()) + " bytes)";
       log_info("rank " + std::to_string(rank_) + " received the snapshot of step " +
                std::to_string(step) + " from rank " + std::to_string(source) + " (" +
-               std::to_string(size) + " bytes)");
+               std::to_string(blob.size()) + " bytes)");
     }
   }
   CANN_ASSIGN_OR_RETURN(const int restored, restore(*local));

@@ -198,6 +198,11 @@ class StateKeeper {
   Status after_restore();
   // Multi-node elastic (peer_restore.cc).
   StatusOr<int> restore_from_peers();
+  // The restore's agreements over the world (a no-op without one): v <- the element-wise
+  // maximum over the ranks; a failure goes through the run's comm-failure path.
+  Status world_max(int64_t* v, size_t n, const char* tag);
+  // `blob` of rank `root` to every rank (its size first; the transport moves 4-byte words).
+  Status broadcast_blob(std::string& blob, int root, const char* tag);
   // Under RunState::node_parts (node_parts.cc): sends the snapshot `w` to the rank of the same
   // place on the next node and keeps the one the previous node's sends as that rank's copy, in
   // this generation's directory. A collective over the world; a no-op on one node.
