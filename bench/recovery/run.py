@@ -705,7 +705,8 @@ def node_layout_report(a, runs, v):
         v.judge(lost <= 1, f"node loss under {strategy}: at most {lost} step(s) lost (at most 1)")
     print(f"snapshots on two nodes (each rank's part, a copy on the other node): a snapshot "
           f"every step against none, {a.repeats} rounds, back to back; end to end (wall time "
-          f"per step from the 10th step, medians) and per round (median iterations' ratio)")
+          f"per step from the 10th step, medians) and per round (median iterations' ratio); "
+          f"no peer: torchrun's DDP has no model-parallel layout to snapshot")
     print(f"{'launched as':<12s} {'with ms':>22} {'none ms':>22}  end to end  per round")
     for strategy, both in runs.items():
         r = both["snapshots"]
