@@ -258,6 +258,7 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     std::string output;  // the survivor's
     std::string scaled;  // the scaled event's detail
     std::string restored;  // the state_restored event's detail
+    std::string plan;      // the first snapshot_plan event's detail (the launch's layout)
   };
   // A whole node dies (agent and workers SIGKILLed) at step 120 of a run with `extra` flags:
   // the other trains on at world size 2 from the committed step and finishes.
@@ -316,8 +317,10 @@ class MultiProcElasticNodesTest : public ::testing::Test {
     EXPECT_NE(survivor->output().find("workers keep their processes"), std::string::npos)
         << survivor->output();
     EXPECT_NE(survivor->output().find("its process kept"), std::string::npos) << survivor->output();
+    const auto* plan = find_event(ev, "snapshot_plan");
     return {survivor->output(), scaled ? (*scaled)["detail"].get<std::string>() : "",
-            restored ? (*restored)["detail"].get<std::string>() : ""};
+            restored ? (*restored)["detail"].get<std::string>() : "",
+            plan ? (*plan)["detail"].get<std::string>() : ""};
   }
 
   // A second node starts while the first trains alone: it is admitted at the next generation
@@ -536,9 +539,15 @@ TEST_F(MultiProcElasticNodesTest, ScaleDownStopsTheSurplusNode) {
 }
 
 // dp=2 x tp=2 over two nodes loses one: tp=2 fits the two ranks left (dp 2 -> 1), so the
-// launch's split stands and the state is sliced onto it from the whole snapshot.
+// launch's split stands and the state is sliced onto it from the whole snapshot. Each node
+// holds both tensor-parallel shards (data parallelism spans the nodes), so no snapshot is
+// copied to the other node: the survivors' own parts are the whole state.
 TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorParallelismKeepsTheSplit) {
   const Lost lost = lose_a_node("mp-tp-" + suffix_, {"--strategy", "tp=2"});
+  EXPECT_NE(lost.plan.find("4 ranks hold 2 distinct parts (dense and expert): 2 on more than one "
+                           "node, 0 copied to the next node"),
+            std::string::npos)
+      << lost.plan;
   EXPECT_NE(lost.scaled.find("-> dp=1,tp=2,pp=1,ep=1,cp=1,"), std::string::npos) << lost.scaled;
   EXPECT_EQ(lost.output.find("re-planned"), std::string::npos) << lost.output;
   EXPECT_NE(lost.restored.find("assembled from the snapshots of 4 ranks"), std::string::npos)
@@ -549,6 +558,11 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorParallelismKe
 // two, resharded from the whole state of the committed step.
 TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderTensorAndPipelineIsReplanned) {
   const Lost lost = lose_a_node("mp-tppp-" + suffix_, {"--strategy", "tp=2,pp=2"});
+  // Every rank's part is its own (dp=1): each is copied to the other node.
+  EXPECT_NE(lost.plan.find("4 ranks hold 4 distinct parts (dense and expert): 0 on more than one "
+                           "node, 4 copied to the next node"),
+            std::string::npos)
+      << lost.plan;
   EXPECT_NE(lost.scaled.find("--strategy dp=1,tp=2,pp=2"), std::string::npos) << lost.scaled;
   EXPECT_NE(lost.output.find("re-planned from tp=2,pp=2"), std::string::npos) << lost.output;
   EXPECT_NE(lost.restored.find("assembled from the snapshots of 4 ranks"), std::string::npos)
@@ -562,6 +576,11 @@ TEST_F(MultiProcElasticNodesModelParallelTest, ANodeLostUnderExpertParallelismSp
   model_ = "deepseek_tiny";
   steps_ = 200;
   const Lost lost = lose_a_node("mp-ep-" + suffix_, {"--strategy", "ep=4"});
+  // The dense tensors live on every rank; each rank's experts on it alone, copied.
+  EXPECT_NE(lost.plan.find("4 ranks hold 5 distinct parts (dense and expert): 1 on more than one "
+                           "node, 4 copied to the next node"),
+            std::string::npos)
+      << lost.plan;
   EXPECT_NE(lost.output.find("re-planned from ep=4"), std::string::npos) << lost.output;
   EXPECT_NE(lost.restored.find("assembled from the snapshots of 4 ranks"), std::string::npos)
       << lost.restored;

@@ -187,6 +187,15 @@ std::function<bool(const model::TensorInfo&)> ModelParallel::owned_in_full() con
   };
 }
 
+std::function<bool(const model::TensorInfo&)> ModelParallel::held_in_full(bool experts) const {
+  const int tp = mesh_->coords().tp;
+  return [tp, experts](const model::TensorInfo& t) {
+    if (t.name == "wte" && t.layer >= 0) return false;  // the last stage's tied copy
+    if (t.expert != experts) return false;
+    return t.expert ? tp == 0 : t.tp_split != model::TpSplit::kReplicated || tp == 0;
+  };
+}
+
 Status ModelParallel::gather_full(comm::Group& world, const model::ParamTable& local,
                                   const model::ParamTable& full, const model::ShardPlace& at,
                                   const std::vector<const float*>& locals, float* out) {

@@ -100,6 +100,12 @@ class ModelParallel {
   // replicated tensors, context-parallel rank 0, never the last stage's copy of the tied wte.
   // Every element of the whole model has exactly one owner over the world.
   std::function<bool(const model::TensorInfo&)> owned_in_full() const;
+  // The tensors this rank holds on behalf of every rank holding the same elements (its data-,
+  // context- and expert-data-parallel replicas; for tensors tensor parallelism replicates, the
+  // tensor-parallel ranks, which tensor-parallel rank 0 stands for): the dense ones or, with
+  // `experts`, the experts. Two ranks whose selections land on the same elements hold equal
+  // values (synchronous training keeps replicas equal), so either one's part serves for both.
+  std::function<bool(const model::TensorInfo&)> held_in_full(bool experts) const;
   // A collective over `world`: out (count x full.total_floats(), zeroed here) <- the whole
   // model's buffers, one per entry of `locals` (this rank's buffers in `local`'s layout:
   // parameters, AdamW moments). Each tensor comes from its owner (owned_in_full) and lands in

@@ -259,8 +259,9 @@ Status ModelParts::gather_full(const std::vector<const float*>& locals, float* o
   return s.ok() ? s : on_comm_failure_(s);
 }
 
-std::vector<int64_t> ModelParts::full_runs() const {
-  return model::full_run_groups(model_->table(), *full_table_, shard_place(), mp_->owned_in_full());
+std::vector<int64_t> ModelParts::replica_runs(bool experts) const {
+  return model::full_run_groups(model_->table(), *full_table_, shard_place(),
+                                mp_->held_in_full(experts));
 }
 
 model::ShardPlace ModelParts::shard_place() const {

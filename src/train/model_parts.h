@@ -112,10 +112,11 @@ class ModelParts {
   // (this rank's buffers in its own layout), laid out as full_table(). Model parallelism only.
   Status gather_full(const std::vector<const float*>& locals, float* out);
   const model::ParamTable& full_table() const { return *full_table_; }
-  // Where this rank's buffers (its own layout) land in full_table()'s, for the elements it owns
-  // (ModelParallel::owned_in_full), as model::full_run_groups. Over the world every element of
-  // the whole model appears once. Model parallelism only.
-  std::vector<int64_t> full_runs() const;
+  // Where this rank's buffers (its own layout) land in full_table()'s, as
+  // model::full_run_groups, for the dense tensors or (`experts`) the experts it holds on behalf
+  // of every rank holding the same elements (ModelParallel::held_in_full): ranks whose runs are
+  // equal hold equal values. Model parallelism only.
+  std::vector<int64_t> replica_runs(bool experts) const;
   model::ShardPlace shard_place() const;
 
   // Hugging Face weights (hf_weights.h). load_hf sets this rank's parameters (its shard, stage

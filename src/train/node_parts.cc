@@ -1,31 +1,41 @@
 // Multi-node elastic under model parallelism: snapshots of each rank's part, with a copy on the
-// next node, assembled into the whole state when the world changes (RunState::node_parts).
+// next node where no other node holds the same part, assembled into the whole state when the
+// world changes (RunState::node_parts).
 //
 // Every rank's snapshot holds its own buffers in its own layout (parameters and both moments,
-// ZeRO's gathered over its data-parallel group) and, in its metadata ("node_parts"), where each
-// element it owns lands in the whole model (ModelParts::full_runs, a few strided groups a
-// tensor; every element of the whole model is owned by exactly one rank). The rank then sends
-// the same bytes to the rank of the same place on the next node (rank + ranks per node, around
-// the ring), which keeps them in its node's directory of the generation as that rank's copy.
-// So each rank's part lives on two nodes: any one node lost leaves every part somewhere. Per
-// rank and snapshot this moves its own part once over the network, where a whole-model
-// snapshot all-reduces the whole state (3 full models) on every rank.
+// ZeRO's gathered over its data-parallel group) and, in its metadata ("node_parts"), where they
+// land in the whole model: per kind (dense tensors, experts) the runs of the elements it holds
+// on behalf of every rank that holds the same (ModelParts::replica_runs, a few strided groups a
+// tensor). Ranks with equal runs form a replica class (its data-parallel, context-parallel and
+// expert-data-parallel replicas): synchronous training keeps their values equal, so any one of
+// them serves for all. Once per layout the ranks compare their runs (plan_node_parts) and
+// record every rank's class; a class whose ranks all live on one node has its lowest rank send
+// the same bytes as its snapshot to the rank of the same place on the next node (rank + ranks
+// per node, around the ring), which keeps them in its node's directory of the generation; where
+// only some of its kinds need it (the experts, when data parallelism keeps the dense tensors on
+// every node), the copy carries just those elements, packed, with their runs. So every part
+// lives on two nodes, and any one node lost leaves every part somewhere; a part that data
+// parallelism already keeps on two nodes (dp across nodes beside tp within them) costs no copy
+// at all, and the rest cost their elements once over the network per snapshot, where a
+// whole-model snapshot all-reduces the whole state (3 full models) on every rank.
 //
 // A new generation (a node lost, joined, or scaled) restores from them: the ranks agree on the
-// generation, on its step (the oldest of the old ranks' newest), and on which rank places each
-// old rank's part (the first at or after it, around the new world, that holds a copy which
-// verifies); every rank places the parts it was given into a zeroed whole model and one
-// all-reduce sums them, after which each holds the whole state and loads its own part of the
-// new layout from it, as from a disk checkpoint. The step's sampler position, RNG and step-log
-// line come from old rank 0's copy, broadcast by whoever placed it.
+// generation, on its classes, on its step (the oldest of the classes' newest), and on which
+// rank places each class (the first at or after its leader, around the new world, that holds a
+// part of it which verifies); every rank places the parts it was given into a zeroed whole
+// model and one all-reduce sums them, after which each holds the whole state and loads its own
+// part of the new layout from it, as from a disk checkpoint. The step's sampler position, RNG
+// and step-log line come from the part that placed old rank 0's class, broadcast by whoever
+// placed it.
 //
-// Not survivable from memory: losing two neighbouring nodes together (node i and i + 1 hold the
-// only copies of node i's parts; with two nodes, both), or a part whose copies all fail to
-// verify. Every rank then loads the newest disk checkpoint (else starts over), alike, and says
-// which rank's part was lost.
+// Not survivable from memory: losing every node a class lives on, that is two neighbouring
+// nodes together for a class on one node (node i and i + 1 hold its only copies; with two
+// nodes, both), or a part whose copies all fail to verify. Every rank then loads the newest
+// disk checkpoint (else starts over), alike, and says which rank's part was lost.
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -67,25 +77,179 @@ std::vector<int32_t> as_words(const std::string& text) {
 
 }  // namespace
 
+StatusOr<std::string> StateKeeper::plan_node_parts() {
+  comm::Group* world = run_.world;
+  const int W = world != nullptr ? world->size() : 1, L = local_world_;
+  const ModelParts& model = *run_.model;
+  const std::vector<int64_t> runs[2] = {model.replica_runs(false), model.replica_runs(true)};
+  // Every rank's runs, by a 64-bit FNV-1a digest (0: none of that kind): equal runs land on the
+  // same elements, so the ranks with equal digests hold equal values, one class.
+  int64_t mine[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    if (runs[k].empty()) continue;
+    uint64_t h = 1469598103934665603ull;
+    for (const int64_t v : runs[k]) {
+      for (int b = 0; b < 8; ++b) {
+        h ^= (static_cast<uint64_t>(v) >> (8 * b)) & 0xff;
+        h *= 1099511628211ull;
+      }
+    }
+    mine[k] = static_cast<int64_t>(h | 1);
+  }
+  std::vector<int64_t> digests(2 * static_cast<size_t>(W), 0);
+  if (world != nullptr) {
+    comm::Options opts;
+    opts.tag = "parts_plan";
+    if (Status s = world->allgather(digests.data(), mine, 2, comm::DataType::kInt64, opts)
+                       ->wait(kPartsWait);
+        !s.ok())
+      return run_.on_comm_failure(s);
+  } else {
+    digests.assign(mine, mine + 2);
+  }
+  // Per kind, each rank's class leader (the lowest rank with its digest) and whether the class
+  // has ranks on more than one node. A class on one node only sends its leader's part to the
+  // next node, the one place a loss of its node leaves it; a class on two nodes or more
+  // survives any one node's loss in its ranks' own snapshots (Gemini, Wang et al. 2023, places
+  // replicas across failure domains the same way; here data parallelism already made them).
+  std::vector<int64_t> leaders(2 * static_cast<size_t>(W), -1);
+  bool sent[2] = {false, false};  // this rank's kinds that its copy carries
+  node_sends_.assign(static_cast<size_t>(W), 0);
+  int classes = 0, copied = 0;  // classes, and those on one node (their leader sends a copy)
+  for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < W; ++r) {
+      const int64_t d = digests[2 * r + k];
+      if (d == 0) continue;
+      int leader = r;
+      bool spread = false;
+      for (int q = 0; q < W; ++q) {
+        if (digests[2 * q + k] != d) continue;
+        leader = std::min(leader, q);
+        spread = spread || q / L != r / L;
+      }
+      leaders[static_cast<size_t>(k) * W + r] = leader;
+      if (leader != r) continue;
+      ++classes;
+      if (!spread && W > L && W % L == 0) {
+        node_sends_[r] = 1;
+        ++copied;
+        if (r == rank_) sent[k] = true;
+      }
+    }
+  }
+  if (rank_ == 0) {
+    const std::string held = std::to_string(W) + " ranks hold " + std::to_string(classes) +
+                             " distinct parts (dense and expert)";
+    event("snapshot_plan", W <= L || W % L != 0
+                               ? held + " on one node: no copies"
+                               : held + ": " + std::to_string(classes - copied) +
+                                     " on more than one node, " + std::to_string(copied) +
+                                     " copied to the next node at each snapshot");
+  }
+  // A copy carrying only some of the rank's kinds (the experts, where data parallelism keeps
+  // the dense tensors on every node) holds just their elements, packed: the runs to pack, and
+  // the runs of the packed part in its metadata.
+  node_pack_.clear();
+  node_copy_runs_.clear();
+  if (node_sends_[rank_] != 0 &&
+      ((!runs[0].empty() && !sent[0]) || (!runs[1].empty() && !sent[1]))) {
+    int64_t at = 0;
+    node_copy_runs_ = "[";
+    for (int k = 0; k < 2; ++k) {
+      node_copy_runs_.append(k == 0 ? "[" : ",[");
+      if (sent[k]) {
+        for (size_t g = 0; g + 6 <= runs[k].size(); g += 6) {
+          const int64_t* r = &runs[k][g];
+          node_pack_.insert(node_pack_.end(), r, r + 6);
+          for (const int64_t v : {at, r[1], r[2], r[3], r[2], r[5]})
+            node_copy_runs_.append(node_copy_runs_.back() == '[' ? "" : ",")
+                .append(std::to_string(v));
+          at += r[2] * r[3];
+        }
+      }
+      node_copy_runs_.push_back(']');
+    }
+    node_copy_runs_.push_back(']');
+  }
+  std::string member = "\"node_parts\":{\"world\":" + std::to_string(W) +
+                       ",\"full_floats\":" + std::to_string(model.full_table().total_floats()) +
+                       ",\"runs\":[";
+  for (int k = 0; k < 2; ++k) {
+    member.append(k == 0 ? "[" : ",[");
+    for (size_t i = 0; i < runs[k].size(); ++i)
+      member.append(i == 0 ? "" : ",").append(std::to_string(runs[k][i]));
+    member.push_back(']');
+  }
+  member.append("],\"leaders\":[");
+  for (size_t i = 0; i < leaders.size(); ++i)
+    member.append(i == 0 ? "" : ",").append(std::to_string(leaders[i]));
+  member.append("]}");
+  return member;
+}
+
 Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
   comm::Group* world = run_.world;
   const int W = world != nullptr ? world->size() : 1, L = local_world_;
   if (W <= L || W % L != 0) return OkStatus();  // one node: its own copies are all there is
+  if (std::find(node_sends_.begin(), node_sends_.end(), 1) == node_sends_.end())
+    return OkStatus();  // every part lives on two nodes already
   const int to = (rank_ + L) % W, from = (rank_ - L + W) % W;
+  const bool sends = node_sends_[rank_] != 0, receives = node_sends_[from] != 0;
   comm::Options opts;
   opts.tag = "snapshot_copy";
   auto failed = [this](const Status& s) { return run_.on_comm_failure(s); };
-  // One exchange over the world, each rank's words to one rank: a collective, so that a peer
-  // lost meanwhile fails it on every rank as promptly as the step's own collectives.
+  // One exchange over the world, each sending rank's words to one rank: a collective, so that
+  // a peer lost meanwhile fails it on every rank as promptly as the step's own collectives.
   std::vector<int32_t>& out = copy_.out;
-  out = as_words(header_of(w));
-  const size_t header_words = out.size();
-  for (const ckpt::SectionView& s : w.sections) {
-    if (s.bytes % 4 != 0)
-      return Internal("snapshot section " + s.name + " is not a whole number of words");
-    const size_t at = out.size();
-    out.resize(at + s.bytes / 4);
-    if (s.bytes > 0) std::memcpy(out.data() + at, s.data, s.bytes);
+  out.clear();
+  size_t header_words = 0;
+  if (sends) {
+    // The parameters and moments whole, or packed to the kinds the copy carries (the plan's
+    // runs); every other section whole.
+    const bool packed = !node_pack_.empty();
+    auto is_state = [](const std::string& name) {
+      return name == "params" || name == "adam_m" || name == "adam_v";
+    };
+    ckpt::CheckpointWrite sent = w;
+    if (packed) {
+      size_t floats = 0;
+      for (size_t g = 0; g + 6 <= node_pack_.size(); g += 6)
+        floats += static_cast<size_t>(node_pack_[g + 2] * node_pack_[g + 3]);
+      for (ckpt::SectionView& s : sent.sections)
+        if (is_state(s.name)) s.bytes = floats * sizeof(float);
+      try {
+        nlohmann::json meta = nlohmann::json::parse(w.meta_json);
+        meta.at("node_parts")["runs"] = nlohmann::json::parse(node_copy_runs_);
+        sent.meta_json = meta.dump();
+      } catch (const std::exception& e) {
+        return Internal(std::string("snapshot metadata without its parts: ") + e.what());
+      }
+    }
+    out = as_words(header_of(sent));
+    header_words = out.size();
+    for (const ckpt::SectionView& s : w.sections) {
+      if (s.bytes % 4 != 0)
+        return Internal("snapshot section " + s.name + " is not a whole number of words");
+      if (packed && is_state(s.name)) {
+        const float* from_buf = static_cast<const float*>(s.data);
+        const size_t floats = s.bytes / sizeof(float);
+        for (size_t g = 0; g + 6 <= node_pack_.size(); g += 6) {
+          const int64_t* r = &node_pack_[g];
+          for (int64_t j = 0; j < r[3]; ++j) {
+            const size_t first = static_cast<size_t>(r[0] + j * r[4]);
+            if (first + static_cast<size_t>(r[2]) > floats)
+              return Internal("snapshot section " + s.name + " is shorter than its runs");
+            const size_t at = out.size();
+            out.resize(at + static_cast<size_t>(r[2]));
+            std::memcpy(out.data() + at, from_buf + first, static_cast<size_t>(r[2]) * 4);
+          }
+        }
+        continue;
+      }
+      const size_t at = out.size();
+      out.resize(at + s.bytes / 4);
+      if (s.bytes > 0) std::memcpy(out.data() + at, s.data, s.bytes);
+    }
   }
   std::vector<int64_t> sizes_out(2 * static_cast<size_t>(W), 0), sizes_in(sizes_out.size(), 0);
   sizes_out[2 * to] = static_cast<int64_t>(header_words);
@@ -95,7 +259,8 @@ Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
       !s.ok())
     return failed(s);
   const int64_t header_in = sizes_in[2 * from], words_in = sizes_in[2 * from + 1];
-  if (header_in <= 0 || words_in < header_in || words_in > (int64_t{1} << 38))
+  if (!receives ? words_in != 0
+                : header_in <= 0 || words_in < header_in || words_in > (int64_t{1} << 38))
     return failed(DataLoss("rank " + std::to_string(from) + " announced a snapshot copy of " +
                            std::to_string(words_in) + " words, " + std::to_string(header_in) +
                            " of them its header"));
@@ -110,6 +275,7 @@ Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
                      ->wait(kPartsWait);
       !s.ok())
     return failed(s);
+  if (!receives) return OkStatus();
   ckpt::CheckpointWrite copy;
   try {
     std::string text(reinterpret_cast<const char*>(in.data()), static_cast<size_t>(header_in) * 4);
@@ -159,7 +325,22 @@ std::vector<StateKeeper::NodeCopy> StateKeeper::node_copies() const {
       const nlohmann::json m = nlohmann::json::parse(*meta, nullptr, false);
       if (m.is_discarded() || !m.contains("node_parts")) continue;  // not a node part
       copy.rank = mark->rank;
-      copy.world = m["node_parts"].value("world", int64_t{0});
+      const nlohmann::json& parts = m["node_parts"];
+      copy.world = parts.value("world", int64_t{0});
+      const auto leaders = parts.find("leaders");
+      if (leaders == parts.end() || !leaders->is_array() ||
+          leaders->size() != 2 * static_cast<size_t>(std::max<int64_t>(copy.world, 0)))
+        continue;  // not readable as a part
+      for (const auto& v : *leaders) {
+        if (!v.is_number_integer()) break;
+        copy.leaders.push_back(v.get<int64_t>());
+      }
+      if (copy.leaders.size() != leaders->size()) continue;
+      // The kinds whose elements it carries (a packed copy may carry only some).
+      const auto runs = parts.find("runs");
+      if (runs == parts.end() || !runs->is_array() || runs->size() != 2) continue;
+      for (int k = 0; k < 2; ++k)
+        if (!(*runs)[k].empty()) copy.kinds |= 1 << k;
     }
     out.push_back(std::move(copy));
   }
@@ -180,6 +361,8 @@ StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copie
     int old_rank = 0;
     int64_t step = 0;
     std::string path;
+    const std::vector<int64_t>* leaders = nullptr;
+    int kinds = 0;
   };
   std::vector<Part> parts;
   int64_t old_world = 0;
@@ -187,57 +370,86 @@ StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copie
     if (c.generation != gen || c.world <= 0 || c.rank < 0 || c.rank >= c.world ||
         c.rank % local_world_ != local_rank_)
       continue;
-    parts.push_back({c.rank, c.step, c.path});
+    parts.push_back({c.rank, c.step, c.path, &c.leaders, c.kinds});
     old_world = std::max<int64_t>(old_world, c.world);
   }
   CANN_RETURN_IF_ERROR(world_max(&old_world, 1, "parts_world"));
-  // The step: the oldest of the old ranks' newest, which every old rank finished and whose
-  // copies a node keeps beside a newer one.
-  std::vector<int64_t> newest(static_cast<size_t>(old_world), -1);
+  // The old world's replica classes (plan_node_parts), as every part records them: per kind
+  // (dense, experts) each old rank's class leader, -1: none of that kind. Agreed as leader + 2
+  // (0: no part here says); a part that says otherwise than the others is not used.
+  const size_t C = 2 * static_cast<size_t>(old_world);
+  std::vector<int64_t> leader(C, 0);
   for (const Part& p : parts)
-    if (p.old_rank < old_world) newest[p.old_rank] = std::max(newest[p.old_rank], p.step);
+    if (p.leaders->size() == C)
+      for (size_t i = 0; i < C; ++i) leader[i] = std::max(leader[i], (*p.leaders)[i] + 2);
+  CANN_RETURN_IF_ERROR(world_max(leader.data(), leader.size(), "parts_classes"));
+  for (int64_t& l : leader) l -= 2;
+  std::erase_if(parts, [&](const Part& p) { return *p.leaders != leader; });
+  // A class is known by its kind and leader, c = kind * old world + leader. Its step: the
+  // newest any of its ranks' parts holds; the step restored: the oldest of those, which every
+  // old rank finished and whose parts a node keeps beside a newer one.
+  // The class of part p's kind `kind`, -1 where p carries none of it.
+  auto class_of = [&](int kind, const Part& p) {
+    const int64_t l = leader[static_cast<size_t>(kind) * old_world + p.old_rank];
+    return l < 0 || (p.kinds >> kind & 1) == 0 ? int64_t{-1} : kind * old_world + l;
+  };
+  std::vector<int64_t> newest(C, -1);
+  for (const Part& p : parts)
+    for (int k = 0; k < 2; ++k)
+      if (const int64_t c = class_of(k, p); c >= 0) newest[c] = std::max(newest[c], p.step);
   CANN_RETURN_IF_ERROR(world_max(newest.data(), newest.size(), "parts_steps"));
-  const auto lost = std::find(newest.begin(), newest.end(), -1);
-  if (lost != newest.end()) {
-    log_warning("rank " + std::to_string(rank_) + ": no node left holds a snapshot of rank " +
-                std::to_string(lost - newest.begin()) + " of generation " + std::to_string(gen) +
-                " (its node and the next were lost); restoring from disk");
-    return -1;
+  int64_t step = std::numeric_limits<int64_t>::max();
+  for (size_t c = 0; c < C; ++c) {
+    if (leader[c] != static_cast<int64_t>(c % old_world)) continue;  // not a class
+    if (newest[c] < 0) {
+      log_warning("rank " + std::to_string(rank_) + ": no node left holds a snapshot of rank " +
+                  std::to_string(c % old_world) + "'s part of generation " + std::to_string(gen) +
+                  " or of any rank holding the same (their nodes were lost); restoring from disk");
+      return -1;
+    }
+    step = std::min(step, newest[c]);
   }
-  const int64_t step = *std::min_element(newest.begin(), newest.end());
-  // Which rank places each old rank's part: the first at or after it around the new world
-  // holding a copy that verifies.
-  std::vector<std::optional<ckpt::LoadedCheckpoint>> held(static_cast<size_t>(old_world));
-  std::vector<int64_t> score(static_cast<size_t>(old_world), 0);
+  if (step == std::numeric_limits<int64_t>::max()) return -1;  // no class: nothing recorded
+  // Which rank places each class: the first at or after its leader around the new world holding
+  // a part of it at the step that verifies.
+  std::map<int, ckpt::LoadedCheckpoint> held;  // by old rank
+  std::vector<int> from(C, -1);                // the old rank whose part this rank would place
+  std::vector<int64_t> score(C, 0);
   for (const Part& p : parts) {
-    if (p.step != step || held[p.old_rank]) continue;
+    if (p.step != step || held.count(p.old_rank) != 0) continue;
     StatusOr<ckpt::LoadedCheckpoint> ck = ckpt::read_checkpoint(p.path);
     if (!ck.ok()) {
       log_warning("rank " + std::to_string(rank_) + ": snapshot " + p.path +
                   " unusable: " + ck.status().message());
       continue;
     }
-    held[p.old_rank] = std::move(*ck);
-    score[p.old_rank] = W - (rank_ - p.old_rank % W + W) % W;
+    held.emplace(p.old_rank, std::move(*ck));
+    for (int k = 0; k < 2; ++k) {
+      const int64_t c = class_of(k, p);
+      if (c < 0 || from[c] >= 0) continue;
+      from[c] = p.old_rank;
+      score[c] = W - (rank_ - leader[c] % W + W) % W;
+    }
   }
   std::vector<int64_t> best = score;
   CANN_RETURN_IF_ERROR(world_max(best.data(), best.size(), "parts_holders"));
-  for (int64_t r = 0; r < old_world; ++r) {
-    if (best[r] > 0) continue;
-    log_warning("rank " + std::to_string(rank_) + ": no copy of rank " + std::to_string(r) +
-                "'s snapshot of step " + std::to_string(step) + " verifies; restoring from disk");
+  for (size_t c = 0; c < C; ++c) {
+    if (leader[c] != static_cast<int64_t>(c % old_world) || best[c] > 0) continue;
+    log_warning("rank " + std::to_string(rank_) + ": no snapshot of rank " +
+                std::to_string(c % old_world) + "'s part of step " + std::to_string(step) +
+                " verifies; restoring from disk");
     return -1;
   }
-  // Each part into its place in the whole model; the sum over the world assembles it.
+  // Each class's part into its place in the whole model; the sum over the world assembles it.
   ModelParts& model = *run_.model;
   // The new layout's whole model (a data-parallel one holds it as its own).
   const model::ParamTable& full =
       model.model_parallel() != nullptr ? model.full_table() : model.model().table();
   const size_t n = full.total_floats();
   full_state_.assign(3 * n, 0.0f);
-  for (int64_t r = 0; r < old_world; ++r) {
-    if (best[r] != score[r] || !held[r]) continue;
-    const ckpt::LoadedCheckpoint& ck = *held[r];
+  for (size_t c = 0; c < C; ++c) {
+    if (from[c] < 0 || best[c] != score[c]) continue;
+    const ckpt::LoadedCheckpoint& ck = held.at(from[c]);
     auto damaged = [&](const std::string& what) {
       return DataLoss(ck.path + ": " + what +
                       "; hint: the snapshot is damaged: resume from a disk checkpoint with "
@@ -247,7 +459,7 @@ StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copie
     int64_t full_floats = 0;
     try {
       const nlohmann::json parts = nlohmann::json::parse(ck.meta_json).at("node_parts");
-      runs = parts.at("runs").get<std::vector<int64_t>>();
+      runs = parts.at("runs").at(c / old_world).get<std::vector<int64_t>>();
       full_floats = parts.at("full_floats").get<int64_t>();
     } catch (const std::exception& e) {
       return damaged(std::string("no whole-model runs (") + e.what() + ")");
@@ -274,12 +486,13 @@ StatusOr<int> StateKeeper::restore_node_parts(const std::vector<NodeCopy>& copie
                    ->wait(kPartsWait);
     if (!s.ok()) return run_.on_comm_failure(s);
   }
-  // Old rank 0's metadata and optional sections (its sampler, RNG, step-log line, the
-  // optimizer's extra state) from the rank that placed it.
+  // The metadata and optional sections (sampler, RNG, step-log line, the optimizer's extra
+  // state) of the part that placed old rank 0's dense class (rank 0 or a data-parallel
+  // replica of it), from the rank that placed it.
   const int placer = static_cast<int>((W - best[0]) % W);
   std::string blob;
   if (rank_ == placer) {
-    const ckpt::LoadedCheckpoint& ck = *held[0];
+    const ckpt::LoadedCheckpoint& ck = held.at(from[0]);
     nlohmann::json h;
     h["meta"] = ck.meta_json;
     h["path"] = ck.path;

@@ -171,14 +171,10 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
     // Under ep the buffers hold the experts where they now live (--expert-rebalance).
     if (!run_.rank_layout.empty()) object.append(expert_slots_member(model));
     if (run_.node_parts) {
-      // Where the part lands in the whole model (node_parts.cc): a few groups a tensor.
-      std::string runs;
-      for (int64_t v : run_.model->full_runs())
-        runs.append(runs.empty() ? "" : ",").append(std::to_string(v));
-      object.append(",\"node_parts\":{\"world\":" +
-                    std::to_string(run_.world != nullptr ? run_.world->size() : 1) +
-                    ",\"full_floats\":" + std::to_string(run_.model->full_table().total_floats()) +
-                    ",\"runs\":[" + runs + "]}");
+      // Where the part lands in the whole model and who else holds it (node_parts.cc).
+      StatusOr<std::string> parts = plan_node_parts();
+      if (!parts.ok()) return parts.status();
+      object.append("," + *parts);
     }
     object.push_back('}');
     if (!run_.rank_layout.empty())

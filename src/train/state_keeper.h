@@ -203,9 +203,13 @@ class StateKeeper {
   Status world_max(int64_t* v, size_t n, const char* tag);
   // `blob` of rank `root` to every rank (its size first; the transport moves 4-byte words).
   Status broadcast_blob(std::string& blob, int root, const char* tag);
-  // Under RunState::node_parts (node_parts.cc): sends the snapshot `w` to the rank of the same
-  // place on the next node and keeps the one the previous node's sends as that rank's copy, in
-  // this generation's directory. A collective over the world; a no-op on one node.
+  // Under RunState::node_parts (node_parts.cc), once per layout (a collective over the world):
+  // which ranks hold the same parts (replica classes) and which of them must send a copy to the
+  // next node; returns the snapshots' metadata member that records it.
+  StatusOr<std::string> plan_node_parts();
+  // Sends the snapshot `w` to the rank of the same place on the next node, where the plan says
+  // so, and keeps the one the previous node's rank sends as that rank's copy, in this
+  // generation's directory. A collective over the world when any rank sends; else a no-op.
   Status copy_to_next_node(const ckpt::CheckpointWrite& w);
   // The state of a new generation from the node-parts copies of generation `gen` this node
   // holds (`copies`; those of old ranks congruent to this local rank): the committed step's
@@ -217,6 +221,10 @@ class StateKeeper {
     int generation = -1;
     int rank = -1;      // a node part's old rank; -1: a copy of the whole state
     int64_t world = 0;  // a node part's old world size
+    // A node part's replica classes (plan_node_parts): per kind (dense, experts), each old
+    // rank's class leader, kind-major; -1: the rank holds none of that kind.
+    std::vector<int64_t> leaders;
+    int kinds = 0;  // bit k: the part carries kind k's elements (a packed copy may not)
     std::string path;
   };
   // The node's copies whose metadata reads (the newest step first).
@@ -247,6 +255,13 @@ class StateKeeper {
     std::vector<int32_t> out, in;
   };
   NodeCopyBuffers copy_;
+  // plan_node_parts's answer for the bound layout: whether each rank sends its part to the next
+  // node (the one rank of a replica class that lives on one node only), empty: not planned.
+  std::vector<char> node_sends_;
+  // Where this rank's copy carries only some of its kinds: the runs of its buffers to pack
+  // (model::full_run_groups form), and the packed part's runs per kind as JSON; empty: whole.
+  std::vector<int64_t> node_pack_;
+  std::string node_copy_runs_;
   // The writers of the copies other ranks send (one per directory: <root>/rank<sender>), kept
   // so that a copy costs a memory copy into a mapped slot, as the rank's own snapshot does.
   std::map<std::string, std::unique_ptr<ckpt::SnapshotWriter>> copy_writers_;
