@@ -703,8 +703,8 @@ def node_layout_report(a, runs, v):
                 f"loss (median; under 2.5 s)")
         lost = max(r["steps_lost"] for r in rows)
         v.judge(lost <= 1, f"node loss under {strategy}: at most {lost} step(s) lost (at most 1)")
-    print(f"snapshots on two nodes (each rank's part, a copy on the other node): a snapshot "
-          f"every step against none, {a.repeats} rounds, back to back; end to end (wall time "
+    print(f"snapshots on two nodes (each rank's part, copied to the other node where only one "
+          f"node holds it): a snapshot every step against none, {a.repeats} rounds, back to back; end to end (wall time "
           f"per step from the 10th step, medians) and per round (median iterations' ratio); "
           f"no peer: torchrun's DDP has no model-parallel layout to snapshot")
     print(f"{'launched as':<12s} {'with ms':>22} {'none ms':>22}  end to end  per round")
