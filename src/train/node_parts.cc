@@ -75,6 +75,13 @@ std::vector<int32_t> as_words(const std::string& text) {
   return words;
 }
 
+// A JSON array of integers.
+std::string int_array(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out.append(i == 0 ? "" : ",").append(std::to_string(v[i]));
+  return out + "]";
+}
+
 }  // namespace
 
 StatusOr<std::string> StateKeeper::plan_node_parts() {
@@ -154,37 +161,22 @@ StatusOr<std::string> StateKeeper::plan_node_parts() {
   if (node_sends_[rank_] != 0 &&
       ((!runs[0].empty() && !sent[0]) || (!runs[1].empty() && !sent[1]))) {
     int64_t at = 0;
-    node_copy_runs_ = "[";
+    std::vector<int64_t> packed[2];
     for (int k = 0; k < 2; ++k) {
-      node_copy_runs_.append(k == 0 ? "[" : ",[");
-      if (sent[k]) {
-        for (size_t g = 0; g + 6 <= runs[k].size(); g += 6) {
-          const int64_t* r = &runs[k][g];
-          node_pack_.insert(node_pack_.end(), r, r + 6);
-          for (const int64_t v : {at, r[1], r[2], r[3], r[2], r[5]})
-            node_copy_runs_.append(node_copy_runs_.back() == '[' ? "" : ",")
-                .append(std::to_string(v));
-          at += r[2] * r[3];
-        }
+      if (!sent[k]) continue;
+      for (size_t g = 0; g + 6 <= runs[k].size(); g += 6) {
+        const int64_t* r = &runs[k][g];
+        node_pack_.insert(node_pack_.end(), r, r + 6);
+        packed[k].insert(packed[k].end(), {at, r[1], r[2], r[3], r[2], r[5]});
+        at += r[2] * r[3];
       }
-      node_copy_runs_.push_back(']');
     }
-    node_copy_runs_.push_back(']');
+    node_copy_runs_ = "[" + int_array(packed[0]) + "," + int_array(packed[1]) + "]";
   }
-  std::string member = "\"node_parts\":{\"world\":" + std::to_string(W) +
-                       ",\"full_floats\":" + std::to_string(model.full_table().total_floats()) +
-                       ",\"runs\":[";
-  for (int k = 0; k < 2; ++k) {
-    member.append(k == 0 ? "[" : ",[");
-    for (size_t i = 0; i < runs[k].size(); ++i)
-      member.append(i == 0 ? "" : ",").append(std::to_string(runs[k][i]));
-    member.push_back(']');
-  }
-  member.append("],\"leaders\":[");
-  for (size_t i = 0; i < leaders.size(); ++i)
-    member.append(i == 0 ? "" : ",").append(std::to_string(leaders[i]));
-  member.append("]}");
-  return member;
+  return "\"node_parts\":{\"world\":" + std::to_string(W) +
+         ",\"full_floats\":" + std::to_string(model.full_table().total_floats()) + ",\"runs\":[" +
+         int_array(runs[0]) + "," + int_array(runs[1]) + "],\"leaders\":" + int_array(leaders) +
+         "}";
 }
 
 Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
