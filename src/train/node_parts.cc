@@ -122,6 +122,7 @@ StatusOr<std::string> StateKeeper::plan_node_parts() {
   std::vector<int64_t> leaders(2 * static_cast<size_t>(W), -1);
   bool sent[2] = {false, false};  // this rank's kinds that its copy carries
   node_sends_.assign(static_cast<size_t>(W), 0);
+  copy_.exchange.reset();       // the copies' sizes are asked for again under the new plan
   int classes = 0, copied = 0;  // classes, and those on one node (their leader sends a copy)
   for (int k = 0; k < 2; ++k) {
     for (int r = 0; r < W; ++r) {
@@ -179,7 +180,7 @@ StatusOr<std::string> StateKeeper::plan_node_parts() {
          "}";
 }
 
-Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
+Status StateKeeper::start_copy_to_next_node(const ckpt::CheckpointWrite& w) {
   comm::Group* world = run_.world;
   const int W = world != nullptr ? world->size() : 1, L = local_world_;
   if (W <= L || W % L != 0) return OkStatus();  // one node: its own copies are all there is
@@ -193,7 +194,7 @@ Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
   // One exchange over the world, each sending rank's words to one rank: a collective, so that
   // a peer lost meanwhile fails it on every rank as promptly as the step's own collectives.
   std::vector<int32_t>& out = copy_.out;
-  out.clear();
+  out.assign(NodeCopyExchange::kPrefixWords, 0);
   size_t header_words = 0;
   if (sends) {
     // The parameters and moments whole, or packed to the kinds the copy carries (the plan's
@@ -217,8 +218,9 @@ Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
         return Internal(std::string("snapshot metadata without its parts: ") + e.what());
       }
     }
-    out = as_words(header_of(sent));
-    header_words = out.size();
+    const std::vector<int32_t> header = as_words(header_of(sent));
+    out.insert(out.end(), header.begin(), header.end());
+    header_words = header.size();
     for (const ckpt::SectionView& s : w.sections) {
       if (s.bytes % 4 != 0)
         return Internal("snapshot section " + s.name + " is not a whole number of words");
@@ -243,39 +245,34 @@ Status StateKeeper::copy_to_next_node(const ckpt::CheckpointWrite& w) {
       if (s.bytes > 0) std::memcpy(out.data() + at, s.data, s.bytes);
     }
   }
-  std::vector<int64_t> sizes_out(2 * static_cast<size_t>(W), 0), sizes_in(sizes_out.size(), 0);
-  sizes_out[2 * to] = static_cast<int64_t>(header_words);
-  sizes_out[2 * to + 1] = static_cast<int64_t>(out.size());
-  if (Status s = world->alltoall(sizes_in.data(), sizes_out.data(), 2, comm::DataType::kInt64, opts)
-                     ->wait(kPartsWait);
+  if (Status s = copy_.exchange.start(*world, to, from, sends, receives, out, header_words,
+                                      copy_.in, opts, kPartsWait);
       !s.ok())
     return failed(s);
-  const int64_t header_in = sizes_in[2 * from], words_in = sizes_in[2 * from + 1];
-  if (!receives ? words_in != 0
-                : header_in <= 0 || words_in < header_in || words_in > (int64_t{1} << 38))
-    return failed(DataLoss("rank " + std::to_string(from) + " announced a snapshot copy of " +
-                           std::to_string(words_in) + " words, " + std::to_string(header_in) +
-                           " of them its header"));
-  std::vector<size_t> in_counts(static_cast<size_t>(W), 0), out_counts(in_counts);
-  in_counts[to] = out.size();
-  out_counts[from] = static_cast<size_t>(words_in);
-  std::vector<int32_t>& in = copy_.in;
-  in.assign(static_cast<size_t>(words_in), 0);
-  if (Status s = world
-                     ->alltoallv(in.data(), out_counts, out.data(), in_counts,
-                                 comm::DataType::kInt32, opts)
-                     ->wait(kPartsWait);
-      !s.ok())
-    return failed(s);
+  copy_.under_way = true;
+  return OkStatus();
+}
+
+Status StateKeeper::finish_copy_to_next_node() {
+  if (!copy_.under_way) return OkStatus();
+  copy_.under_way = false;
+  const int W = run_.world->size(), L = local_world_;
+  const int from = (rank_ - L + W) % W;
+  const bool receives = node_sends_[from] != 0;
+  if (Status s = copy_.exchange.finish(kPartsWait); !s.ok()) return run_.on_comm_failure(s);
   if (!receives) return OkStatus();
+  const std::vector<int32_t>& in = copy_.in;
+  auto failed = [this](const Status& s) { return run_.on_comm_failure(s); };
   ckpt::CheckpointWrite copy;
   try {
-    std::string text(reinterpret_cast<const char*>(in.data()), static_cast<size_t>(header_in) * 4);
+    const size_t header_at = NodeCopyExchange::kPrefixWords;
+    const size_t header_in = static_cast<size_t>(copy_.exchange.received_header_words());
+    std::string text(reinterpret_cast<const char*>(in.data() + header_at), header_in * 4);
     text.resize(std::strlen(text.c_str()));  // the words' padding
     const nlohmann::json h = nlohmann::json::parse(text);
     copy.step = h.at("step").get<int64_t>();
     copy.meta_json = h.at("meta").get<std::string>();
-    size_t at = static_cast<size_t>(header_in);
+    size_t at = header_at + header_in;
     for (const auto& e : h.at("sections")) {
       const size_t bytes = e.at(1).get<size_t>();
       if (bytes % 4 != 0 || at + bytes / 4 > in.size())

@@ -195,17 +195,16 @@ Status StateKeeper::keep(int done, const std::string& step_log) {
       w.sections[i].word_sum = word_sum_finish(sums_.parts[i]);
     }
   }
+  // The same bytes to the next node, whether or not this rank's own copy can be written: the
+  // transfer starts first and runs while the own copy is written.
+  Status copy = run_.node_parts ? start_copy_to_next_node(w) : OkStatus();
   // A snapshot that cannot be written leaves the previous ones: the committed step lags, no
   // more; training goes on.
   Status s = snapshot(w);
   if (!s.ok()) log_warning(s.message());
   if (s.ok() && placed_) live_.published = true;
-  if (run_.node_parts) {
-    // The same bytes to the next node, whether or not this copy could be written.
-    s = copy_to_next_node(w);
-    if (!s.ok()) return s;
-  }
-  return OkStatus();
+  if (copy.ok()) copy = finish_copy_to_next_node();
+  return copy;
 }
 
 StatusOr<OptimizerSnapshot> StateKeeper::gathered_state() {

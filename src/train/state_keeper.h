@@ -54,6 +54,7 @@
 #include "train/config.h"
 #include "train/heartbeat.h"
 #include "train/model_parts.h"
+#include "train/node_copy_exchange.h"
 
 namespace cann::comm {
 class Store;
@@ -207,10 +208,12 @@ class StateKeeper {
   // which ranks hold the same parts (replica classes) and which of them must send a copy to the
   // next node; returns the snapshots' metadata member that records it.
   StatusOr<std::string> plan_node_parts();
-  // Sends the snapshot `w` to the rank of the same place on the next node, where the plan says
-  // so, and keeps the one the previous node's rank sends as that rank's copy, in this
-  // generation's directory. A collective over the world when any rank sends; else a no-op.
-  Status copy_to_next_node(const ckpt::CheckpointWrite& w);
+  // Starts sending the snapshot `w` to the rank of the same place on the next node, where the
+  // plan says so (a collective over the world when any rank sends; else a no-op), and
+  // finish_copy_to_next_node() keeps the one the previous node's rank sends as that rank's
+  // copy, in this generation's directory. The rank's own snapshot is written in between.
+  Status start_copy_to_next_node(const ckpt::CheckpointWrite& w);
+  Status finish_copy_to_next_node();
   // The state of a new generation from the node-parts copies of generation `gen` this node
   // holds (`copies`; those of old ranks congruent to this local rank): the committed step's
   // parts placed
@@ -253,6 +256,8 @@ class StateKeeper {
   // copy_to_next_node's buffers, kept between snapshots: what it sends and receives.
   struct NodeCopyBuffers {
     std::vector<int32_t> out, in;
+    NodeCopyExchange exchange;  // the sizes both sides expect (reset by plan_node_parts)
+    bool under_way = false;     // started, not finished
   };
   NodeCopyBuffers copy_;
   // plan_node_parts's answer for the bound layout: whether each rank sends its part to the next
