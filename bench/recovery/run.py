@@ -705,17 +705,21 @@ def node_layout_report(a, runs, v):
         v.judge(lost <= 1, f"node loss under {strategy}: at most {lost} step(s) lost (at most 1)")
     print(f"snapshots on two nodes (each rank's part, copied to the other node where only one "
           f"node holds it): a snapshot every step against none, {a.repeats} rounds, back to back; end to end (wall time "
-          f"per step from the 10th step, medians) and per round (median iterations' ratio); "
-          f"no peer: torchrun's DDP has no model-parallel layout to snapshot")
-    print(f"{'launched as':<12s} {'with ms':>22} {'none ms':>22}  end to end  per round")
+          f"per step from the 10th step, medians), per round (median iterations' ratio), and "
+          f"rank 0's added time between steps (its share of the step); no peer: torchrun's DDP "
+          f"has no model-parallel layout to snapshot")
+    print(f"{'launched as':<12s} {'with ms':>22} {'none ms':>22}  end to end  "
+          f"{'per round':<24s}between steps  share")
     for strategy, both in runs.items():
         r = both["snapshots"]
         e2e = (statistics.median(r["snap"]) / statistics.median(r["none"]) - 1) * 100
         cost = (statistics.median(r["ratios"]) - 1) * 100
         lo, hi = (min(r["ratios"]) - 1) * 100, (max(r["ratios"]) - 1) * 100
+        share = r["own_ms"] / r["step_ms"] * 100
+        round_text = f"{cost:+.1f}% ({lo:+.1f}..{hi:+.1f}%)"
         print(f"{strategy:<12s} {spread([1e3 * x for x in r['snap']], '{:.2f}'):>22} "
               f"{spread([1e3 * x for x in r['none']], '{:.2f}'):>22}  {e2e:+9.1f}%  "
-              f"{cost:+.1f}% ({lo:+.1f}..{hi:+.1f}%)")
+              f"{round_text:<24s}{r['own_ms']:8.3f} ms  {share:4.1f}%")
         v.judge(e2e <= 2.0, f"two nodes under {strategy}: a snapshot every step costs "
                 f"{e2e:+.1f}% end to end (at most 2%)")
     return all(r["valid"] for both in runs.values() for r in both["losses"])
