@@ -64,12 +64,28 @@ def commit():
     return r.stdout.strip() + ("+changes" if dirty else "")
 
 
+def cpu_times():
+    """The whole machine's CPU time so far from /proc/stat: (total, steal) in clock ticks; steal
+    is what the hypervisor gave to other guests while this one had work to run. None where the
+    kernel does not say."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:9]]
+        return sum(ticks), ticks[7]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class LoadLog:
-    """The 1-minute load average at the start and after each run."""
+    """The 1-minute load average at the start and after each run, and the share of the cores'
+    time the hypervisor stole over the whole benchmark (a neighbour's load, which the load
+    average does not show)."""
 
     def __init__(self):
         self.start = os.getloadavg()[0]
         self.after = []
+        self.ticks = cpu_times()
 
     def mark(self):
         self.after.append(os.getloadavg()[0])
@@ -77,9 +93,14 @@ class LoadLog:
     def line(self, busy):
         """busy: the processes the benchmark itself keeps running (its ranks)."""
         worst = max(self.after, default=self.start)
-        return (f"1-minute load average {self.start:.2f} at the start, at most {worst:.2f} after "
+        text = (f"1-minute load average {self.start:.2f} at the start, at most {worst:.2f} after "
                 f"a run ({os.cpu_count()} cores; above the benchmark's own {busy} means other "
                 f"work shared the cores)")
+        now = cpu_times()
+        if self.ticks is not None and now is not None and now[0] > self.ticks[0]:
+            stolen = (now[1] - self.ticks[1]) / (now[0] - self.ticks[0]) * 100
+            text += f"; {stolen:.1f}% of the cores' time stolen by the hypervisor"
+        return text
 
 
 class Verdicts:
