@@ -26,6 +26,15 @@ std::vector<int32_t> frame(int r, int call, size_t header, size_t body) {
   return f;
 }
 
+// One exchange as the engine runs it: started, then finished.
+Status exchange(NodeCopyExchange& x, comm::Group& g, int to, int from, bool sends, bool receives,
+                std::vector<int32_t>& out, size_t header, std::vector<int32_t>& in,
+                const comm::Options& opts, std::chrono::milliseconds wait) {
+  if (Status s = x.start(g, to, from, sends, receives, out, header, in, opts, wait); !s.ok())
+    return s;
+  return x.finish(wait);
+}
+
 struct Call {
   size_t header, body;
 };
@@ -50,7 +59,7 @@ void exchange_all(int world, int per_node, const std::vector<bool>& sends,
           comm::Options opts;
           opts.timeout = 20s;
           const Status s =
-              x.run(g, to, from, sends[r], sends[from], out, calls[c].header, in, opts, 30s);
+              exchange(x, g, to, from, sends[r], sends[from], out, calls[c].header, in, opts, 30s);
           ASSERT_TRUE(s.ok()) << "rank " << r << " call " << c << ": " << s.message();
           if (!sends[from]) {
             EXPECT_EQ(x.received_words(), 0);
@@ -110,7 +119,7 @@ TEST(NodeCopyExchange, ResetAsksForTheSizesAgain) {
       const size_t body = call == 2 ? 50000 : 100;
       out = frame(r, call, 4, body);
       if (call == 2) x.reset();
-      ASSERT_TRUE(x.run(g, 1 - r, 1 - r, true, true, out, 4, in, opts, 30s).ok());
+      ASSERT_TRUE(exchange(x, g, 1 - r, 1 - r, true, true, out, 4, in, opts, 30s).ok());
       ASSERT_EQ(in.size(), NodeCopyExchange::kPrefixWords + 4 + body);
       EXPECT_EQ(in.back(), frame(1 - r, call, 4, body).back());
     }
@@ -121,7 +130,7 @@ TEST(NodeCopyExchange, AFrameWithoutItsHeaderIsRefusedBeforeAnyCollective) {
   test::run_group("gloo", 1, [&](int, comm::Group& g) {
     NodeCopyExchange x;
     std::vector<int32_t> out(NodeCopyExchange::kPrefixWords + 2, 0), in;
-    const Status s = x.run(g, 0, 0, true, true, out, 5, in, {}, 1s);
+    const Status s = exchange(x, g, 0, 0, true, true, out, 5, in, {}, 1s);
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find("cannot hold its 5-word header"), std::string::npos) << s.message();
   });

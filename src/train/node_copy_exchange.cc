@@ -24,7 +24,7 @@ Status NodeCopyExchange::start(comm::Group& world, int to, int from, bool sends,
                                std::vector<int32_t>& out, size_t header_words,
                                std::vector<int32_t>& in, const comm::Options& opts,
                                std::chrono::milliseconds wait) {
-  pending_.reset();
+  flight_.reset();
   const size_t W = static_cast<size_t>(world.size());
   const size_t n_out = sends ? out.size() : 0;
   if (sends) {
@@ -56,61 +56,60 @@ Status NodeCopyExchange::start(comm::Group& world, int to, int from, bool sends,
   std::vector<size_t> in_counts(W, 0), out_counts(W, 0);
   in_counts[static_cast<size_t>(to)] = send_n;
   out_counts[static_cast<size_t>(from)] = recv_n;
-  pending_ =
-      world.alltoallv(in.data(), out_counts, out.data(), in_counts, comm::DataType::kInt32, opts);
-  world_ = &world;
-  to_ = to;
-  from_ = from;
-  sends_ = sends;
-  receives_ = receives;
-  n_out_ = n_out;
-  send_n_ = send_n;
-  recv_n_ = recv_n;
-  out_ = &out;
-  in_ = &in;
-  opts_ = opts;
+  flight_ = Flight{
+      world.alltoallv(in.data(), out_counts, out.data(), in_counts, comm::DataType::kInt32, opts),
+      &world,
+      to,
+      from,
+      sends,
+      receives,
+      n_out,
+      send_n,
+      recv_n,
+      &out,
+      &in,
+      opts};
   return OkStatus();
 }
 
 Status NodeCopyExchange::finish(std::chrono::milliseconds wait) {
-  if (!pending_) return FailedPrecondition("no snapshot copy under way");
-  const std::shared_ptr<comm::Work> frames = std::move(pending_);
-  if (Status s = frames->wait(wait); !s.ok()) return s;
-  comm::Group& world = *world_;
-  const int to = to_, from = from_;
-  const bool sends = sends_, receives = receives_;
-  const size_t n_out = n_out_, send_n = send_n_, recv_n = recv_n_;
-  std::vector<int32_t>& out = *out_;
-  std::vector<int32_t>& in = *in_;
-  const comm::Options& opts = opts_;
+  if (!flight_) return FailedPrecondition("no snapshot copy under way");
+  const Flight f = std::move(*flight_);
+  flight_.reset();
+  received_from_ = -1;
+  if (Status s = f.frames->wait(wait); !s.ok()) return s;
+  std::vector<int32_t>& in = *f.in;
   words_in_ = header_in_ = 0;
-  if (receives) {
+  if (f.receives) {
     int64_t prefix[2];
     std::memcpy(prefix, in.data(), sizeof(prefix));
     if (prefix[0] < static_cast<int64_t>(kPrefixWords) + 1 || prefix[0] > kMaxWords ||
         prefix[1] <= 0 || prefix[1] > prefix[0] - static_cast<int64_t>(kPrefixWords))
-      return announced(from, prefix[0], prefix[1]);
+      return announced(f.from, prefix[0], prefix[1]);
     words_in_ = prefix[0];
     header_in_ = prefix[1];
   }
   // What did not fit the capacity, point to point: the receive first, so neither side waits on
   // the other's turn.
   std::shared_ptr<comm::Work> rest_in, rest_out;
-  if (receives && static_cast<size_t>(words_in_) > recv_n) {
+  if (f.receives && static_cast<size_t>(words_in_) > f.recv_n) {
     in.resize(static_cast<size_t>(words_in_));
-    rest_in = world.recv(in.data() + recv_n, in.size() - recv_n, comm::DataType::kInt32, from,
-                         kRestTag, opts);
+    rest_in = f.world->recv(in.data() + f.recv_n, in.size() - f.recv_n, comm::DataType::kInt32,
+                            f.from, kRestTag, f.opts);
   }
-  if (sends && n_out > send_n)
-    rest_out =
-        world.send(out.data() + send_n, n_out - send_n, comm::DataType::kInt32, to, kRestTag, opts);
+  if (f.sends && f.n_out > f.send_n)
+    rest_out = f.world->send(f.out->data() + f.send_n, f.n_out - f.send_n, comm::DataType::kInt32,
+                             f.to, kRestTag, f.opts);
   for (const auto& w : {rest_in, rest_out})
     if (w)
       if (Status s = w->wait(wait); !s.ok()) return s;
-  if (receives) in.resize(static_cast<size_t>(words_in_));
+  if (f.receives) {
+    in.resize(static_cast<size_t>(words_in_));
+    received_from_ = f.from;
+  }
   // Both sides of each pair know the true size now: the next copy's capacity.
-  cap_out_ = sends ? n_out + kMarginWords : 0;
-  cap_in_ = receives ? static_cast<size_t>(words_in_) + kMarginWords : 0;
+  cap_out_ = f.sends ? f.n_out + kMarginWords : 0;
+  cap_in_ = f.receives ? static_cast<size_t>(words_in_) + kMarginWords : 0;
   return OkStatus();
 }
 

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/group.h"
@@ -47,36 +48,36 @@ class NodeCopyExchange {
   Status start(comm::Group& world, int to, int from, bool sends, bool receives,
                std::vector<int32_t>& out, size_t header_words, std::vector<int32_t>& in,
                const comm::Options& opts, std::chrono::milliseconds wait);
-  // Completes it: on success `in` holds the received frame, its true length, and
-  // received_header_words()/received_words() its prefix.
+  // Whether a started exchange waits for finish().
+  bool under_way() const { return flight_.has_value(); }
+  // Completes it: on success `in` holds the received frame, its true length, and the accessors
+  // below describe it.
   Status finish(std::chrono::milliseconds wait);
-  // Both.
-  Status run(comm::Group& world, int to, int from, bool sends, bool receives,
-             std::vector<int32_t>& out, size_t header_words, std::vector<int32_t>& in,
-             const comm::Options& opts, std::chrono::milliseconds wait) {
-    if (Status s = start(world, to, from, sends, receives, out, header_words, in, opts, wait);
-        !s.ok())
-      return s;
-    return finish(wait);
-  }
 
-  // The received frame's prefix (valid after a run that received).
+  // The last finished exchange's received frame: the rank it came from (-1: none arrived) and
+  // its prefix.
+  int received_from() const { return received_from_; }
   int64_t received_header_words() const { return header_in_; }
   int64_t received_words() const { return words_in_; }
 
  private:
+  // An exchange between start() and finish().
+  struct Flight {
+    std::shared_ptr<comm::Work> frames;
+    comm::Group* world = nullptr;
+    int to = 0, from = 0;
+    bool sends = false, receives = false;
+    size_t n_out = 0, send_n = 0, recv_n = 0;  // the frame's words, those sent, those received
+    std::vector<int32_t>* out = nullptr;
+    std::vector<int32_t>* in = nullptr;
+    comm::Options opts;
+  };
+
   bool known_ = false;
   size_t cap_out_ = 0, cap_in_ = 0;  // words both sides of each pair expect next time
+  std::optional<Flight> flight_;
+  int received_from_ = -1;
   int64_t header_in_ = 0, words_in_ = 0;
-  // The exchange under way (start() to finish()).
-  std::shared_ptr<comm::Work> pending_;
-  comm::Group* world_ = nullptr;
-  int to_ = 0, from_ = 0;
-  bool sends_ = false, receives_ = false;
-  size_t n_out_ = 0, send_n_ = 0, recv_n_ = 0;
-  std::vector<int32_t>* out_ = nullptr;
-  std::vector<int32_t>* in_ = nullptr;
-  comm::Options opts_;
 };
 
 }  // namespace cann::train

@@ -68,11 +68,13 @@ std::string header_of(const ckpt::CheckpointWrite& w) {
   return h.dump();
 }
 
-// 4-byte words: what the transport moves.
-std::vector<int32_t> as_words(const std::string& text) {
-  std::vector<int32_t> words((text.size() + 3) / 4, 0);
-  if (!text.empty()) std::memcpy(words.data(), text.data(), text.size());
-  return words;
+// Appends `text` to `words` as 4-byte words (what the transport moves), zero-padded; returns
+// how many words it took.
+size_t append_words(const std::string& text, std::vector<int32_t>& words) {
+  const size_t at = words.size(), n = (text.size() + 3) / 4;
+  words.resize(at + n, 0);
+  if (!text.empty()) std::memcpy(words.data() + at, text.data(), text.size());
+  return n;
 }
 
 // A JSON array of integers.
@@ -218,9 +220,7 @@ Status StateKeeper::start_copy_to_next_node(const ckpt::CheckpointWrite& w) {
         return Internal(std::string("snapshot metadata without its parts: ") + e.what());
       }
     }
-    const std::vector<int32_t> header = as_words(header_of(sent));
-    out.insert(out.end(), header.begin(), header.end());
-    header_words = header.size();
+    header_words = append_words(header_of(sent), out);
     for (const ckpt::SectionView& s : w.sections) {
       if (s.bytes % 4 != 0)
         return Internal("snapshot section " + s.name + " is not a whole number of words");
@@ -249,18 +249,14 @@ Status StateKeeper::start_copy_to_next_node(const ckpt::CheckpointWrite& w) {
                                       copy_.in, opts, kPartsWait);
       !s.ok())
     return failed(s);
-  copy_.under_way = true;
   return OkStatus();
 }
 
 Status StateKeeper::finish_copy_to_next_node() {
-  if (!copy_.under_way) return OkStatus();
-  copy_.under_way = false;
-  const int W = run_.world->size(), L = local_world_;
-  const int from = (rank_ - L + W) % W;
-  const bool receives = node_sends_[from] != 0;
+  if (!copy_.exchange.under_way()) return OkStatus();
   if (Status s = copy_.exchange.finish(kPartsWait); !s.ok()) return run_.on_comm_failure(s);
-  if (!receives) return OkStatus();
+  const int from = copy_.exchange.received_from();
+  if (from < 0) return OkStatus();
   const std::vector<int32_t>& in = copy_.in;
   auto failed = [this](const Status& s) { return run_.on_comm_failure(s); };
   ckpt::CheckpointWrite copy;

@@ -257,7 +257,6 @@ class StateKeeper {
   struct NodeCopyBuffers {
     std::vector<int32_t> out, in;
     NodeCopyExchange exchange;  // the sizes both sides expect (reset by plan_node_parts)
-    bool under_way = false;     // started, not finished
   };
   NodeCopyBuffers copy_;
   // plan_node_parts's answer for the bound layout: whether each rank sends its part to the next
