@@ -6,6 +6,7 @@
 
 #include "plan/cluster.h"
 #include "plan/comm_model.h"
+#include "plan/gemm_model.h"
 
 namespace cann::plan {
 namespace {
@@ -159,6 +160,26 @@ TEST(PlanClusterTest, GemmTileDefaultsByPrecisionAndTheThinTableIsRead) {
   EXPECT_EQ(thin->device.gemm_efficiency_by_min_dim, want);
   ASSERT_EQ(thin->device.bf16_gemm_efficiency_by_min_dim.size(), 1u);
   EXPECT_EQ(thin->device.bf16_gemm_efficiency_by_min_dim[0].second, 0.25);
+}
+
+TEST(PlanClusterTest, ElementwiseKernelsGoAtTheirOwnRateWhereMeasured) {
+  const std::string head =
+      "nodes: 1\ndevices_per_node: 2\ndevice: {peak_tflops: 0.2, memory_gb: 8, "
+      "memory_bandwidth_GBps: 40, memory_efficiency: 1.0";
+  const std::string links = "}\nintra_node: {bandwidth_GBps: 8}\ninter_node: {bandwidth_GBps: 1}\n";
+  auto plain = parse_cluster_spec(head + links, "c.yaml");
+  auto measured = parse_cluster_spec(head + ", elementwise_GBps: 10" + links, "c.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  ASSERT_TRUE(measured.ok()) << measured.status().message();
+  EXPECT_EQ(plain->device.elementwise_GBps, 0);
+  EXPECT_EQ(measured->device.elementwise_GBps, 10);
+  // 1 GB: at the copy rate without the key; at the kernels' own with it, where the optimizer's
+  // stream keeps the copy rate.
+  EXPECT_DOUBLE_EQ(elementwise_seconds(plain->device, 1e9), 1.0 / 40);
+  EXPECT_DOUBLE_EQ(elementwise_seconds(measured->device, 1e9), 1.0 / 10);
+  EXPECT_DOUBLE_EQ(stream_seconds(measured->device, 1e9), 1.0 / 40);
+  auto negative = parse_cluster_spec(head + ", elementwise_GBps: -1" + links, "c.yaml");
+  EXPECT_FALSE(negative.ok());
 }
 
 TEST(PlanCommTest, MembersPerNodeFollowTheRankLayout) {

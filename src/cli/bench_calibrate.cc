@@ -21,8 +21,11 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "elastic/agent.h"
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/residual.h"
 #include "plan/cluster.h"
 #include "train/distributed.h"
 
@@ -41,6 +44,9 @@ constexpr GemmShape kShapes[] = {
 // them (device.gemm_efficiency_by_min_dim).
 constexpr int kThinDims[] = {16, 32, 64, 128, 256};
 constexpr int kThinOther = 256;
+// The spread judged per measurement is named by an index: a shape's, kShapes' size for the
+// copy, after it the thin GEMMs', and last the elementwise kernels'.
+constexpr int kElementwiseMeasure = static_cast<int>(std::size(kShapes) + 1 + std::size(kThinDims));
 
 // The rate of the two GEMMs thin in `dim` (same FLOPs each): together, their harmonic mean.
 double thin_gemm_gflops(int dim) {
@@ -57,6 +63,53 @@ double copy_GBps() {
   const double t0 = now_seconds();
   for (int r = 0; r < reps; ++r) std::memcpy((r % 2 ? a : b).data(), (r % 2 ? b : a).data(), bytes);
   return 2.0 * bytes * reps / (now_seconds() - t0) / 1e9;
+}
+
+// The rate, GB/s, at which the engine's elementwise kernels move the bytes the planner counts
+// for them (plan/layer_cost*.cc, bf16 bytes per element doubled for fp32): one GPT block's set
+// for 1024 tokens of width 256 and an MLP of 1024, each in the proportion a block runs it: two
+// layernorms forward (8 bytes an element) and backward (12), the GeLU forward (8) and backward
+// (12), two residual adds (12). Their operands fit in the core's caches, as a layer's do at the
+// micro-batches the engine trains, so what bounds them is their arithmetic (tanh, rsqrt), not
+// memory: on the family 26 EPYC about a third of the copy rate.
+double elementwise_GBps() {
+  constexpr int N = 1024, C = 256, F = 1024;
+  std::vector<float> x(static_cast<size_t>(N) * C), y(x.size()), dy(x.size()), dx(x.size());
+  std::vector<float> h(static_cast<size_t>(N) * F), g(h.size()), dg(h.size()), dh(h.size());
+  std::vector<float> w(C, 1.0f), b(C, 0.0f), dw(C), db(C), mean(N), rstd(N);
+  // Values spread over the GeLU's curved range and the norms' usual scale.
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) / 24.0f - 2.0f;
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(i % 89) / 22.0f - 2.0f;
+  std::fill(dy.begin(), dy.end(), 0.01f);
+  std::fill(dg.begin(), dg.end(), 0.01f);
+  auto block = [&] {
+    for (int i = 0; i < 2; ++i)
+      kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                                 N, C);
+    kernels::gelu_forward(g.data(), h.data(), h.size());
+    for (int i = 0; i < 2; ++i) kernels::residual_forward(dx.data(), x.data(), y.data(), x.size());
+    kernels::gelu_backward(dh.data(), h.data(), dg.data(), h.size());
+    for (int i = 0; i < 2; ++i)
+      kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                                  mean.data(), rstd.data(), N, C);
+  };
+  const double bytes = (2.0 * 8 + 2.0 * 12 + 2.0 * 12) * N * C + (8.0 + 12.0) * N * F;
+  block();
+  int reps = 0;
+  const double t0 = now_seconds();
+  do {
+    block();
+    ++reps;
+  } while (now_seconds() - t0 < 0.1);
+  return bytes * reps / (now_seconds() - t0) / 1e9;
+}
+
+// Busy for `seconds` on GEMMs: after idling, the processor takes about 0.2 s to reach its
+// working clock (the first 0.1-0.2 s of GEMMs ran 25-40% slower than the rest on the family 26
+// EPYC), so no measurement may start on a cold core.
+void warm_up(double seconds) {
+  const double t0 = now_seconds();
+  while (now_seconds() - t0 < seconds) gemm_gflops(512, 512, 512);
 }
 
 // Average seconds of an all-reduce of `count` floats, the slowest rank's.
@@ -184,6 +237,10 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
   // The shapes, then the thin ones (which `judge` names by kShapes' size plus 1 + index).
   auto measure_gemms = [&](std::vector<float>* rates, std::vector<float>* thin) {
     for (size_t i = 0; i < std::size(kShapes); ++i) {
+      // A measurement first that is not kept: the first of a shape ran 30-45% slower on the
+      // family 26 EPYC, whatever its warm-up calls (the library's first use of buffers of that
+      // size), which is not what the steps of a run see.
+      gemm_gflops(kShapes[i].m, kShapes[i].n, kShapes[i].k);
       std::vector<double> reps;
       for (int r = 0; r < kRepeats; ++r)
         reps.push_back(gemm_gflops(kShapes[i].m, kShapes[i].n, kShapes[i].k));
@@ -196,6 +253,7 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
           static_cast<float>(judge(reps, static_cast<int>(std::size(kShapes) + 1 + i))));
     }
   };
+  warm_up(0.5);
   std::vector<float> thin;
   measure_gemms(&gemm, &thin);
   // The same shapes with bf16 inputs and fp32 accumulation (`run --precision bf16`), where the
@@ -210,8 +268,12 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
     kernels::release_bf16_gemm_state();
   }
   std::vector<double> copies;
+  copy_GBps();  // not kept, as the GEMMs' first
   for (int r = 0; r < kRepeats; ++r) copies.push_back(copy_GBps());
   float copy = static_cast<float>(judge(copies, static_cast<int>(std::size(kShapes))));
+  std::vector<double> kernel_rates;
+  for (int r = 0; r < kRepeats; ++r) kernel_rates.push_back(elementwise_GBps());
+  float elementwise = static_cast<float>(judge(kernel_rates, kElementwiseMeasure));
   worst[1] = static_cast<float>(
       std::max(0.0, 1 - (process_cpu_seconds() - cpu0) / std::max(now_seconds() - wall0, 1e-9)));
   // Each figure as the average device measured it; the worst spread and share of any device.
@@ -221,6 +283,8 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
           ->wait());
   CANN_RETURN_IF_ERROR(
       shm->allreduce(&copy, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)->wait());
+  CANN_RETURN_IF_ERROR(
+      shm->allreduce(&elementwise, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)->wait());
   CANN_RETURN_IF_ERROR(
       shm->allreduce(thin.data(), thin.size(), comm::DataType::kFloat32, comm::ReduceOp::kAvg)
           ->wait());
@@ -289,6 +353,8 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
            which <= static_cast<int>(std::size(kShapes) + std::size(kThinDims)))
     std::snprintf(what, sizeof(what), "GEMMs thin in %d",
                   kThinDims[which - std::size(kShapes) - 1]);
+  else if (which == kElementwiseMeasure)
+    std::snprintf(what, sizeof(what), "elementwise kernels");
   noise.max_spread_of = what;
   if (P > 1 && widest_of[1] >= 0)
     noise.max_spread_of += " on device " + std::to_string(static_cast<int>(widest_of[1]));
@@ -378,16 +444,18 @@ Status run_calibrate_worker(const train::DistEnv& env, const std::string& output
       "# huge_pages: the kernel backs the engine's buffers (which advise it) with 2 MiB pages,\n"
       "# so each is resident to its last whole page.\n"
       "# gemm_tile 0: oneDNN's sgemm computes no whole output tiles; the thin GEMMs' measured\n"
-      "# fractions of the peak (by the smallest dimension) price small shapes instead.\n";
+      "# fractions of the peak (by the smallest dimension) price small shapes instead.\n"
+      "# elementwise_GBps: the engine's norms, GeLU and residual adds over the bytes the\n"
+      "# planner counts for them (they run from cache, bound by their arithmetic).\n";
   std::snprintf(
       buf, sizeof(buf),
       "name: local\nnodes: 1\ndevices_per_node: %d\n"
       "device: {name: cpu-core, peak_tflops: %.5f, bf16_gemm_tflops: %.5f, memory_gb: %.2f, "
       "memory_bandwidth_GBps: %.2f, tdp_watts: 0, hourly_cost_usd: 0, compute_units: 1, "
-      "gemm_efficiency: 1.0, gemm_tile: 0, memory_efficiency: 1.0, "
+      "gemm_efficiency: 1.0, gemm_tile: 0, memory_efficiency: 1.0, elementwise_GBps: %.2f, "
       "runtime_reserve_GB: %.5f, huge_pages: %s, precision: fp32,\n",
-      P, peak_gflops / 1e3, bf16_gflops / 1e3, mem_total_gb() / P, copy, floor_mib / 1024.0,
-      advised_huge_pages() ? "true" : "false");
+      P, peak_gflops / 1e3, bf16_gflops / 1e3, mem_total_gb() / P, copy, elementwise,
+      floor_mib / 1024.0, advised_huge_pages() ? "true" : "false");
   yaml += buf;
   yaml += "  gemm_efficiency_by_min_dim: " + by_min_dim(thin, peak_gflops);
   if (!thin_bf16.empty())

@@ -103,6 +103,7 @@ plan::ClusterSpec threaded_device(const plan::ClusterSpec& local, int cores, dou
   single.device.bf16_gemm_tflops *= speedup;  // the fp32 speed-up: not measured for bf16
   single.device.memory_gb *= cores;
   single.device.memory_bandwidth_GBps *= std::min<double>(cores, speedup);
+  single.device.elementwise_GBps *= std::min<double>(cores, speedup);
   return single;
 }
 

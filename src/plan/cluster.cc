@@ -289,6 +289,7 @@ StatusOr<ClusterSpec> parse_cluster_spec(const std::string& text_in, const std::
                        {"bf16_gemm_efficiency_by_min_dim",
                         efficiency_by_dim(&d.bf16_gemm_efficiency_by_min_dim, source)},
                        {"memory_efficiency", fraction(&d.memory_efficiency, source)},
+                       {"elementwise_GBps", number(&d.elementwise_GBps, source, true)},
                        {"runtime_reserve_GB", number(&d.runtime_reserve_gb, source, true)},
                        {"huge_pages", boolean(&d.huge_pages, source)},
                        {"overlap_slowdown", fraction(&d.overlap_slowdown, source)},

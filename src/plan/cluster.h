@@ -7,6 +7,8 @@
 //   device.compute_units        SMs / AI cores: GEMM tiles run in waves of this many
 //   device.gemm_efficiency      best measured fraction of peak on large GEMMs ("MAMF")
 //   device.memory_efficiency    fraction of HBM bandwidth streaming kernels reach
+//   device.elementwise_GBps     the elementwise kernels' rate over the bytes counted for them
+//                               (0: memory bandwidth x memory_efficiency; measured on CPUs)
 //   intra_node.topology         switch (NVSwitch: every device has bandwidth_GBps to the
 //                               switch) or full_mesh (HCCS: bandwidth_GBps per peer link)
 //   intra_node/inter_node.efficiency   achieved fraction of link bandwidth in collectives
@@ -100,6 +102,12 @@ struct DeviceSpec {
   std::vector<std::pair<double, double>> gemm_efficiency_by_min_dim;
   std::vector<std::pair<double, double>> bf16_gemm_efficiency_by_min_dim;
   double memory_efficiency = 0.90;
+  // The rate, GB/s, at which the device's elementwise kernels (norms, activations, softmax,
+  // residual adds) move the bytes the planner counts for them; 0: memory_bandwidth_GBps x
+  // memory_efficiency, as on a GPU, where they stream from HBM. A CPU runs them on activations
+  // that sit in its caches, bound by their arithmetic (tanh, exp, rsqrt) rather than by memory;
+  // `bench calibrate` times the engine's own kernels.
+  double elementwise_GBps = 0;
   // Resident memory the runtime holds on every device beside the training state (framework
   // context, libraries, communicator buffers, allocator slack), binary GB; < 0: the default of
   // the precision (predict.h, reserved_bytes). `bench calibrate` measures it for CPU workers.

@@ -52,4 +52,9 @@ double stream_seconds(const DeviceSpec& d, double bytes) {
   return bytes / (d.memory_bandwidth_GBps * 1e9 * d.memory_efficiency);
 }
 
+double elementwise_seconds(const DeviceSpec& d, double bytes) {
+  if (d.elementwise_GBps <= 0) return stream_seconds(d, bytes);
+  return bytes > 0 ? bytes / (d.elementwise_GBps * 1e9) : 0;
+}
+
 }  // namespace cann::plan

@@ -39,8 +39,12 @@ double efficiency_at_min_dim(const std::vector<std::pair<double, double>>& table
 double gemm_efficiency(const DeviceSpec& d, double m, double n, double k, double batch = 1);
 // Seconds for `batch` independent bf16 GEMMs (m x k) * (k x n), roofline of compute and memory.
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double batch = 1);
-// Seconds for a kernel that streams `bytes` through HBM (layernorm, softmax, dropout, GeLU,
-// the optimizer step): bytes / (memory_bandwidth * memory_efficiency).
+// Seconds for a kernel that streams `bytes` through HBM (the optimizer step, and the
+// elementwise kernels below where the device has no rate of their own): bytes /
+// (memory_bandwidth * memory_efficiency).
 double stream_seconds(const DeviceSpec& d, double bytes);
+// Seconds for an elementwise kernel of the layers (layernorm, softmax, dropout, GeLU, residual
+// add) counted at `bytes`: at device.elementwise_GBps where measured, else stream_seconds.
+double elementwise_seconds(const DeviceSpec& d, double bytes);
 
 }  // namespace cann::plan

@@ -70,7 +70,7 @@ void Pass::linear_bwd(double m, double n, double k, double batch) {
 }
 
 void Pass::stream(double bf16_bytes) {
-  cost.stream_s += stream_seconds(dev, bf16_bytes * stream_scale);
+  cost.stream_s += elementwise_seconds(dev, bf16_bytes * stream_scale);
 }
 
 void Pass::fused_attention(double flops, double fraction, double seq) {

@@ -11,7 +11,7 @@
 // cluster's device says; a GeLU or SwiGLU MLP, or an MoE block with routed, shared and
 // fine-grained experts; residual adds with or without dropout; the tensor-parallel
 // collectives between them (layer_cost_attention.cc, layer_cost_mlp.cc). GEMMs go through
-// gemm_seconds (efficiency by shape), elementwise kernels through stream_seconds with the
+// gemm_seconds (efficiency by shape), elementwise kernels through elementwise_seconds with the
 // bytes they read and write, collectives through collective_seconds. Tensor-parallel and
 // expert all-to-all communication is exposed (Megatron 2022 runs it on the compute stream);
 // context-parallel gathers are exposed too (see layer_cost_attention.cc).
