@@ -141,6 +141,7 @@ struct Result {
   std::vector<double> runs;  // GFLOP/s of each timing, sorted once all are in
   double gflops = 0;         // their median
   double max_rel_err = 0;
+  int reps = 0;  // calls per timing, found by the first
 };
 
 // Row-major C (m x n) = op(A) op(B).
@@ -184,9 +185,14 @@ struct Problem {
   }
 };
 
-double time_it(const std::function<void()>& call, double flop) {
-  call();
-  int reps = 1;
+// GFLOP/s of `call` over one timed loop of half a second or more. `reps` carries the loop's
+// length from one timing of a shape and library to the next: the first finds it by doubling
+// from a single call (after a warm-up call), the later ones run it at once.
+double time_it(const std::function<void()>& call, double flop, int& reps) {
+  if (reps == 0) {
+    call();
+    reps = 1;
+  }
   double t = 0;
   while (true) {
     const double t0 = now();
@@ -304,7 +310,7 @@ int main(int argc, char** argv) {
       libs[l].first->max_rel_err = p.check(l >= 2);
     }
     for (int r = 0; r < kRepeats; ++r)
-      for (auto& [result, call] : libs) result->runs.push_back(time_it(call, flop));
+      for (auto& [result, call] : libs) result->runs.push_back(time_it(call, flop, result->reps));
     for (auto& lib : libs) {
       std::vector<double>& v = lib.first->runs;
       std::sort(v.begin(), v.end());
