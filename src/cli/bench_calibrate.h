@@ -6,14 +6,17 @@
 // so each figure is what a device gets while its neighbours work too:
 //   device.peak_tflops           the best fp32 GEMM rate over a set of shapes (1 thread);
 //   device.memory_bandwidth_GBps a 64 MiB copy (read + write bytes / time);
+//   device.elementwise_GBps      the engine's layernorm, GeLU and residual kernels over the
+//                                bytes the planner counts for them;
 //   device.memory_gb             MemTotal / devices;
 //   intra_node                   shm all-reduce: bus bandwidth at 64 MiB, latency at 8 bytes;
 //   inter_node                   the gloo backend over loopback TCP (this machine has no
 //                                network link of its own; replace with a real one's figures).
 // Efficiencies are 1.0 since the peaks are measured, not nominal.
 //
-// A busy machine is refused (core/machine_load.h): each GEMM and copy is measured kRepeats (3)
-// times, the median kept; the load is read by the agent before the workers start and by rank 0
+// A busy machine is refused (core/machine_load.h): after half a second of GEMMs (a cold core
+// runs slower) each GEMM and copy is measured once unkept and kRepeats (3) times kept, the
+// median kept; the load is read by the agent before the workers start and by rank 0
 // after they finish. When another task shared the cores (runnable tasks beyond the cores the
 // measurement leaves free, a spread between repeats over 10%, or a measuring process getting
 // under 85% of its core), nothing is written and the command exits 1 with one line saying what
